@@ -1,0 +1,279 @@
+//! Load a catalogue (manifests, profiles, patches) into validated data, and order a selection
+//! of fixes by `after:`. Every problem found here is broken input: an error naming the file and
+//! line, exit 3, before any tree is looked at.
+
+use std::collections::{BTreeMap, BTreeSet};
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+
+use super::manifest::{check_relative, line_of, Manifest, Release, UpstreamStatus};
+use super::profile::Profile;
+use super::source::CatalogFiles;
+use crate::cli::TreeName;
+use crate::patch::{parse, FilePatch};
+
+/// A loaded, validated catalogue.
+#[derive(Debug)]
+pub struct Catalog {
+    pub files: CatalogFiles,
+    /// Sorted by name.
+    pub fixes: Vec<Fix>,
+    /// Sorted by name.
+    pub profiles: Vec<Profile>,
+}
+
+/// One fix with its parsed patches.
+#[derive(Debug)]
+pub struct Fix {
+    pub manifest: Manifest,
+    /// `fixes/<name>`, relative to the catalogue root.
+    pub dir: PathBuf,
+    /// Release variants in manifest order.
+    pub variants: Vec<Variant>,
+}
+
+/// One release variant of a fix.
+#[derive(Debug)]
+pub struct Variant {
+    /// The release key, e.g. `v0.26.0`.
+    pub release: String,
+    pub upstreamed: bool,
+    pub patches: Vec<VariantPatch>,
+}
+
+/// One file patch of a variant.
+#[derive(Debug)]
+pub struct VariantPatch {
+    pub tree: TreeName,
+    /// Relative to the tree root, e.g. `vllm/v1/sample/ops/topk_topp_sampler.py`.
+    pub file: String,
+    /// The patch file, relative to the catalogue root.
+    pub patch_path: PathBuf,
+    pub pristine_sha256: String,
+    pub diff: FilePatch,
+}
+
+impl Catalog {
+    /// Load the built-in catalogue, or the directory given.
+    pub fn load(dir: Option<&Path>) -> Result<Catalog> {
+        let files = match dir {
+            Some(dir) => CatalogFiles::from_dir(dir)?,
+            None => CatalogFiles::builtin(),
+        };
+        Catalog::from_files(files)
+    }
+
+    /// Validate and parse every manifest, patch and profile.
+    pub fn from_files(files: CatalogFiles) -> Result<Catalog> {
+        let mut fixes = Vec::new();
+        let manifests: Vec<PathBuf> = files
+            .files
+            .keys()
+            .filter(|p| p.starts_with("fixes") && p.file_name().is_some_and(|n| n == "fix.yaml"))
+            .cloned()
+            .collect();
+        for path in &manifests {
+            fixes.push(load_fix(&files, path)?);
+        }
+        // A fix directory without a manifest is almost always a typo'd file name.
+        let dirs: BTreeSet<PathBuf> = files
+            .files
+            .keys()
+            .filter_map(|p| {
+                let mut c = p.components();
+                match (c.next(), c.next(), c.next()) {
+                    (Some(a), Some(b), Some(_)) if a.as_os_str() == "fixes" => Some(Path::new("fixes").join(b.as_os_str())),
+                    _ => None,
+                }
+            })
+            .collect();
+        for dir in dirs {
+            if !files.files.contains_key(&dir.join("fix.yaml")) {
+                bail!("{}: fix directory without fix.yaml", files.display(&dir));
+            }
+        }
+        fixes.sort_by(|a, b| a.manifest.name.cmp(&b.manifest.name));
+
+        let mut profiles = Vec::new();
+        for (path, _) in files.files.iter().filter(|(p, _)| p.starts_with("profiles")) {
+            let shown = files.display(path);
+            if path.extension().is_none_or(|e| e != "yaml") {
+                bail!("{shown}: profiles must be `profiles/<name>.yaml`");
+            }
+            let text = files.text(path)?;
+            let profile: Profile = serde_yaml::from_str(text).map_err(|e| yaml_error(&shown, &e))?;
+            let stem = path.file_stem().unwrap_or_default().to_string_lossy();
+            if profile.name != stem {
+                bail!("{shown}:{}: name `{}` must equal the file name `{stem}`", line_of(text, "name:"), profile.name);
+            }
+            profiles.push((profile, shown, text.to_string()));
+        }
+        let names: BTreeSet<&str> = fixes.iter().map(|f| f.manifest.name.as_str()).collect();
+        for fix in &fixes {
+            let shown = files.display(&fix.dir.join("fix.yaml"));
+            let text = files.text(&fix.dir.join("fix.yaml"))?;
+            for other in fix.manifest.after.iter().chain(&fix.manifest.conflicts) {
+                if !names.contains(other.as_str()) {
+                    bail!("{shown}:{}: `{other}` is not a fix in this catalogue", line_of(text, other));
+                }
+                if *other == fix.manifest.name {
+                    bail!("{shown}:{}: a fix cannot name itself in after:/conflicts:", line_of(text, other));
+                }
+            }
+        }
+        for (profile, shown, text) in &profiles {
+            for name in &profile.fixes {
+                if !names.contains(name.as_str()) {
+                    bail!("{shown}:{}: profile names `{name}`, which is not a fix in this catalogue", line_of(text, name));
+                }
+            }
+        }
+        let mut profiles: Vec<Profile> = profiles.into_iter().map(|(p, _, _)| p).collect();
+        profiles.sort_by(|a, b| a.name.cmp(&b.name));
+        Ok(Catalog { files, fixes, profiles })
+    }
+
+    /// A fix by name, or an error listing the known ones.
+    pub fn fix(&self, name: &str) -> Result<&Fix> {
+        self.fixes.iter().find(|f| f.manifest.name == name).with_context(|| {
+            let known: Vec<&str> = self.fixes.iter().map(|f| f.manifest.name.as_str()).collect();
+            format!("no fix named `{name}` in catalogue {} (known: {})", self.files.origin, known.join(", "))
+        })
+    }
+
+    /// A profile by name, or an error listing the known ones.
+    pub fn profile(&self, name: &str) -> Result<&Profile> {
+        self.profiles.iter().find(|p| p.name == name).with_context(|| {
+            let known: Vec<&str> = self.profiles.iter().map(|p| p.name.as_str()).collect();
+            format!("no profile named `{name}` in catalogue {} (known: {})", self.files.origin, known.join(", "))
+        })
+    }
+
+    /// The fixes named, in an order where every fix comes after those in its `after:` (ties by
+    /// name). Conflicting fixes selected together, or a cycle, are errors.
+    pub fn order<'a>(&'a self, names: &[String]) -> Result<Vec<&'a Fix>> {
+        let mut selected: BTreeMap<&str, &Fix> = BTreeMap::new();
+        for name in names {
+            let fix = self.fix(name)?;
+            selected.insert(fix.manifest.name.as_str(), fix);
+        }
+        for fix in selected.values() {
+            for other in &fix.manifest.conflicts {
+                if selected.contains_key(other.as_str()) {
+                    bail!("fixes `{}` and `{other}` conflict (see {}); select one of them", fix.manifest.name, self.files.display(&fix.dir.join("fix.yaml")));
+                }
+            }
+        }
+        let mut done: Vec<&Fix> = Vec::new();
+        let mut placed: BTreeSet<&str> = BTreeSet::new();
+        while placed.len() < selected.len() {
+            let ready = selected.values().find(|f| {
+                !placed.contains(f.manifest.name.as_str())
+                    && f.manifest.after.iter().all(|a| placed.contains(a.as_str()) || !selected.contains_key(a.as_str()))
+            });
+            match ready {
+                Some(fix) => {
+                    placed.insert(fix.manifest.name.as_str());
+                    done.push(fix);
+                }
+                None => {
+                    let stuck: Vec<&str> = selected.keys().filter(|n| !placed.contains(*n)).copied().collect();
+                    bail!("the `after:` relations of {} form a cycle", stuck.join(", "));
+                }
+            }
+        }
+        Ok(done)
+    }
+}
+
+/// Turn a serde_yaml error into one naming the file and line.
+pub(crate) fn yaml_error(shown: &str, err: &serde_yaml::Error) -> anyhow::Error {
+    match err.location() {
+        Some(loc) => anyhow::anyhow!("{shown}:{}:{}: {err}", loc.line(), loc.column()),
+        None => anyhow::anyhow!("{shown}: {err}"),
+    }
+}
+
+fn load_fix(files: &CatalogFiles, manifest_path: &Path) -> Result<Fix> {
+    let shown = files.display(manifest_path);
+    let text = files.text(manifest_path)?;
+    let manifest: Manifest = serde_yaml::from_str(text).map_err(|e| yaml_error(&shown, &e))?;
+    let dir = manifest_path.parent().expect("fix.yaml has a directory").to_path_buf();
+    let dir_name = dir.file_name().unwrap_or_default().to_string_lossy().to_string();
+    let at = |needle: &str| format!("{shown}:{}", line_of(text, needle));
+    if dir.parent() != Some(Path::new("fixes")) {
+        bail!("{shown}: manifests live at fixes/<name>/fix.yaml");
+    }
+    if manifest.name != dir_name {
+        bail!("{}: name `{}` must equal the directory name `{dir_name}`", at("name:"), manifest.name);
+    }
+    match (&manifest.upstream.status, &manifest.upstream.url, &manifest.upstream.release) {
+        (UpstreamStatus::Filed, None, _) => bail!("{}: upstream status `filed` needs a url", at("upstream")),
+        (UpstreamStatus::Merged, None, _) | (UpstreamStatus::Merged, _, None) => {
+            bail!("{}: upstream status `merged` needs a url and a release", at("upstream"))
+        }
+        _ => {}
+    }
+    if manifest.releases.is_empty() {
+        bail!("{}: `releases:` is empty", at("releases"));
+    }
+    for test in &manifest.tests {
+        check_relative(test).map_err(|e| anyhow::anyhow!("{}: tests: {e}", at(test)))?;
+        if !files.files.contains_key(&dir.join(test)) {
+            bail!("{}: test file `{test}` does not exist", at(test));
+        }
+    }
+    let mut variants = Vec::new();
+    for (release, body) in &manifest.releases {
+        variants.push(load_variant(files, &dir, &shown, text, release, body)?);
+    }
+    Ok(Fix { manifest, dir, variants })
+}
+
+fn load_variant(files: &CatalogFiles, dir: &Path, shown: &str, text: &str, release: &str, body: &Release) -> Result<Variant> {
+    let rel_line = line_of(text, &format!("{release}:"));
+    match (body.upstreamed, body.patches.is_empty()) {
+        (true, false) => bail!("{shown}:{rel_line}: release {release}: `upstreamed: true` and `patches:` exclude each other"),
+        (false, true) => bail!("{shown}:{rel_line}: release {release}: needs `patches:` or `upstreamed: true`"),
+        _ => {}
+    }
+    let mut patches = Vec::new();
+    let mut seen = BTreeSet::new();
+    for entry in &body.patches {
+        let at = |needle: &str| format!("{shown}:{}", line_of(text, needle));
+        check_relative(&entry.file).map_err(|e| anyhow::anyhow!("{}: file: {e}", at(&entry.file)))?;
+        let pkg = format!("{}/", entry.tree.as_str());
+        if !entry.file.starts_with(&pkg) {
+            bail!("{}: file `{}` of tree `{}` must be inside `{pkg}`", at(&entry.file), entry.file, entry.tree);
+        }
+        if !seen.insert((entry.tree, entry.file.clone())) {
+            bail!("{}: release {release} patches `{}` twice; use one patch per file", at(&entry.file), entry.file);
+        }
+        check_relative(&entry.patch).map_err(|e| anyhow::anyhow!("{}: patch: {e}", at(&entry.patch)))?;
+        if entry.pristine_sha256.len() != 64 || !entry.pristine_sha256.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()) {
+            bail!("{}: pristine_sha256 must be 64 lowercase hex digits", at(&entry.pristine_sha256));
+        }
+        let patch_path = dir.join(&entry.patch);
+        if !files.files.contains_key(&patch_path) {
+            bail!("{}: patch `{}` does not exist ({})", at(&entry.patch), entry.patch, files.display(&patch_path));
+        }
+        let patch_text = files.text(&patch_path)?;
+        let parsed = parse::parse(patch_text, Path::new(&files.display(&patch_path)))?;
+        if parsed.files.len() != 1 {
+            bail!("{}: a patch must touch exactly one file (its entry's `{}`); it touches {}", files.display(&patch_path), entry.file, parsed.files.len());
+        }
+        let diff = parsed.files.into_iter().next().expect("one file");
+        if diff.old_path != entry.file || diff.new_path != entry.file {
+            let line = line_of(patch_text, "--- ");
+            bail!(
+                "{}:{line}: patch touches `{}`, but its entry in {shown} declares `{}`",
+                files.display(&patch_path),
+                diff.new_path,
+                entry.file
+            );
+        }
+        patches.push(VariantPatch { tree: entry.tree, file: entry.file.clone(), patch_path, pristine_sha256: entry.pristine_sha256.clone(), diff });
+    }
+    Ok(Variant { release: release.to_string(), upstreamed: body.upstreamed, patches })
+}

@@ -1,0 +1,134 @@
+//! `fixes/<name>/fix.yaml`: the schema, and the checks serde cannot express. Unknown keys are
+//! errors; every error names the file and line. The schema is documented in fixes/README.md.
+
+use indexmap::IndexMap;
+use serde::{Deserialize, Serialize};
+
+use crate::cli::TreeName;
+
+/// One fix's manifest.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Manifest {
+    /// Must equal the fix's directory name.
+    pub name: String,
+    /// One line for `list`.
+    pub summary: String,
+    pub kind: Kind,
+    pub upstream: Upstream,
+    /// Fixes that must be applied first when both are selected.
+    #[serde(default)]
+    pub after: Vec<String>,
+    /// Fixes that must never be selected together with this one.
+    #[serde(default)]
+    pub conflicts: Vec<String>,
+    /// Per upstream release (as named by its tag, e.g. `v0.26.0`), in manifest order.
+    pub releases: IndexMap<String, Release>,
+    /// Test files of the fix, relative to its directory.
+    #[serde(default)]
+    pub tests: Vec<String>,
+}
+
+/// Why the fix exists.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Kind {
+    /// Makes something faster; opt-in (not in the default profile).
+    Performance,
+    /// Makes something right.
+    Correctness,
+}
+
+impl std::fmt::Display for Kind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Kind::Performance => "performance",
+            Kind::Correctness => "correctness",
+        })
+    }
+}
+
+/// Where the fix stands upstream (after DEP-3's `Forwarded:` / `Applied-Upstream:`).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Upstream {
+    pub status: UpstreamStatus,
+    /// Required for `filed` and `merged`.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub url: Option<String>,
+    /// Required for `merged`: the first release that contains the fix.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub release: Option<String>,
+}
+
+/// Upstream status values.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum UpstreamStatus {
+    NotFiled,
+    Filed,
+    Merged,
+}
+
+/// One release's variant: patches to apply, or nothing because upstream has the fix.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Release {
+    #[serde(default)]
+    pub patches: Vec<PatchEntry>,
+    #[serde(default)]
+    pub upstreamed: bool,
+}
+
+/// One file a variant patches.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct PatchEntry {
+    pub tree: TreeName,
+    /// The file, relative to the tree root, starting with the package (`vllm/…`).
+    pub file: String,
+    /// The unified diff, relative to the fix directory.
+    pub patch: String,
+    /// sha256 of the untouched upstream file.
+    pub pristine_sha256: String,
+}
+
+/// Check a manifest-relative path: relative, no `..`, no backslashes or empty parts.
+pub fn check_relative(path: &str) -> Result<(), String> {
+    if path.is_empty() {
+        return Err("empty path".into());
+    }
+    if path.starts_with('/') || path.contains('\\') || path.contains(':') {
+        return Err(format!("`{path}` must be a relative path with `/` separators"));
+    }
+    if path.split('/').any(|part| part.is_empty() || part == "." || part == "..") {
+        return Err(format!("`{path}` must not contain `..`, `.` or empty components"));
+    }
+    Ok(())
+}
+
+/// The 1-based line of the first line of `text` containing `needle` (1 when absent), so a
+/// semantic error can still point at the right place.
+pub fn line_of(text: &str, needle: &str) -> usize {
+    text.lines().position(|l| l.contains(needle)).map_or(1, |i| i + 1)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn relative_paths() {
+        assert!(check_relative("vllm/a.py").is_ok());
+        for bad in ["", "/etc/passwd", "vllm/../x", "./vllm", "vllm//a", "C:\\x", "a\\b"] {
+            assert!(check_relative(bad).is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn unknown_keys_are_errors_with_a_line() {
+        let y = "name: x\nsummary: s\nkind: performance\nupstream: {status: not-filed}\nreleases: {}\ncolour: red\n";
+        let err = serde_yaml::from_str::<Manifest>(y).unwrap_err();
+        assert_eq!(err.location().map(|l| l.line()), Some(6), "{err}");
+    }
+}

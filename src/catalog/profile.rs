@@ -1,0 +1,15 @@
+//! `profiles/<name>.yaml`: a named set of fixes (`default` = correctness fixes only).
+
+use serde::{Deserialize, Serialize};
+
+/// A profile.
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct Profile {
+    /// Must equal the file's stem.
+    pub name: String,
+    pub description: String,
+    /// Fix names; applied in `after:` order whatever the order here.
+    #[serde(default)]
+    pub fixes: Vec<String>,
+}

@@ -1,0 +1,188 @@
+//! Command-line flags (clap derive). Usage errors exit 3, never clap's 2, which would read as
+//! "drifted" to a CI script.
+
+use std::path::PathBuf;
+
+use clap::{Args, Parser, Subcommand, ValueEnum};
+
+use crate::exit_status::ExitStatus;
+
+/// Apply a catalogue of vLLM / vllm_gaudi fixes to installed trees, with drift detection.
+#[derive(Debug, Parser)]
+#[command(name = "gaudi-fixes", version, about, long_about = None)]
+pub struct Cli {
+    #[command(flatten)]
+    pub global: GlobalArgs,
+    #[command(subcommand)]
+    pub command: Command,
+}
+
+/// Flags every subcommand takes.
+#[derive(Debug, Args)]
+pub struct GlobalArgs {
+    /// Use this catalogue directory (holding fixes/ and profiles/) instead of the built-in one.
+    #[arg(long, global = true, env = "GAUDI_FIXES_CATALOG", value_name = "DIR")]
+    pub catalog: Option<PathBuf>,
+    /// A directory that holds vllm/ and vllm_gaudi/ (also GAUDI_FIXES_ROOT).
+    #[arg(long, global = true, value_name = "DIR")]
+    pub root: Option<PathBuf>,
+    /// The directory that holds the vllm/ package (overrides --root for that tree).
+    #[arg(long, global = true, value_name = "DIR")]
+    pub vllm: Option<PathBuf>,
+    /// The directory that holds the vllm_gaudi/ package (overrides --root for that tree).
+    #[arg(long = "vllm-gaudi", global = true, value_name = "DIR")]
+    pub vllm_gaudi: Option<PathBuf>,
+    /// Python interpreter asked where vllm and vllm_gaudi are installed (never imports them).
+    #[arg(long, global = true, default_value = "python3", value_name = "PYTHON")]
+    pub python: String,
+    /// Only touch/inspect patches of these trees; the others are reported as skipped.
+    #[arg(long = "only-tree", global = true, value_enum, value_name = "TREE")]
+    pub only_tree: Vec<TreeName>,
+    /// Output format.
+    #[arg(long, global = true, value_enum, default_value_t = Format::Human)]
+    pub format: Format,
+    /// When to colour human output (NO_COLOR is honoured with `auto`).
+    #[arg(long, global = true, value_enum, default_value_t = ColorChoice::Auto)]
+    pub color: ColorChoice,
+    /// Print nothing; only the exit code tells.
+    #[arg(short, long, global = true)]
+    pub quiet: bool,
+}
+
+/// The two source trees a fix may patch.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, ValueEnum, serde::Serialize, serde::Deserialize)]
+#[serde(rename_all = "snake_case")]
+pub enum TreeName {
+    /// vLLM core (the directory holding `vllm/`).
+    #[value(name = "vllm")]
+    Vllm,
+    /// The Gaudi plugin (the directory holding `vllm_gaudi/`).
+    #[value(name = "vllm_gaudi", alias = "vllm-gaudi")]
+    VllmGaudi,
+}
+
+impl TreeName {
+    /// The package directory name inside the tree root, as written in manifests.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            TreeName::Vllm => "vllm",
+            TreeName::VllmGaudi => "vllm_gaudi",
+        }
+    }
+
+    /// Both trees, in report order.
+    pub const ALL: [TreeName; 2] = [TreeName::Vllm, TreeName::VllmGaudi];
+}
+
+impl std::fmt::Display for TreeName {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// How results are printed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum Format {
+    /// For people; coloured on a terminal.
+    Human,
+    /// A stable, documented JSON document on stdout.
+    Json,
+    /// GitHub Actions `::error file=…,line=…::` annotations.
+    Github,
+}
+
+/// Colour policy for human output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
+pub enum ColorChoice {
+    Auto,
+    Always,
+    Never,
+}
+
+/// The subcommands.
+#[derive(Debug, Subcommand)]
+pub enum Command {
+    /// List the catalogue's fixes and profiles, with their state when trees are found.
+    List,
+    /// Show one fix: manifest summary, release variants, README path.
+    Show {
+        fix: String,
+        /// Print the fix's README instead of the summary.
+        #[arg(long)]
+        readme: bool,
+    },
+    /// Apply fixes (default: the `default` profile); with --check only report.
+    Apply(SelectArgs),
+    /// Revert fixes back to byte-identical pristine sources.
+    Revert(SelectArgs),
+    /// What a fix changes, or why it drifted.
+    Diff { fix: String },
+    /// For each tree found: path, version hint and every fix's state.
+    Status,
+    /// Check the catalogue's consistency (and, with --upstream, against pristine trees).
+    Lint(LintArgs),
+    /// Run the distribution-equivalence suite of the reference sampler (feature `reference`).
+    Equiv(EquivArgs),
+    /// Time stock vs subset sampling with the reference sampler (feature `reference`).
+    Bench(BenchArgs),
+}
+
+/// Which fixes `apply` / `revert` act on.
+#[derive(Debug, Args)]
+pub struct SelectArgs {
+    /// Fixes by name (applied in `after:` order).
+    pub fixes: Vec<String>,
+    /// A profile's fixes (combined with any FIX given).
+    #[arg(long, value_name = "NAME")]
+    pub profile: Option<String>,
+    /// Only report: exit 0 applied, 1 not applied, 2 drifted, 3 error. Writes nothing.
+    #[arg(long)]
+    pub check: bool,
+    /// Plan and report what would change, write nothing.
+    #[arg(long = "dry-run")]
+    pub dry_run: bool,
+}
+
+/// `lint` flags.
+#[derive(Debug, Args)]
+pub struct LintArgs {
+    /// A directory with one pristine tree root per release (`<DIR>/v0.26.0/vllm/...`).
+    #[arg(long, value_name = "DIR")]
+    pub upstream: Option<PathBuf>,
+}
+
+/// `equiv` flags.
+#[derive(Debug, Args)]
+pub struct EquivArgs {
+    /// Generated cases per configuration.
+    #[arg(long, default_value_t = 8)]
+    pub cases: usize,
+    /// Base seed for the generated cases.
+    #[arg(long, default_value_t = 20261130)]
+    pub seed: i64,
+    /// Write the cases with the reference's expected tokens and masks as .npy into DIR.
+    #[arg(long = "emit-vectors", value_name = "DIR")]
+    pub emit_vectors: Option<PathBuf>,
+}
+
+/// `bench` flags.
+#[derive(Debug, Args)]
+pub struct BenchArgs {
+    /// Repeats per measurement (the median is reported).
+    #[arg(long, default_value_t = 5)]
+    pub repeats: usize,
+}
+
+impl Cli {
+    /// Parse argv; a usage error prints clap's message and maps to exit 3 (help/version to 0).
+    pub fn parse_or_usage_error() -> Result<Cli, ExitStatus> {
+        Cli::try_parse_from(std::env::args_os()).map_err(|err| {
+            let _ = err.print();
+            if err.use_stderr() {
+                ExitStatus::Error
+            } else {
+                ExitStatus::Applied
+            }
+        })
+    }
+}

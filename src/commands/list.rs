@@ -1,0 +1,82 @@
+//! `gaudi-fixes list`: the catalogue's fixes (kind, releases, profiles) and profiles, with each
+//! fix's state when trees are found.
+
+use std::io::Write;
+
+use anyhow::Result;
+use colored::Colorize;
+use serde::Serialize;
+
+use crate::catalog::{Catalog, Fix};
+use crate::cli::{Format, GlobalArgs};
+use crate::discover;
+use crate::exit_status::ExitStatus;
+use crate::plan::{self, FixState, Op};
+use crate::report;
+use crate::transaction;
+
+#[derive(Serialize)]
+struct Row<'a> {
+    name: &'a str,
+    kind: String,
+    summary: &'a str,
+    releases: Vec<&'a str>,
+    profiles: Vec<&'a str>,
+    state: Option<FixState>,
+    variant: Option<String>,
+}
+
+/// Run `list`.
+pub fn run(global: &GlobalArgs) -> Result<ExitStatus> {
+    let catalog = Catalog::load(global.catalog.as_deref())?;
+    let trees = discover::discover(global)?;
+    let roots = super::apply::roots(&trees, global);
+    let all: Vec<&Fix> = catalog.fixes.iter().collect();
+    let reports = if roots.is_empty() {
+        None
+    } else {
+        let _locks = transaction::lock(&roots, false)?;
+        Some(plan::plan(&all, &trees, &global.only_tree, Op::Status)?.reports)
+    };
+    let rows: Vec<Row> = catalog
+        .fixes
+        .iter()
+        .enumerate()
+        .map(|(i, f)| Row {
+            name: &f.manifest.name,
+            kind: f.manifest.kind.to_string(),
+            summary: &f.manifest.summary,
+            releases: f.variants.iter().map(|v| v.release.as_str()).collect(),
+            profiles: catalog.profiles.iter().filter(|p| p.fixes.contains(&f.manifest.name)).map(|p| p.name.as_str()).collect(),
+            state: reports.as_ref().map(|r| r[i].state),
+            variant: reports.as_ref().and_then(|r| r[i].variant.clone()),
+        })
+        .collect();
+    if global.quiet {
+        return Ok(ExitStatus::Applied);
+    }
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    if global.format == Format::Json {
+        let profiles: Vec<_> = catalog.profiles.iter().collect();
+        serde_json::to_writer_pretty(&mut out, &serde_json::json!({"schema": report::json::SCHEMA, "catalog": catalog.files.origin, "fixes": rows, "profiles": profiles, "trees": trees}))?;
+        writeln!(out)?;
+        return Ok(ExitStatus::Applied);
+    }
+    writeln!(out, "catalogue: {}", catalog.files.origin)?;
+    report::human::trees(&mut out, &trees)?;
+    writeln!(out, "\n{}", "fixes".bold())?;
+    for row in &rows {
+        let state = row.state.map_or("-".normal(), report::human::state_word);
+        let variant = row.variant.as_deref().map(|v| format!(" [{v}]")).unwrap_or_default();
+        writeln!(out, "  {:<26} {:<12} {state}{variant}", row.name.bold(), row.kind)?;
+        writeln!(out, "      {}", row.summary)?;
+        writeln!(out, "      releases: {}; profiles: {}", row.releases.join(", "), if row.profiles.is_empty() { "-".into() } else { row.profiles.join(", ") })?;
+    }
+    writeln!(out, "\n{}", "profiles".bold())?;
+    for p in &catalog.profiles {
+        let fixes = if p.fixes.is_empty() { "(no fixes)".to_string() } else { p.fixes.join(", ") };
+        writeln!(out, "  {:<26} {}: {fixes}", p.name.bold(), p.description)?;
+    }
+    Ok(ExitStatus::Applied)
+}

@@ -1,0 +1,189 @@
+//! Which trees to act on. First match wins: the flags (`--root`, `--vllm`, `--vllm-gaudi`), then
+//! `GAUDI_FIXES_ROOT`, then one spawn of the Python interpreter asking
+//! `importlib.util.find_spec` where the packages are (it never imports vLLM).
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{bail, Context, Result};
+use serde::Serialize;
+
+use crate::cli::{GlobalArgs, TreeName};
+
+/// One tree found.
+#[derive(Debug, Clone, Serialize)]
+pub struct Tree {
+    pub name: TreeName,
+    /// The directory that holds the package directory (e.g. site-packages).
+    pub root: PathBuf,
+    /// How it was found, for reports (`--root`, `GAUDI_FIXES_ROOT`, `python3`, …).
+    pub found_by: String,
+    /// The version the tree says it is (`_version.py`, dist-info). Only a hint: fixes are
+    /// matched by content.
+    pub version: Option<String>,
+}
+
+/// The trees of one run; either may be absent.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct Trees {
+    pub vllm: Option<Tree>,
+    pub vllm_gaudi: Option<Tree>,
+    /// Why a tree is absent, when there is something to say (python missing, …).
+    pub notes: Vec<String>,
+}
+
+impl Trees {
+    /// The tree of that name, if found.
+    pub fn get(&self, name: TreeName) -> Option<&Tree> {
+        match name {
+            TreeName::Vllm => self.vllm.as_ref(),
+            TreeName::VllmGaudi => self.vllm_gaudi.as_ref(),
+        }
+    }
+
+    /// The found trees, in report order.
+    pub fn all(&self) -> impl Iterator<Item = &Tree> {
+        self.vllm.iter().chain(self.vllm_gaudi.iter())
+    }
+}
+
+/// Find the trees for this run.
+pub fn discover(global: &GlobalArgs) -> Result<Trees> {
+    if global.root.is_some() || global.vllm.is_some() || global.vllm_gaudi.is_some() {
+        let mut trees = Trees::default();
+        if let Some(root) = &global.root {
+            let root = existing_dir(root, "--root")?;
+            for name in TreeName::ALL {
+                if root.join(name.as_str()).is_dir() {
+                    set(&mut trees, tree(name, root.clone(), "--root"));
+                }
+            }
+            if trees.vllm.is_none() && trees.vllm_gaudi.is_none() {
+                bail!("--root {}: holds neither vllm/ nor vllm_gaudi/", root.display());
+            }
+        }
+        for (name, flag, path) in [(TreeName::Vllm, "--vllm", &global.vllm), (TreeName::VllmGaudi, "--vllm-gaudi", &global.vllm_gaudi)] {
+            if let Some(path) = path {
+                set(&mut trees, tree(name, package_root(path, name, flag)?, flag));
+            }
+        }
+        return Ok(trees);
+    }
+    if let Some(root) = std::env::var_os("GAUDI_FIXES_ROOT").filter(|v| !v.is_empty()) {
+        let root = existing_dir(Path::new(&root), "GAUDI_FIXES_ROOT")?;
+        let mut trees = Trees::default();
+        for name in TreeName::ALL {
+            if root.join(name.as_str()).is_dir() {
+                set(&mut trees, tree(name, root.clone(), "GAUDI_FIXES_ROOT"));
+            }
+        }
+        if trees.vllm.is_none() && trees.vllm_gaudi.is_none() {
+            bail!("GAUDI_FIXES_ROOT={}: holds neither vllm/ nor vllm_gaudi/", root.display());
+        }
+        return Ok(trees);
+    }
+    from_python(&global.python)
+}
+
+fn set(trees: &mut Trees, t: Tree) {
+    match t.name {
+        TreeName::Vllm => trees.vllm = Some(t),
+        TreeName::VllmGaudi => trees.vllm_gaudi = Some(t),
+    }
+}
+
+fn tree(name: TreeName, root: PathBuf, found_by: &str) -> Tree {
+    let version = version_hint(name, &root);
+    Tree { name, root, found_by: found_by.to_string(), version }
+}
+
+fn existing_dir(path: &Path, what: &str) -> Result<PathBuf> {
+    if !path.is_dir() {
+        bail!("{what} {}: no such directory", path.display());
+    }
+    std::path::absolute(path).with_context(|| format!("{what} {}", path.display()))
+}
+
+/// Accept either the directory holding the package or the package directory itself.
+fn package_root(path: &Path, name: TreeName, flag: &str) -> Result<PathBuf> {
+    let path = existing_dir(path, flag)?;
+    if path.join(name.as_str()).is_dir() {
+        return Ok(path);
+    }
+    if path.file_name().is_some_and(|n| n == name.as_str()) {
+        if let Some(parent) = path.parent() {
+            return Ok(parent.to_path_buf());
+        }
+    }
+    bail!("{flag} {}: no {}/ package there (give the directory that holds it)", path.display(), name)
+}
+
+const FIND_SPEC: &str = r#"
+import importlib.util, json
+out = {}
+for name in ("vllm", "vllm_gaudi"):
+    try:
+        spec = importlib.util.find_spec(name)
+    except Exception:
+        spec = None
+    locs = list(spec.submodule_search_locations or []) if spec else []
+    out[name] = locs[0] if locs else None
+print(json.dumps(out))
+"#;
+
+fn from_python(python: &str) -> Result<Trees> {
+    let mut trees = Trees::default();
+    let output = match Command::new(python).args(["-I", "-c", FIND_SPEC]).output() {
+        Ok(output) => output,
+        Err(err) => {
+            trees.notes.push(format!("could not run `{python}` to find installed packages ({err}); give --root or --vllm/--vllm-gaudi"));
+            return Ok(trees);
+        }
+    };
+    if !output.status.success() {
+        trees.notes.push(format!("`{python}` failed while looking for installed packages: {}", String::from_utf8_lossy(&output.stderr).trim()));
+        return Ok(trees);
+    }
+    let found: std::collections::BTreeMap<String, Option<String>> = serde_json::from_slice(&output.stdout)
+        .with_context(|| format!("unexpected output from `{python}`: {}", String::from_utf8_lossy(&output.stdout)))?;
+    for name in TreeName::ALL {
+        match found.get(name.as_str()).cloned().flatten() {
+            Some(pkg) => {
+                let root = Path::new(&pkg).parent().map(Path::to_path_buf).unwrap_or_default();
+                set(&mut trees, tree(name, root, python));
+            }
+            None => trees.notes.push(format!("`{python}` has no `{name}` package installed")),
+        }
+    }
+    Ok(trees)
+}
+
+/// `vllm/_version.py`, else a `<pkg>-<version>.dist-info` beside the package.
+pub fn version_hint(name: TreeName, root: &Path) -> Option<String> {
+    if let Ok(text) = std::fs::read_to_string(root.join(name.as_str()).join("_version.py")) {
+        let re = regex::Regex::new(r#"(?m)^(?:__version__\s*=\s*)?version\s*=\s*['"]([^'"]+)['"]"#).expect("valid regex");
+        if let Some(c) = re.captures(&text) {
+            return Some(c[1].to_string());
+        }
+    }
+    let prefix = format!("{}-", name.as_str());
+    std::fs::read_dir(root).ok()?.flatten().find_map(|e| {
+        let file = e.file_name().to_string_lossy().to_string();
+        file.strip_prefix(&prefix)?.strip_suffix(".dist-info").map(str::to_string)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn reads_version_py() {
+        let dir = tempfile::tempdir().unwrap();
+        std::fs::create_dir(dir.path().join("vllm")).unwrap();
+        std::fs::write(dir.path().join("vllm/_version.py"), "__version__ = version = '0.26.0'\n").unwrap();
+        assert_eq!(version_hint(TreeName::Vllm, dir.path()).as_deref(), Some("0.26.0"));
+        std::fs::create_dir(dir.path().join("vllm_gaudi-0.26.0.dist-info")).unwrap();
+        assert_eq!(version_hint(TreeName::VllmGaudi, dir.path()).as_deref(), Some("0.26.0"));
+    }
+}

@@ -1,0 +1,57 @@
+//! gaudi-fixes: a catalogue of fixes for vLLM and vllm_gaudi sources, applied to installed trees
+//! with exact drift detection, plus (feature `reference`) a tch reference sampler that proves a
+//! sampler fix draws from the same distribution as stock.
+//!
+//! Modules:
+//! - [`cli`]: flags; [`exit_status`]: the 0/1/2/3 contract.
+//! - [`catalog`]: fix manifests, profiles, ordering and lint.
+//! - [`discover`]: which trees to act on.
+//! - [`patch`]: unified-diff parsing, exact hunk location, per-hunk state.
+//! - [`plan`]: per-fix state and variant choice across trees; the edits to make.
+//! - [`transaction`]: all-or-nothing, crash-safe writes under a lock.
+//! - [`report`]: human / JSON / GitHub output (the only place with colour).
+//! - [`commands`]: one file per subcommand.
+//! - `reference` (feature `reference`): the tch reference sampler, `equiv` and `bench`.
+
+pub mod catalog;
+pub mod cli;
+pub mod commands;
+pub mod discover;
+pub mod exit_status;
+pub mod patch;
+pub mod plan;
+#[cfg(feature = "reference")]
+pub mod reference;
+pub mod report;
+pub mod transaction;
+
+pub use exit_status::ExitStatus;
+
+use anyhow::Result;
+
+use cli::{Cli, Command};
+
+/// Run one parsed command line and say how it ended.
+pub fn run(cli: Cli) -> Result<ExitStatus> {
+    report::init_color(&cli.global);
+    match &cli.command {
+        Command::List => commands::list::run(&cli.global),
+        Command::Show { fix, readme } => commands::show::run(&cli.global, fix, *readme),
+        Command::Apply(args) => commands::apply::run(&cli.global, args),
+        Command::Revert(args) => commands::revert::run(&cli.global, args),
+        Command::Diff { fix } => commands::diff::run(&cli.global, fix),
+        Command::Status => commands::status::run(&cli.global),
+        Command::Lint(args) => commands::lint::run(&cli.global, args),
+        Command::Equiv(args) => commands::equiv::run(&cli.global, args),
+        Command::Bench(args) => commands::bench::run(&cli.global, args),
+    }
+}
+
+/// A closed stdout (`gaudi-fixes list | head`) is not an error.
+pub fn is_broken_pipe(err: &anyhow::Error) -> bool {
+    err.chain().any(|cause| {
+        cause
+            .downcast_ref::<std::io::Error>()
+            .is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+    })
+}

@@ -1,0 +1,400 @@
+//! Evaluate fixes against trees and plan the edits, entirely in memory.
+//!
+//! A fix's state is decided by content: each release variant is tried (pristine hash first,
+//! then exact hunk matches) and the first one that is cleanly applied or cleanly not applied
+//! wins; the version string is only a hint. Drift is a finding (a [`FixState`]), not an error;
+//! only broken input and I/O are errors. Apply and revert simulate every selected fix in order
+//! on in-memory copies, so a later fix sees an earlier one's edits and nothing is written unless
+//! every fix can be done.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+use serde::Serialize;
+use sha2::{Digest, Sha256};
+
+use crate::catalog::{Fix, Kind, Variant};
+use crate::cli::TreeName;
+use crate::discover::{Tree, Trees};
+use crate::exit_status::ExitStatus;
+use crate::patch::state::{self, FileEval};
+use crate::patch::{FileState, HunkReport, SourceText};
+
+/// Files larger than this are not Python sources we patch; refusing keeps memory bounded.
+pub const MAX_FILE_BYTES: u64 = 16 * 1024 * 1024;
+
+/// A fix's verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FixState {
+    Applied,
+    NotApplied,
+    Drifted,
+    /// The matching release has the fix upstream; nothing to apply.
+    Upstreamed,
+    /// The fix cannot be evaluated (a tree it needs is missing).
+    Error,
+}
+
+impl FixState {
+    /// The exit status this state asks for under `--check`.
+    pub fn check_status(self) -> ExitStatus {
+        match self {
+            FixState::Applied | FixState::Upstreamed => ExitStatus::Applied,
+            FixState::NotApplied => ExitStatus::NotApplied,
+            FixState::Drifted => ExitStatus::Drifted,
+            FixState::Error => ExitStatus::Error,
+        }
+    }
+}
+
+/// One file's outcome within a fix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FileOutcome {
+    Applied,
+    NotApplied,
+    Drifted,
+    /// The file does not exist in the tree.
+    Missing,
+    /// Its tree was left out with `--only-tree`.
+    Skipped,
+}
+
+/// One file of the chosen (or nearest) variant.
+#[derive(Debug, Clone, Serialize)]
+pub struct FileReport {
+    pub tree: TreeName,
+    /// Relative to the tree root.
+    pub path: String,
+    /// The tree root, when the tree was found.
+    pub tree_root: Option<PathBuf>,
+    pub state: FileOutcome,
+    /// Whether the file's sha256 is the recorded pristine one.
+    pub pristine: bool,
+    /// Every hunk found, but some applied and others not.
+    pub partial: bool,
+    /// The patch file, as the catalogue names it.
+    pub patch: String,
+    pub hunks: Vec<HunkReport>,
+}
+
+/// A fix's full report.
+#[derive(Debug, Clone, Serialize)]
+pub struct FixReport {
+    pub name: String,
+    pub kind: Kind,
+    pub state: FixState,
+    /// The release variant that matched (or, when drifted, the nearest one).
+    pub variant: Option<String>,
+    /// What this run does about it: `apply`, `revert`, or nothing.
+    pub action: Option<&'static str>,
+    /// Why the state is what it is, when a sentence helps (missing tree, upstreamed, …).
+    pub message: Option<String>,
+    pub files: Vec<FileReport>,
+}
+
+/// A planned write of one file.
+#[derive(Debug, Clone)]
+pub struct Edit {
+    pub tree: TreeName,
+    pub tree_root: PathBuf,
+    /// Relative to the tree root.
+    pub rel: String,
+    /// The real file written (symlinks inside the tree resolved).
+    pub path: PathBuf,
+    pub old: Vec<u8>,
+    pub new: Vec<u8>,
+}
+
+/// What a run is asked to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    /// Report only; each fix judged on the tree as it is.
+    Status,
+    /// Report as `--check`: simulate the selection in order, write nothing.
+    Check,
+    Apply,
+    Revert,
+}
+
+/// The outcome of planning.
+#[derive(Debug)]
+pub struct Plan {
+    pub reports: Vec<FixReport>,
+    pub edits: Vec<Edit>,
+}
+
+impl Plan {
+    /// The exit status of this plan for `op` (before writing).
+    pub fn status(&self, op: Op) -> ExitStatus {
+        let worst = self.reports.iter().map(|r| r.state.check_status()).max().unwrap_or(ExitStatus::Applied);
+        match op {
+            Op::Status | Op::Check => worst,
+            // Not-applied is what apply/revert fix; only drift and errors refuse.
+            Op::Apply | Op::Revert if worst == ExitStatus::NotApplied => ExitStatus::Applied,
+            Op::Apply | Op::Revert => worst,
+        }
+    }
+}
+
+/// sha256 of bytes, lowercase hex.
+pub fn sha256_hex(bytes: &[u8]) -> String {
+    let digest = Sha256::digest(bytes);
+    digest.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// In-memory copies of the files a run looks at.
+struct Workspace {
+    files: BTreeMap<(TreeName, String), Loaded>,
+}
+
+struct Loaded {
+    path: PathBuf,
+    original: Vec<u8>,
+    text: SourceText,
+}
+
+impl Workspace {
+    fn new() -> Workspace {
+        Workspace { files: BTreeMap::new() }
+    }
+
+    /// The file, read once; `None` when it does not exist.
+    fn get(&mut self, tree: &Tree, rel: &str) -> Result<Option<&mut Loaded>> {
+        let key = (tree.name, rel.to_string());
+        if !self.files.contains_key(&key) {
+            match read_tree_file(tree, rel)? {
+                None => return Ok(None),
+                Some((path, bytes)) => {
+                    let text = SourceText::decode(&bytes, &path)?;
+                    self.files.insert(key.clone(), Loaded { path, original: bytes, text });
+                }
+            }
+        }
+        Ok(self.files.get_mut(&key))
+    }
+}
+
+/// Read `rel` inside `tree`, refusing anything that resolves outside the tree, is not a
+/// regular file, or is too large.
+fn read_tree_file(tree: &Tree, rel: &str) -> Result<Option<(PathBuf, Vec<u8>)>> {
+    let path = tree.root.join(rel);
+    let meta = match fs::symlink_metadata(&path) {
+        Ok(meta) => meta,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(err) => return Err(err).with_context(|| format!("reading {}", path.display())),
+    };
+    let real = if meta.file_type().is_symlink() {
+        let real = fs::canonicalize(&path).with_context(|| format!("{}: broken symlink", path.display()))?;
+        let root = fs::canonicalize(&tree.root).with_context(|| format!("resolving {}", tree.root.display()))?;
+        if !real.starts_with(&root) {
+            bail!("{}: symlink points outside the tree (to {}); refusing to touch it", path.display(), real.display());
+        }
+        real
+    } else {
+        path.clone()
+    };
+    let meta = fs::metadata(&real).with_context(|| format!("reading {}", real.display()))?;
+    if !meta.is_file() {
+        bail!("{}: not a regular file", path.display());
+    }
+    if meta.len() > MAX_FILE_BYTES {
+        bail!("{}: {} bytes is larger than the {} MiB a patched source may be; refusing", path.display(), meta.len(), MAX_FILE_BYTES >> 20);
+    }
+    let bytes = fs::read(&real).with_context(|| format!("reading {}", real.display()))?;
+    Ok(Some((real, bytes)))
+}
+
+/// Evaluate and (for apply/revert) simulate `fixes`, in the order given.
+pub fn plan(fixes: &[&Fix], trees: &Trees, only: &[TreeName], op: Op) -> Result<Plan> {
+    let mut ws = Workspace::new();
+    let mut reports = Vec::new();
+    let ordered: Vec<&Fix> = if op == Op::Revert { fixes.iter().rev().copied().collect() } else { fixes.to_vec() };
+    for fix in ordered {
+        let (mut report, chosen) = evaluate(fix, trees, only, &mut ws)?;
+        let simulate = match (op, report.state) {
+            (Op::Apply | Op::Check, FixState::NotApplied) => Some(true),
+            (Op::Revert, FixState::Applied) => Some(false),
+            _ => None,
+        };
+        if let (Some(forward), Some(variant)) = (simulate, chosen) {
+            if op != Op::Check {
+                report.action = Some(if forward { "apply" } else { "revert" });
+            }
+            edit_variant(variant, trees, only, &mut ws, forward)?;
+        }
+        reports.push(report);
+    }
+    if op == Op::Revert {
+        reports.reverse();
+    }
+    let mut edits = Vec::new();
+    if matches!(op, Op::Apply | Op::Revert) {
+        for ((tree, rel), loaded) in &ws.files {
+            let new = loaded.text.encode();
+            if new != loaded.original {
+                let tree_root = trees.get(*tree).expect("loaded files come from found trees").root.clone();
+                edits.push(Edit { tree: *tree, tree_root, rel: rel.clone(), path: loaded.path.clone(), old: loaded.original.clone(), new });
+            }
+        }
+    }
+    Ok(Plan { reports, edits })
+}
+
+/// Judge one fix: try each variant, keep the first clean one.
+fn evaluate<'f>(fix: &'f Fix, trees: &Trees, only: &[TreeName], ws: &mut Workspace) -> Result<(FixReport, Option<&'f Variant>)> {
+    let mut report = FixReport {
+        name: fix.manifest.name.clone(),
+        kind: fix.manifest.kind,
+        state: FixState::Error,
+        variant: None,
+        action: None,
+        message: None,
+        files: Vec::new(),
+    };
+    let selected = |t: TreeName| only.is_empty() || only.contains(&t);
+    let needed: Vec<TreeName> = {
+        let mut v: Vec<TreeName> = fix.variants.iter().flat_map(|v| v.patches.iter().map(|p| p.tree)).filter(|t| selected(*t)).collect();
+        v.sort();
+        v.dedup();
+        v
+    };
+    let missing: Vec<String> = needed.iter().filter(|t| trees.get(**t).is_none()).map(|t| t.to_string()).collect();
+    if !missing.is_empty() {
+        report.message = Some(format!(
+            "needs the {} tree, which was not found (give --root DIR holding {}/, or --{} DIR; or leave it out with --only-tree)",
+            missing.join(" and "),
+            missing[0],
+            missing[0].replace('_', "-")
+        ));
+        return Ok((report, None));
+    }
+
+    struct Candidate<'f> {
+        variant: &'f Variant,
+        files: Vec<FileReport>,
+        clean: Option<FixState>,
+        pristine: bool,
+        drifted_hunks: usize,
+    }
+    let mut candidates = Vec::new();
+    for variant in fix.variants.iter().filter(|v| !v.upstreamed) {
+        let mut files = Vec::new();
+        for vp in &variant.patches {
+            let patch = vp.patch_path.display().to_string();
+            if !selected(vp.tree) {
+                files.push(FileReport { tree: vp.tree, path: vp.file.clone(), tree_root: None, state: FileOutcome::Skipped, pristine: false, partial: false, patch, hunks: Vec::new() });
+                continue;
+            }
+            let tree = trees.get(vp.tree).expect("checked above");
+            let Some(loaded) = ws.get(tree, &vp.file)? else {
+                files.push(FileReport { tree: vp.tree, path: vp.file.clone(), tree_root: Some(tree.root.clone()), state: FileOutcome::Missing, pristine: false, partial: false, patch, hunks: Vec::new() });
+                continue;
+            };
+            let eval: FileEval = state::evaluate(&vp.diff, &loaded.text);
+            let pristine = sha256_hex(&loaded.text.encode()) == vp.pristine_sha256;
+            let state = match eval.state {
+                FileState::Applied => FileOutcome::Applied,
+                FileState::NotApplied => FileOutcome::NotApplied,
+                FileState::Drifted => FileOutcome::Drifted,
+            };
+            files.push(FileReport { tree: vp.tree, path: vp.file.clone(), tree_root: Some(tree.root.clone()), state, pristine, partial: eval.partial, patch, hunks: eval.hunks });
+        }
+        let judged: Vec<FileOutcome> = files.iter().map(|f| f.state).filter(|s| *s != FileOutcome::Skipped).collect();
+        let clean = if !judged.is_empty() && judged.iter().all(|s| *s == FileOutcome::Applied) {
+            Some(FixState::Applied)
+        } else if !judged.is_empty() && judged.iter().all(|s| *s == FileOutcome::NotApplied) {
+            Some(FixState::NotApplied)
+        } else {
+            None
+        };
+        let pristine = files.iter().filter(|f| f.state != FileOutcome::Skipped).all(|f| f.pristine);
+        let drifted_hunks = files
+            .iter()
+            .map(|f| match f.state {
+                FileOutcome::Missing => 1000,
+                _ => f.hunks.iter().filter(|h| matches!(h.state, crate::patch::HunkState::Drifted { .. })).count(),
+            })
+            .sum();
+        candidates.push(Candidate { variant, files, clean, pristine, drifted_hunks });
+    }
+
+    let hint_matches = |release: &str| {
+        let want = release.trim_start_matches('v');
+        trees.vllm.as_ref().and_then(|t| t.version.as_deref()).is_some_and(|v| v == want)
+    };
+    // A pristine tree is the strongest evidence; then any clean variant, in manifest order.
+    let best = candidates
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.clean.is_some())
+        .min_by_key(|(i, c)| (!c.pristine, !hint_matches(&c.variant.release), *i));
+    if let Some((_, c)) = best {
+        report.state = c.clean.expect("filtered");
+        report.variant = Some(c.variant.release.clone());
+        report.files = c.files.clone();
+        let offsets = c.files.iter().flat_map(|f| &f.hunks).any(|h| match h.state {
+            crate::patch::HunkState::Applied { offset, .. } | crate::patch::HunkState::NotApplied { offset, .. } => offset != 0,
+            _ => false,
+        });
+        if offsets {
+            report.message = Some("some hunks were found at an offset (another fix or local change above them)".into());
+        }
+        return Ok((report, Some(c.variant)));
+    }
+    if let Some(up) = fix.variants.iter().find(|v| v.upstreamed && hint_matches(&v.release)) {
+        report.state = FixState::Upstreamed;
+        report.variant = Some(up.release.clone());
+        report.message = Some(format!("release {} has this fix upstream; nothing to apply", up.release));
+        return Ok((report, None));
+    }
+    report.state = FixState::Drifted;
+    if let Some((_, c)) = candidates.iter().enumerate().min_by_key(|(i, c)| (!hint_matches(&c.variant.release), c.drifted_hunks, *i)) {
+        report.variant = Some(c.variant.release.clone());
+        report.files = c.files.clone();
+        let partial = c.files.iter().any(|f| f.partial)
+            || (c.files.iter().any(|f| f.state == FileOutcome::Applied) && c.files.iter().any(|f| f.state == FileOutcome::NotApplied));
+        report.message = Some(if partial {
+            "partially applied: some hunks are applied and others are not".into()
+        } else if c.files.iter().any(|f| f.state == FileOutcome::Missing) {
+            "a file this fix patches is missing from the tree".into()
+        } else {
+            format!("no release variant matches this tree exactly; showing the nearest ({})", c.variant.release)
+        });
+    }
+    Ok((report, None))
+}
+
+/// Apply (`forward`) or revert a variant's patches to the in-memory copies.
+fn edit_variant(variant: &Variant, trees: &Trees, only: &[TreeName], ws: &mut Workspace, forward: bool) -> Result<()> {
+    for vp in &variant.patches {
+        if !(only.is_empty() || only.contains(&vp.tree)) {
+            continue;
+        }
+        let tree = trees.get(vp.tree).expect("evaluated trees exist");
+        let loaded = ws.get(tree, &vp.file)?.expect("evaluated files exist");
+        let eval = state::evaluate(&vp.diff, &loaded.text);
+        let edited = if forward { state::apply(&vp.diff, &loaded.text, &eval) } else { state::revert(&vp.diff, &loaded.text, &eval) };
+        loaded.text = edited.with_context(|| format!("{}: state changed while planning", loaded.path.display()))?;
+    }
+    Ok(())
+}
+
+/// Refuse to plan writes to files we must not write (read-only), before anything is written.
+pub fn check_writable(edits: &[Edit]) -> Result<()> {
+    for edit in edits {
+        let meta = fs::metadata(&edit.path).with_context(|| format!("reading {}", edit.path.display()))?;
+        if meta.permissions().readonly() {
+            bail!("{}: file is read-only; nothing was written (make it writable, or run where the tree may be changed)", edit.path.display());
+        }
+    }
+    Ok(())
+}
+
+/// Where a tree's package file lives, for messages.
+pub fn display_path(root: &Path, rel: &str) -> String {
+    root.join(rel).display().to_string()
+}

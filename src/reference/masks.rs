@@ -1,0 +1,149 @@
+//! Sampling masks: for each row, the support the sampler drew from (token ids, int32, ascending)
+//! and its behaviour logprobs (float32), as flat arrays plus per-row lengths — the layout of
+//! the "sampling masks as arrays" design (no per-row Python objects). Two modes:
+//! `support` returns a logprob per support token, `selected` only the drawn token's.
+//!
+//! Capture runs only when a caller passes a [`MaskMode`]; otherwise nothing here executes.
+
+use serde::Serialize;
+use tch::{Kind, Tensor};
+
+use crate::reference::race::{Draw, Filtered};
+
+/// Which logprobs a mask carries.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum MaskMode {
+    /// One logprob per row: the drawn token's.
+    Selected,
+    /// One logprob per support token, aligned with the ids.
+    Support,
+}
+
+/// The masks of one sampler call.
+#[derive(Debug, Clone, PartialEq)]
+pub struct SamplingMasks {
+    /// The mode they were captured in.
+    pub mode: MaskMode,
+    /// Support size per row.
+    pub lengths: Vec<i32>,
+    /// All rows' support token ids, concatenated; ascending within each row.
+    pub ids: Vec<i32>,
+    /// `support`: aligned with `ids`; `selected`: one per row.
+    pub logprobs: Vec<f32>,
+}
+
+/// Per-row supports with one value per support token, flattened (ids ascending per row).
+#[derive(Debug, Clone, PartialEq)]
+pub struct FlatRows {
+    /// Support size per row.
+    pub lengths: Vec<i32>,
+    /// Token ids, concatenated.
+    pub ids: Vec<i32>,
+    /// The value gathered at each id, concatenated.
+    pub values: Vec<f32>,
+}
+
+impl FlatRows {
+    /// Row `r`'s ids and values.
+    pub fn row(&self, r: usize) -> (&[i32], &[f32]) {
+        let start: usize = self.lengths[..r].iter().map(|&n| n as usize).sum();
+        let end = start + self.lengths[r] as usize;
+        (&self.ids[start..end], &self.values[start..end])
+    }
+
+    /// Per-row start offsets, for callers that walk every row.
+    pub fn offsets(&self) -> Vec<usize> {
+        let mut offsets = Vec::with_capacity(self.lengths.len() + 1);
+        let mut at = 0usize;
+        offsets.push(at);
+        for &n in &self.lengths {
+            at += n as usize;
+            offsets.push(at);
+        }
+        offsets
+    }
+}
+
+/// The support of each row (columns whose processed logit is finite) with `values` (`[B, W]`,
+/// aligned with `filtered`'s columns) gathered there, ids ascending.
+pub fn support_rows(filtered: &Filtered, values: &Tensor) -> FlatRows {
+    let kept = filtered.logits.isfinite();
+    let (ids, values, kept) = match &filtered.ids {
+        // Column j is token j: already ascending.
+        None => (filtered.token_ids(), values.shallow_clone(), kept),
+        // A window is in logit order; masked columns get the largest id so they sort last.
+        Some(ids) => {
+            let keyed = ids.masked_fill(&kept.logical_not(), i64::MAX);
+            let (sorted, order) = keyed.sort(1, false);
+            (sorted, values.gather(1, &order, false), kept.gather(1, &order, false))
+        }
+    };
+    let lengths = kept.sum_dim_intlist(1, false, Kind::Int);
+    FlatRows {
+        lengths: Vec::<i32>::try_from(&lengths).expect("int32 lengths"),
+        ids: Vec::<i32>::try_from(&ids.masked_select(&kept).to_kind(Kind::Int)).expect("int32 ids"),
+        values: Vec::<f32>::try_from(&values.masked_select(&kept).to_kind(Kind::Float)).expect("float32 values"),
+    }
+}
+
+/// Capture the masks of one call from its filter output and draw.
+pub fn capture(filtered: &Filtered, draw: &Draw, mode: MaskMode) -> SamplingMasks {
+    let logprobs = filtered.logits.log_softmax(-1, Kind::Float);
+    let rows = support_rows(filtered, &logprobs);
+    let logprobs = match mode {
+        MaskMode::Support => rows.values,
+        MaskMode::Selected => {
+            let selected = logprobs.gather(1, &draw.columns.unsqueeze(1), false).squeeze_dim(1);
+            Vec::<f32>::try_from(&selected).expect("float32 logprobs")
+        }
+    };
+    SamplingMasks { mode, lengths: rows.lengths, ids: rows.ids, logprobs }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::reference::race::Noise;
+    use crate::reference::subset::Route;
+
+    fn window() -> Filtered {
+        // Two rows of a 3-column window over a 10-token vocabulary, in ascending logit order.
+        let neg = f32::NEG_INFINITY;
+        Filtered {
+            logits: Tensor::from_slice(&[neg, 1.0, 2.0, 0.0, 0.0, 5.0]).view([2, 3]),
+            ids: Some(Tensor::from_slice(&[4i64, 9, 2, 7, 3, 5]).view([2, 3])),
+            route: Route::Subset { window: 3 },
+        }
+    }
+
+    #[test]
+    fn support_mode_lists_ids_ascending_with_aligned_logprobs() {
+        let filtered = window();
+        let draw = filtered.draw(Noise::Fresh);
+        let masks = capture(&filtered, &draw, MaskMode::Support);
+        assert_eq!(masks.lengths, vec![2, 3]);
+        assert_eq!(masks.ids, vec![2, 9, 3, 5, 7]);
+        // Row 0: token 2 has logit 2.0, token 9 has 1.0.
+        let (l2, l9) = (masks.logprobs[0], masks.logprobs[1]);
+        assert!((l2 - l9 - 1.0).abs() < 1e-6);
+        assert!(((l2.exp() + l9.exp()) - 1.0).abs() < 1e-6);
+    }
+
+    #[test]
+    fn selected_mode_carries_the_drawn_tokens_logprob() {
+        let filtered = window();
+        let draw = filtered.draw(Noise::Fresh);
+        let masks = capture(&filtered, &draw, MaskMode::Selected);
+        assert_eq!(masks.logprobs.len(), 2);
+        let support = capture(&filtered, &draw, MaskMode::Support);
+        let tokens = Vec::<i64>::try_from(&draw.tokens).unwrap();
+        let rows = FlatRows { lengths: support.lengths, ids: support.ids, values: support.logprobs };
+        for (r, token) in tokens.iter().enumerate() {
+            let (ids, logprobs) = rows.row(r);
+            let at = ids.iter().position(|&id| i64::from(id) == *token).expect("drawn token in support");
+            assert_eq!(logprobs[at], masks.logprobs[r]);
+        }
+        assert_eq!(rows.offsets(), vec![0, 2, 5]);
+    }
+}

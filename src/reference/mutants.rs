@@ -1,0 +1,82 @@
+//! Deliberately broken subset samplers. Each is a plausible mistake in writing the fix; the
+//! suite runs every one through the same checks as the fix and must reject each, or the suite
+//! itself is too weak to trust its verdict on the fix.
+
+use serde::Serialize;
+
+/// One mistake, applied by [`crate::reference::subset::filter`] in place of the right step.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Flaw {
+    /// Each row keeps k + 1 tokens' worth of values.
+    KOffByOne,
+    /// K is one bucket too small (half), so rows with k > K lose tokens.
+    WindowTooSmall,
+    /// top_p is applied to the whole window before top_k.
+    TopPBeforeTopK,
+    /// The cumsum runs from the largest token down, with stock's `<= 1 - p` rule.
+    DescendingCumsum,
+    /// `cumsum < 1 - p` instead of `<=`.
+    StrictTopP,
+    /// The largest token is not protected from the top-p mask.
+    NoKeepOne,
+    /// Row i uses row i−1's top_k (k rolled by one).
+    RolledK,
+    /// top_k keeps the first k columns of the window instead of every value ≥ the k-th.
+    MaskByPosition,
+}
+
+impl Flaw {
+    /// Every mutant the suite must reject.
+    pub const ALL: [Flaw; 8] = [
+        Flaw::KOffByOne,
+        Flaw::WindowTooSmall,
+        Flaw::TopPBeforeTopK,
+        Flaw::DescendingCumsum,
+        Flaw::StrictTopP,
+        Flaw::NoKeepOne,
+        Flaw::RolledK,
+        Flaw::MaskByPosition,
+    ];
+
+    /// Short name for tables and JSON.
+    pub fn name(self) -> &'static str {
+        match self {
+            Flaw::KOffByOne => "k-off-by-one",
+            Flaw::WindowTooSmall => "window-too-small",
+            Flaw::TopPBeforeTopK => "top-p-before-top-k",
+            Flaw::DescendingCumsum => "descending-cumsum",
+            Flaw::StrictTopP => "strict-top-p",
+            Flaw::NoKeepOne => "no-keep-one",
+            Flaw::RolledK => "rolled-k",
+            Flaw::MaskByPosition => "mask-by-position",
+        }
+    }
+
+    /// What the mutant gets wrong, in words.
+    pub fn description(self) -> &'static str {
+        match self {
+            Flaw::KOffByOne => "keeps top_k + 1 (off-by-one k)",
+            Flaw::WindowTooSmall => "K one bucket too small (K/2)",
+            Flaw::TopPBeforeTopK => "applies top_p before top_k",
+            Flaw::DescendingCumsum => "cumsum from the largest token down",
+            Flaw::StrictTopP => "`cumsum < 1 - p` for `<=`",
+            Flaw::NoKeepOne => "drops the keep-at-least-one rule",
+            Flaw::RolledK => "uses the previous row's top_k",
+            Flaw::MaskByPosition => "top_k by position, not by value (bf16 ties)",
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn every_mutant_has_a_distinct_name() {
+        let mut names: Vec<&str> = Flaw::ALL.iter().map(|f| f.name()).collect();
+        names.sort_unstable();
+        names.dedup();
+        assert_eq!(names.len(), Flaw::ALL.len());
+    }
+}

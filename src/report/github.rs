@@ -1,0 +1,57 @@
+//! GitHub Actions annotations (`::error file=…,line=…::…`), so drift shows on the PR.
+
+use std::io::Write;
+
+use anyhow::Result;
+
+use crate::patch::HunkState;
+use crate::plan::{FileOutcome, FixReport, FixState};
+
+/// Annotations for every finding in `reports`; `check` makes not-applied a warning.
+pub fn print(out: &mut dyn Write, reports: &[FixReport], check: bool) -> Result<()> {
+    for r in reports {
+        match r.state {
+            FixState::Drifted => {
+                for f in &r.files {
+                    let file = f.tree_root.as_ref().map_or(f.path.clone(), |root| root.join(&f.path).display().to_string());
+                    if f.state == FileOutcome::Missing {
+                        writeln!(out, "::error file={}::{}: file missing from the tree", escape_prop(&file), escape(&r.name))?;
+                    }
+                    for h in &f.hunks {
+                        if let HunkState::Drifted { nearest_line, .. } = &h.state {
+                            let line = nearest_line.unwrap_or(h.header_line);
+                            writeln!(
+                                out,
+                                "::error file={},line={line}::{}",
+                                escape_prop(&file),
+                                escape(&format!("{}: hunk {} ({}:{}) drifted; run `gaudi-fixes diff {}`", r.name, h.index, f.patch, h.patch_line, r.name))
+                            )?;
+                        }
+                    }
+                }
+            }
+            FixState::Error => {
+                writeln!(out, "::error::{}", escape(&format!("{}: {}", r.name, r.message.as_deref().unwrap_or("error"))))?;
+            }
+            FixState::NotApplied if check => {
+                writeln!(out, "::warning::{}", escape(&format!("{}: not applied", r.name)))?;
+            }
+            _ => {}
+        }
+    }
+    Ok(())
+}
+
+/// An error that ended the run, as an annotation.
+pub fn error(out: &mut dyn Write, message: &str) -> Result<()> {
+    writeln!(out, "::error::{}", escape(message))?;
+    Ok(())
+}
+
+fn escape(s: &str) -> String {
+    s.replace('%', "%25").replace('\r', "%0D").replace('\n', "%0A")
+}
+
+fn escape_prop(s: &str) -> String {
+    escape(s).replace(':', "%3A").replace(',', "%2C")
+}

@@ -1,0 +1,27 @@
+//! Everything that formats output lives here: human (coloured on a terminal), JSON, GitHub
+//! annotations. Other modules return data.
+
+pub mod github;
+pub mod human;
+pub mod json;
+
+use std::io::IsTerminal;
+
+use crate::cli::{ColorChoice, GlobalArgs};
+
+/// Decide colour once per run: `--color`, then NO_COLOR, then whether stdout is a terminal.
+pub fn init_color(global: &GlobalArgs) {
+    let on = match global.color {
+        ColorChoice::Always => true,
+        ColorChoice::Never => false,
+        ColorChoice::Auto => {
+            std::env::var_os("NO_COLOR").is_none_or(|v| v.is_empty()) && std::io::stdout().is_terminal()
+        }
+    };
+    colored::control::set_override(on);
+}
+
+/// Whether progress output (bars, spinners) may be drawn: human format on a terminal, not quiet.
+pub fn progress_allowed(global: &GlobalArgs) -> bool {
+    global.format == crate::cli::Format::Human && !global.quiet && std::io::stderr().is_terminal()
+}
