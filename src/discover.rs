@@ -133,7 +133,7 @@ print(json.dumps(out))
 
 fn from_python(python: &str) -> Result<Trees> {
     let mut trees = Trees::default();
-    let output = match Command::new(python).args(["-I", "-c", FIND_SPEC]).output() {
+    let output = match Command::new(python).args(["-c", FIND_SPEC]).output() {
         Ok(output) => output,
         Err(err) => {
             trees.notes.push(format!("could not run `{python}` to find installed packages ({err}); give --root or --vllm/--vllm-gaudi"));

@@ -178,6 +178,15 @@ fn roll_forward(journal: &Journal) -> Result<()> {
 fn finish(journal: &Journal) -> Result<()> {
     for (root, record) in &journal.provenance {
         let dir = root.join(STATE_DIR);
+        if record.fixes.is_empty() {
+            // Nothing of ours is left in the tree: leave no record behind either.
+            match fs::remove_file(dir.join(PROVENANCE)) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e).with_context(|| format!("removing {}", dir.join(PROVENANCE).display())),
+            }
+            continue;
+        }
         let bytes = serde_json::to_vec_pretty(record).expect("provenance serialises");
         write_atomic(&dir.join(PROVENANCE), &bytes, 0o644)?;
     }
@@ -193,6 +202,10 @@ fn finish(journal: &Journal) -> Result<()> {
         }
     }
     let _ = fs::remove_dir_all(&journal.saved);
+    // Empty state directories go too, so a revert leaves the tree exactly as it was.
+    for root in journal.provenance.keys() {
+        let _ = fs::remove_dir(root.join(STATE_DIR));
+    }
     Ok(())
 }
 

@@ -69,8 +69,7 @@ fn overlaps(catalog: &Catalog, profile: &str, a: &Fix, b: &Fix, report: &mut Lin
             for pb in vb.patches.iter().filter(|p| p.tree == pa.tree && p.file == pa.file) {
                 for ha in &pa.diff.hunks {
                     for hb in &pb.diff.hunks {
-                        let ra = ha.old_start..ha.old_start + ha.pre_image().len();
-                        let rb = hb.old_start..hb.old_start + hb.pre_image().len();
+                        let (ra, rb) = (changed_lines(ha), changed_lines(hb));
                         if ra.start < rb.end && rb.start < ra.end {
                             report.findings.push(Finding {
                                 file: catalog.files.display(&pa.patch_path),
@@ -85,6 +84,27 @@ fn overlaps(catalog: &Catalog, profile: &str, a: &Fix, b: &Fix, report: &mut Lin
             }
         }
     }
+}
+
+/// The pre-image lines a hunk removes or inserts before (context excluded), as a range of
+/// 1-based line numbers; an insertion occupies the line it goes before.
+fn changed_lines(hunk: &crate::patch::Hunk) -> std::ops::Range<usize> {
+    let (mut line, mut first, mut last) = (hunk.old_start, usize::MAX, 0);
+    for l in &hunk.lines {
+        match l {
+            crate::patch::HunkLine::Context(_) => line += 1,
+            crate::patch::HunkLine::Remove(_) => {
+                first = first.min(line);
+                last = last.max(line);
+                line += 1;
+            }
+            crate::patch::HunkLine::Add(_) => {
+                first = first.min(line);
+                last = last.max(line);
+            }
+        }
+    }
+    first..last + 1
 }
 
 fn against_upstream(catalog: &Catalog, fix: &Fix, dir: &Path, report: &mut LintReport) -> Result<()> {

@@ -19,6 +19,8 @@ pub enum HunkState {
     /// image, with those lines, so a maintainer sees why.
     Drifted {
         expected_image: &'static str,
+        /// Where the hunk header says that image starts.
+        expected_line: usize,
         expected: Vec<String>,
         nearest_line: Option<usize>,
         nearest: Vec<String>,
@@ -168,9 +170,9 @@ fn drifted(hunk: &Hunk, text: &SourceText) -> HunkState {
     let near_pre = nearest(&text.lines, &pre, expected_at);
     let near_post = nearest(&text.lines, &post, hunk.new_start.saturating_sub(1));
     // Show against whichever image the file resembles more (a half-applied hunk shows as post).
-    let (label, image, near) = match (near_pre, near_post) {
-        (Some(a), Some(b)) if b.1 > a.1 => ("post", post, Some(b)),
-        (a, _) => ("pre", pre, a),
+    let (label, image, near, expected_line) = match (near_pre, near_post) {
+        (Some(a), Some(b)) if b.1 > a.1 => ("post", post, Some(b), hunk.new_start),
+        (a, _) => ("pre", pre, a, hunk.old_start),
     };
     let (nearest_line, nearest_lines) = match near {
         Some((start, _)) => {
@@ -181,6 +183,7 @@ fn drifted(hunk: &Hunk, text: &SourceText) -> HunkState {
     };
     HunkState::Drifted {
         expected_image: label,
+        expected_line,
         expected: image.iter().map(|s| s.to_string()).collect(),
         nearest_line,
         nearest: nearest_lines,

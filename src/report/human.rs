@@ -76,7 +76,7 @@ fn file_block(out: &mut dyn Write, file: &FileReport, show_drift: bool) -> Resul
                     writeln!(out, "    hunk {} found at line {line} (offset {offset:+})", hunk.index)?;
                 }
             }
-            HunkState::Drifted { expected_image, expected, nearest_line, nearest } if show_drift => {
+            HunkState::Drifted { expected_image, expected_line, expected, nearest_line, nearest } if show_drift => {
                 writeln!(
                     out,
                     "    {} hunk {} ({}:{}), expected near line {}: its {}-image is not in the file",
@@ -84,7 +84,7 @@ fn file_block(out: &mut dyn Write, file: &FileReport, show_drift: bool) -> Resul
                     hunk.index,
                     file.patch,
                     hunk.patch_line,
-                    hunk.header_line,
+                    expected_line,
                     expected_image
                 )?;
                 match nearest_line {

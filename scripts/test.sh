@@ -1,0 +1,82 @@
+#!/usr/bin/env bash
+# The whole test suite, on a fresh machine: sets up the torch venv (reused when present),
+# runs the Rust tests (default build, then the `reference` feature), the equivalence suite,
+# and, on real vLLM trees from the package index, the topk-subset-sampler cycle:
+#   check → 1, apply → 0, check → 0, apply again changes nothing, pytest of the patched real
+#   code (and it fails on the pristine code), revert → byte-identical, lint --upstream.
+# vllm_gaudi: set GAUDI_FIXES_VLLM_GAUDI_SRC to a vllm-gaudi checkout to include it; without
+# it the vllm half is applied alone (--only-tree vllm) and the script says so.
+# Ends with a line "summary: N passed, M failed"; exits non-zero if anything failed.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+REPO=$PWD
+CACHE=${XDG_CACHE_HOME:-$HOME/.cache}/gaudi-fixes
+RELEASES=${GAUDI_FIXES_TEST_RELEASES:-"v0.26.0 v0.30.0"}
+WORK=$(mktemp -d "${TMPDIR:-/tmp}/gaudi-fixes-test.XXXXXX")
+trap 'rm -rf "$WORK"' EXIT
+passed=0 failed=0 failures=()
+
+step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+ok() { passed=$((passed + 1)); echo "PASS: $*"; }
+bad() { failed=$((failed + 1)); failures+=("$*"); echo "FAIL: $*"; }
+# expect CODE DESCRIPTION CMD...: run CMD, compare its exit code.
+expect() {
+  local want=$1 what=$2; shift 2
+  "$@"; local got=$?
+  if [ "$got" = "$want" ]; then ok "$what (exit $got)"; else bad "$what: exit $got, expected $want"; fi
+}
+
+step "Python venv with torch 2.13.0 (scripts/setup-venv.sh)"
+VENV=$(bash scripts/setup-venv.sh | tail -n 1) || { echo "setup-venv failed"; exit 3; }
+export PATH="$VENV/bin:$PATH"
+echo "venv: $VENV"
+
+step "cargo test (default build: no libtorch)"
+expect 0 "cargo test (default build)" cargo test --quiet
+
+step "cargo test --features reference"
+export LIBTORCH_USE_PYTORCH=1
+expect 0 "cargo build --release --features reference" cargo build --release --features reference --quiet
+expect 0 "cargo test --features reference (reference unit tests)" cargo test --release --features reference --quiet --lib reference::
+expect 0 "cargo test --features reference (tests/reference.rs)" cargo test --release --features reference --quiet --test reference
+BIN=$REPO/target/release/gaudi-fixes
+expect 0 "binary runs without LD_LIBRARY_PATH" env -u LD_LIBRARY_PATH "$BIN" --version
+
+step "gaudi-fixes equiv (distribution equivalence, mutants rejected)"
+expect 0 "gaudi-fixes equiv" "$BIN" equiv
+expect 0 "gaudi-fixes equiv --emit-vectors" "$BIN" equiv --quiet --emit-vectors "$WORK/vectors"
+
+for rel in $RELEASES; do
+  step "real vLLM $rel: fetch, apply, pytest, revert"
+  pristine=$(bash scripts/fetch-upstream.sh "$rel" | tail -n 1) || { bad "fetch vLLM $rel"; continue; }
+  tree=$WORK/$rel
+  cp -a "$pristine" "$tree"
+  only=()
+  if [ ! -d "$tree/vllm_gaudi" ]; then
+    echo "note: no vllm_gaudi tree (GAUDI_FIXES_VLLM_GAUDI_SRC unset); applying the vllm half only"
+    only=(--only-tree vllm)
+  fi
+  gf() { "$BIN" --root "$tree" "${only[@]}" "$@"; }
+  expect 1 "$rel: apply --check on pristine" gf apply --check --profile performance
+  expect 1 "$rel: pytest fails on the pristine (unpatched) code" \
+    env GAUDI_FIXES_ROOT="$tree" python -m pytest -q -x -p no:cacheprovider fixes/topk-subset-sampler -k "not mutant"
+  expect 0 "$rel: apply" gf apply --profile performance
+  expect 0 "$rel: apply --check after apply" gf apply --check --profile performance
+  before=$(cd "$tree" && find . -type f -print0 | sort -z | xargs -0 sha256sum | sha256sum)
+  expect 0 "$rel: second apply" gf apply --profile performance
+  after=$(cd "$tree" && find . -type f -print0 | sort -z | xargs -0 sha256sum | sha256sum)
+  if [ "$before" = "$after" ]; then ok "$rel: second apply changed nothing"; else bad "$rel: second apply changed the tree"; fi
+  expect 0 "$rel: pytest of the patched real code" \
+    env GAUDI_FIXES_ROOT="$tree" GAUDI_FIXES_VECTORS="$WORK/vectors" python -m pytest -q -p no:cacheprovider fixes/topk-subset-sampler
+  expect 0 "$rel: revert" gf revert --profile performance
+  find "$tree" -name __pycache__ -type d -prune -exec rm -rf {} +
+  if diff -r "$pristine" "$tree" >/dev/null; then ok "$rel: revert restored every byte"; else bad "$rel: tree differs from pristine after revert"; diff -rq "$pristine" "$tree" | head; fi
+done
+
+step "gaudi-fixes lint --upstream (every variant against its pristine release)"
+expect 0 "lint --upstream" "$BIN" lint --upstream "$CACHE/upstream"
+
+echo
+for f in "${failures[@]}"; do echo "failed: $f"; done
+echo "summary: $passed passed, $failed failed"
+[ "$failed" = 0 ]

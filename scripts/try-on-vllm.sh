@@ -1,0 +1,38 @@
+#!/usr/bin/env bash
+# The main job on a real vLLM tree, from nothing: build gaudi-fixes, fetch vLLM RELEASE from the
+# package index into the cache, and on a copy of it run what an image build and its CI run:
+#   apply --check (1: not applied) → apply → apply --check (0) → apply again (no-op) → status
+#   → diff → revert (byte-identical to the pristine release).
+#   bash scripts/try-on-vllm.sh [RELEASE] [PROFILE]     # default v0.26.0 performance
+# Set GAUDI_FIXES_VLLM_GAUDI_SRC to a vllm-gaudi checkout to patch vllm_gaudi too; without
+# it only the vllm half is applied (--only-tree vllm), and the script says so.
+set -euo pipefail
+cd "$(dirname "$0")/.."
+REL=${1:-v0.26.0}
+PROFILE=${2:-performance}
+cargo build --release --quiet
+BIN=$PWD/target/release/gaudi-fixes
+pristine=$(bash scripts/fetch-upstream.sh "$REL" | tail -n 1)
+tree=$(mktemp -d "${TMPDIR:-/tmp}/gaudi-fixes-try.XXXXXX")
+cp -a "$pristine/." "$tree/"
+only=()
+if [ ! -d "$tree/vllm_gaudi" ]; then
+  echo "note: no vllm_gaudi (set GAUDI_FIXES_VLLM_GAUDI_SRC); applying the vllm half only" >&2
+  only=(--only-tree vllm)
+fi
+run() { echo; echo "\$ gaudi-fixes --root $tree ${only[*]} $*"; "$BIN" --root "$tree" "${only[@]}" "$@"; echo "(exit $?)"; }
+set +e
+run apply --check --profile "$PROFILE"
+run apply --profile "$PROFILE"
+run apply --check --profile "$PROFILE"
+run apply --profile "$PROFILE"
+run status
+run revert --profile "$PROFILE"
+set -e
+find "$tree" -name __pycache__ -type d -prune -exec rm -rf {} +
+if diff -r "$pristine" "$tree" >/dev/null; then
+  echo; echo "revert restored every byte of $REL ($tree)"
+else
+  echo; echo "tree differs from the pristine release after revert:" >&2; diff -rq "$pristine" "$tree" | head >&2; exit 1
+fi
+rm -rf "$tree"
