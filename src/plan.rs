@@ -187,16 +187,15 @@ fn read_tree_file(tree: &Tree, rel: &str) -> Result<Option<(PathBuf, Vec<u8>)>> 
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
         Err(err) => return Err(err).with_context(|| format!("reading {}", path.display())),
     };
-    let real = if meta.file_type().is_symlink() {
-        let real = fs::canonicalize(&path).with_context(|| format!("{}: broken symlink", path.display()))?;
-        let root = fs::canonicalize(&tree.root).with_context(|| format!("resolving {}", tree.root.display()))?;
-        if !real.starts_with(&root) {
-            bail!("{}: symlink points outside the tree (to {}); refusing to touch it", path.display(), real.display());
-        }
-        real
-    } else {
-        path.clone()
-    };
+    // Resolve every component, not only the last: a symlinked directory on the way can lead
+    // outside the tree just as well as a symlinked file.
+    let real = fs::canonicalize(&path).with_context(|| format!("{}: broken symlink", path.display()))?;
+    let root = fs::canonicalize(&tree.root).with_context(|| format!("resolving {}", tree.root.display()))?;
+    if !real.starts_with(&root) {
+        let through = if meta.file_type().is_symlink() { "symlink points" } else { "a symlinked directory on its path leads" };
+        bail!("{}: {through} outside the tree (to {}); refusing to touch it", path.display(), real.display());
+    }
+    let real = if meta.file_type().is_symlink() { real } else { path.clone() };
     let meta = fs::metadata(&real).with_context(|| format!("reading {}", real.display()))?;
     if !meta.is_file() {
         bail!("{}: not a regular file", path.display());

@@ -141,12 +141,23 @@ pub fn recover(roots: &[PathBuf]) -> Result<Vec<String>> {
                 journal.files.len(),
                 if journal.operation == "revert" { "reverted" } else { "patched" }
             ));
+        } else {
+            // Without a journal, saved copies are from a run killed before its journal's
+            // commit or while removing them after it: never needed, so never left behind.
+            let saved = root.join(STATE_DIR).join("txn");
+            match fs::remove_dir_all(&saved) {
+                Ok(()) => {}
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) => return Err(e).with_context(|| format!("removing stale saved copies {}", saved.display())),
+            }
         }
     }
     Ok(said)
 }
 
 fn roll_forward(journal: &Journal) -> Result<()> {
+    // Check every file before writing any, so a refused recovery leaves the tree as it was.
+    let mut todo = Vec::new();
     for f in &journal.files {
         let current = fs::read(&f.path).with_context(|| format!("recovering {}", f.path.display()))?;
         let hash = sha256_hex(&current);
@@ -165,6 +176,9 @@ fn roll_forward(journal: &Journal) -> Result<()> {
         if sha256_hex(&post) != f.post_sha256 {
             bail!("{}: saved copy is damaged; the file still has its old content", f.post_copy.display());
         }
+        todo.push((f, post));
+    }
+    for (f, post) in todo {
         replace_file(&f.path, &post, f.mode)?;
     }
     for f in &journal.files {

@@ -191,7 +191,17 @@ impl Catalog {
 pub(crate) fn yaml_error(shown: &str, err: &serde_yaml::Error) -> anyhow::Error {
     match err.location() {
         Some(loc) => anyhow::anyhow!("{shown}:{}:{}: {err}", loc.line(), loc.column()),
-        None => anyhow::anyhow!("{shown}: {err}"),
+        // Syntax errors (an unclosed quote, a tab in the indentation) and errors under a key
+        // carry their position only in the text; lift the first one into `file:line:col:`.
+        None => {
+            static AT: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
+            let at = AT.get_or_init(|| regex::Regex::new(r" at line (\d+) column (\d+)").expect("valid regex"));
+            let text = err.to_string();
+            match at.captures(&text) {
+                Some(c) => anyhow::anyhow!("{shown}:{}:{}: {text}", &c[1], &c[2]),
+                None => anyhow::anyhow!("{shown}: {text}"),
+            }
+        }
     }
 }
 

@@ -159,7 +159,14 @@ fn parse_hunk(lines: &[&str], count: usize, start: usize, origin: &Path) -> Resu
     let num = |idx: usize, default: usize| -> Result<usize> {
         match caps.get(idx) {
             None => Ok(default),
-            Some(m) => m.as_str().parse().map_err(|_| anyhow::anyhow!("{}: number out of range in `{header}`", at(start))),
+            // Far above any source we patch, and low enough that offsets computed from it
+            // cannot overflow.
+            Some(m) => m
+                .as_str()
+                .parse::<usize>()
+                .ok()
+                .filter(|n| *n <= MAX_LINE_NUMBER)
+                .ok_or_else(|| anyhow::anyhow!("{}: number out of range in `{header}`", at(start))),
         }
     };
     let old_start = num(1, 0)?;
@@ -223,6 +230,9 @@ fn parse_hunk(lines: &[&str], count: usize, start: usize, origin: &Path) -> Resu
     }
     Ok((Hunk { old_start, new_start, patch_line: start + 1, section, lines: body }, i))
 }
+
+/// The largest line number or count a hunk header may give.
+const MAX_LINE_NUMBER: usize = i32::MAX as usize;
 
 fn regex_hunk_header() -> &'static regex::Regex {
     static RE: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();

@@ -4,7 +4,7 @@
 use serde::Serialize;
 
 use super::locate::{find_exact, nearest};
-use super::parse::{FilePatch, Hunk};
+use super::parse::{FilePatch, Hunk, HunkLine};
 use super::text::SourceText;
 
 /// What one hunk found.
@@ -141,7 +141,13 @@ fn locate_all(hunks: &[Hunk], text: &SourceText, which: Image) -> Vec<Option<usi
             Image::Post => (hunk.post_image(), hunk.new_start),
         };
         let expected = (header.saturating_sub(1) as isize + shift).max(0) as usize;
-        let at = find_exact(&text.lines, &image, expected, min_start);
+        let mut at = find_exact(&text.lines, &image, expected, min_start);
+        // A hunk at the very start of the file has no leading context to pin it; like GNU
+        // patch, it only matches there (else deleting a changed first line reads "applied").
+        let anchored = header <= 1 && !matches!(hunk.lines.first(), Some(HunkLine::Context(_)));
+        if anchored && at != Some(0) {
+            at = find_exact(&text.lines, &image, 0, 0).filter(|s| *s == 0);
+        }
         if let Some(start) = at {
             shift = start as isize - header.saturating_sub(1) as isize;
             min_start = start + image.len();

@@ -66,7 +66,9 @@ impl SourceText {
     /// The line ending new lines get: CRLF if the file mostly uses it, else LF.
     pub fn dominant_eol(&self) -> &'static str {
         let crlf = self.eols.iter().filter(|e| **e == "\r\n").count();
-        if crlf * 2 > self.eols.len() {
+        // A last line without newline says nothing about the file's style.
+        let ended = self.eols.iter().filter(|e| !e.is_empty()).count();
+        if crlf * 2 > ended {
             "\r\n"
         } else {
             "\n"

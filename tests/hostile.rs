@@ -1,0 +1,492 @@
+//! Hostile and broken input, through the real binary. What must be refused exits 3 with an
+//! error naming the file (and line, where there is one), and leaves the tree's bytes exactly as
+//! they were, without even creating `.gaudi-fixes/`. What must be handled (CRLF, a missing
+//! final newline) round-trips byte for byte.
+
+mod common;
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::os::unix::fs::PermissionsExt;
+use std::time::{Duration, Instant};
+
+use common::{fixture, sha256, with_fixture, Dir, FIX_A_PATCH, FIX_B_PATCH, PRISTINE};
+
+/// Assert two snapshots are equal, naming the paths that differ (not dumping every byte).
+fn assert_same(now: &BTreeMap<String, Vec<u8>>, want: &BTreeMap<String, Vec<u8>>, what: &str) {
+    let differ: Vec<&String> = now.keys().chain(want.keys()).filter(|k| now.get(*k) != want.get(*k)).collect();
+    assert!(differ.is_empty(), "{what}: these paths differ: {differ:?}");
+}
+
+const FIX_A_YAML: &str = "cat/fixes/fix-a/fix.yaml";
+const FIX_A_DIFF: &str = "cat/fixes/fix-a/v0.26.0/mod.patch";
+
+/// fix-a's manifest with `edit` applied to its text.
+fn rewrite_manifest(d: &Dir, edit: impl Fn(&str) -> String) {
+    let text = d.read_string(FIX_A_YAML);
+    let new = edit(&text);
+    assert_ne!(new, text, "the edit changed nothing");
+    d.write(FIX_A_YAML, new);
+}
+
+/// Run `apply fix-a` (the args given), expect exit 3 with every `needles` in stderr, and the
+/// tree untouched: same bytes, no `.gaudi-fixes/`.
+fn refused(d: &Dir, args: &[&str], needles: &[&str]) -> String {
+    let before = d.snapshot("root");
+    let (_, stderr) = d.cmd().args(with_fixture(args)).expect(3);
+    for needle in needles {
+        assert!(stderr.contains(needle), "stderr does not mention `{needle}`:\n{stderr}");
+    }
+    assert!(stderr.lines().count() <= 3, "one clear error, not a wall of text:\n{stderr}");
+    assert_same(&d.snapshot("root"), &before, "the tree changed");
+    assert!(!d.path().join("root/.gaudi-fixes").exists(), "a refused run created .gaudi-fixes/");
+    stderr
+}
+
+fn refuse_apply(d: &Dir, needles: &[&str]) -> String {
+    refused(d, &["apply", "fix-a"], needles)
+}
+
+// ---- manifest paths ----
+
+#[test]
+fn manifest_file_with_dotdot_is_refused() {
+    let d = fixture();
+    rewrite_manifest(&d, |t| t.replace("file: vllm/mod.py", "file: vllm/../../outside.py"));
+    refuse_apply(&d, &["fixes/fix-a/fix.yaml:9:", "..", "file"]);
+}
+
+#[test]
+fn manifest_absolute_file_is_refused() {
+    let d = fixture();
+    rewrite_manifest(&d, |t| t.replace("file: vllm/mod.py", "file: /etc/passwd"));
+    refuse_apply(&d, &["fixes/fix-a/fix.yaml:9:", "/etc/passwd"]);
+}
+
+#[test]
+fn manifest_patch_with_dotdot_is_refused() {
+    let d = fixture();
+    rewrite_manifest(&d, |t| t.replace("patch: v0.26.0/mod.patch", "patch: ../fix-b/v0.26.0/mod.patch"));
+    refuse_apply(&d, &["fixes/fix-a/fix.yaml:10:", "patch", ".."]);
+}
+
+#[test]
+fn manifest_absolute_patch_is_refused() {
+    let d = fixture();
+    let outside = d.write("outside.patch", FIX_A_PATCH);
+    let abs = outside.display().to_string();
+    rewrite_manifest(&d, |t| t.replace("patch: v0.26.0/mod.patch", &format!("patch: {abs}")));
+    refuse_apply(&d, &["fixes/fix-a/fix.yaml:10:", &abs]);
+}
+
+#[test]
+fn file_outside_its_tree_package_is_refused() {
+    let d = fixture();
+    d.write("root/vllm_gaudi/mod.py", PRISTINE);
+    rewrite_manifest(&d, |t| t.replace("file: vllm/mod.py", "file: vllm_gaudi/mod.py"));
+    refuse_apply(&d, &["fixes/fix-a/fix.yaml:9:", "vllm_gaudi/mod.py"]);
+}
+
+// ---- the target file ----
+
+#[test]
+fn target_symlink_pointing_outside_the_tree_is_refused() {
+    let d = fixture();
+    d.write("outside/mod.py", PRISTINE);
+    fs::remove_file(d.path().join("root/vllm/mod.py")).unwrap();
+    std::os::unix::fs::symlink("../../outside/mod.py", d.path().join("root/vllm/mod.py")).unwrap();
+    refuse_apply(&d, &["vllm/mod.py", "outside the tree"]);
+    assert_eq!(d.read("outside/mod.py"), PRISTINE.as_bytes(), "the file outside the tree changed");
+}
+
+#[test]
+fn target_under_a_symlinked_directory_pointing_outside_is_refused() {
+    let d = fixture();
+    d.write("outside/pkg/mod.py", PRISTINE);
+    d.write("cat/fixes/fix-a/v0.26.0/mod.patch", FIX_A_PATCH.replace("vllm/mod.py", "vllm/sub/mod.py"));
+    rewrite_manifest(&d, |t| t.replace("file: vllm/mod.py", "file: vllm/sub/mod.py"));
+    std::os::unix::fs::symlink("../../outside/pkg", d.path().join("root/vllm/sub")).unwrap();
+    refuse_apply(&d, &["vllm/sub/mod.py", "outside the tree"]);
+    assert_eq!(d.read("outside/pkg/mod.py"), PRISTINE.as_bytes(), "the file outside the tree changed");
+}
+
+#[test]
+fn symlink_inside_the_tree_is_followed() {
+    let d = fixture();
+    d.write("root/vllm/real/mod.py", PRISTINE);
+    fs::remove_file(d.path().join("root/vllm/mod.py")).unwrap();
+    std::os::unix::fs::symlink("real/mod.py", d.path().join("root/vllm/mod.py")).unwrap();
+    d.cmd().args(with_fixture(&["apply", "fix-a"])).expect(0);
+    assert!(fs::symlink_metadata(d.path().join("root/vllm/mod.py")).unwrap().file_type().is_symlink(), "the symlink was replaced");
+    assert!(d.read_string("root/vllm/real/mod.py").contains("fix-a"));
+    d.cmd().args(with_fixture(&["revert", "fix-a"])).expect(0);
+    assert_eq!(d.read("root/vllm/real/mod.py"), PRISTINE.as_bytes());
+}
+
+#[test]
+fn target_that_is_a_directory_is_refused() {
+    let d = fixture();
+    fs::remove_file(d.path().join("root/vllm/mod.py")).unwrap();
+    d.write("root/vllm/mod.py/inner.py", "x = 1\n");
+    refuse_apply(&d, &["vllm/mod.py", "not a regular file"]);
+}
+
+#[test]
+fn read_only_target_is_refused_even_as_root() {
+    let d = fixture();
+    let path = d.path().join("root/vllm/mod.py");
+    fs::set_permissions(&path, fs::Permissions::from_mode(0o444)).unwrap();
+    refuse_apply(&d, &["vllm/mod.py", "read-only"]);
+    assert_eq!(fs::metadata(&path).unwrap().permissions().mode() & 0o777, 0o444, "mode changed");
+}
+
+#[test]
+fn read_only_file_in_a_two_file_transaction_stops_before_any_write() {
+    let d = fixture();
+    // fix-a writes mod.py, fix-z writes zz.py (after mod.py in write order); zz.py is read-only.
+    d.write("root/vllm/zz.py", "z = 1\n");
+    d.write("cat/fixes/fix-z/v0.26.0/zz.patch", "--- a/vllm/zz.py\n+++ b/vllm/zz.py\n@@ -1 +1 @@\n-z = 1\n+z = 2\n");
+    d.write(
+        "cat/fixes/fix-z/fix.yaml",
+        format!(
+            "name: fix-z\nsummary: z\nkind: correctness\nupstream: {{status: not-filed}}\nreleases:\n  v0.26.0:\n    patches:\n      - tree: vllm\n        file: vllm/zz.py\n        patch: v0.26.0/zz.patch\n        pristine_sha256: {}\n",
+            sha256(b"z = 1\n")
+        ),
+    );
+    fs::set_permissions(d.path().join("root/vllm/zz.py"), fs::Permissions::from_mode(0o444)).unwrap();
+    refused(&d, &["apply", "fix-a", "fix-z"], &["vllm/zz.py", "read-only"]);
+}
+
+#[test]
+fn non_utf8_target_is_refused_with_its_line() {
+    let d = fixture();
+    let mut bytes = PRISTINE.as_bytes().to_vec();
+    // Line 5 is `    return 1`; put a Latin-1 byte in it.
+    let at = PRISTINE.find("return 1").unwrap();
+    bytes[at] = 0xe9;
+    d.write("root/vllm/mod.py", &bytes);
+    refuse_apply(&d, &["vllm/mod.py:5:", "UTF-8"]);
+}
+
+#[test]
+fn binary_target_is_refused_with_its_line() {
+    let d = fixture();
+    let mut bytes = PRISTINE.as_bytes().to_vec();
+    bytes.extend_from_slice(b"\0\x01\x02");
+    d.write("root/vllm/mod.py", &bytes);
+    let line = format!("vllm/mod.py:{}:", PRISTINE.lines().count() + 1);
+    refuse_apply(&d, &[&line, "binary"]);
+}
+
+/// Peak RSS of a command, in KiB, from GNU time's `-v` report (None if there is no GNU time).
+fn peak_rss_kib(d: &Dir, args: &[&str]) -> Option<(u64, i32, String)> {
+    let time = std::path::Path::new("/usr/bin/time");
+    if !time.exists() {
+        return None;
+    }
+    let out = std::process::Command::new(time)
+        .arg("-v")
+        .arg(env!("CARGO_BIN_EXE_gaudi-fixes"))
+        .args(with_fixture(args))
+        .current_dir(d.path())
+        .env("NO_COLOR", "1")
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr).to_string();
+    let rss = stderr.lines().find_map(|l| l.trim().strip_prefix("Maximum resident set size (kbytes): ")).and_then(|v| v.trim().parse().ok())?;
+    Some((rss, out.status.code().unwrap_or(-1), stderr))
+}
+
+#[test]
+fn huge_target_is_refused_fast_with_bounded_memory() {
+    let d = fixture();
+    let path = d.path().join("root/vllm/mod.py");
+    // 100 MB of real text (not a sparse file), starting with the pristine module.
+    let line = format!("# {}\n", "x".repeat(97));
+    let content = format!("{PRISTINE}{}", line.repeat(100_000_000 / line.len()));
+    fs::write(&path, &content).unwrap();
+    assert!(fs::metadata(&path).unwrap().len() >= 100_000_000);
+    let start = Instant::now();
+    let (_, stderr) = d.cmd().args(with_fixture(&["apply", "fix-a"])).expect(3);
+    let took = start.elapsed();
+    assert!(stderr.contains("vllm/mod.py") && stderr.contains("larger than"), "{stderr}");
+    assert!(took < Duration::from_secs(5), "refusing took {took:?}");
+    assert!(fs::read(&path).unwrap() == content.as_bytes(), "the file changed");
+    assert!(!d.path().join("root/.gaudi-fixes").exists());
+    match peak_rss_kib(&d, &["apply", "fix-a"]) {
+        Some((rss, code, report)) => {
+            eprintln!("100 MB target: refused in {took:?}, peak RSS {rss} KiB");
+            assert_eq!(code, 3, "{report}");
+            assert!(rss < 64 * 1024, "peak RSS {rss} KiB: the file was read into memory?\n{report}");
+        }
+        None => eprintln!("100 MB target: refused in {took:?} (no GNU time here; RSS not measured)"),
+    }
+}
+
+// ---- the patch ----
+
+/// fix-a's patch with its hunk header's line counts changed by `delta` (both sides).
+fn with_counts(delta: isize) -> String {
+    let header = FIX_A_PATCH.lines().find(|l| l.starts_with("@@ ")).unwrap();
+    let re = regex::Regex::new(r"^@@ -(\d+),(\d+) \+(\d+),(\d+) @@").unwrap();
+    let c = re.captures(header).unwrap();
+    let n = |i: usize| c[i].parse::<isize>().unwrap();
+    let new = format!("@@ -{},{} +{},{} @@", n(1), n(2) + delta, n(3), n(4) + delta);
+    FIX_A_PATCH.replacen(&c[0], &new, 1)
+}
+
+#[test]
+fn patch_touching_an_undeclared_file_is_refused() {
+    let d = fixture();
+    d.write(FIX_A_DIFF, FIX_A_PATCH.replace("vllm/mod.py", "vllm/other.py"));
+    refuse_apply(&d, &["fixes/fix-a/v0.26.0/mod.patch:1:", "vllm/other.py", "declares `vllm/mod.py`"]);
+}
+
+#[test]
+fn patch_touching_two_files_is_refused() {
+    let d = fixture();
+    d.write(FIX_A_DIFF, format!("{FIX_A_PATCH}{}", FIX_B_PATCH.replace("vllm/mod.py", "vllm/_version.py")));
+    refuse_apply(&d, &["fixes/fix-a/v0.26.0/mod.patch", "exactly one file"]);
+}
+
+#[test]
+fn patch_creating_a_file_is_refused() {
+    let d = fixture();
+    d.write(FIX_A_DIFF, "--- /dev/null\n+++ b/vllm/mod.py\n@@ -0,0 +1 @@\n+x = 1\n");
+    refuse_apply(&d, &["fixes/fix-a/v0.26.0/mod.patch:1:", "create or delete"]);
+}
+
+#[test]
+fn truncated_hunk_is_refused_with_its_line() {
+    let d = fixture();
+    let lines: Vec<&str> = FIX_A_PATCH.lines().collect();
+    d.write(FIX_A_DIFF, lines[..lines.len() - 3].join("\n") + "\n");
+    refuse_apply(&d, &["fixes/fix-a/v0.26.0/mod.patch:3:", "truncated"]);
+}
+
+#[test]
+fn hunk_count_too_small_is_refused_with_its_line() {
+    let d = fixture();
+    d.write(FIX_A_DIFF, with_counts(-2));
+    refuse_apply(&d, &["fixes/fix-a/v0.26.0/mod.patch:11:", "outside any hunk"]);
+}
+
+#[test]
+fn hunk_count_too_large_is_refused_with_its_line() {
+    let d = fixture();
+    d.write(FIX_A_DIFF, with_counts(2));
+    refuse_apply(&d, &["fixes/fix-a/v0.26.0/mod.patch:3:", "truncated"]);
+}
+
+#[test]
+fn malformed_hunk_header_is_refused_with_its_line() {
+    let d = fixture();
+    d.write(FIX_A_DIFF, FIX_A_PATCH.replacen("@@ -", "@@ -x", 1));
+    refuse_apply(&d, &["fixes/fix-a/v0.26.0/mod.patch:3:", "malformed hunk header"]);
+}
+
+#[test]
+fn absurd_hunk_line_numbers_are_refused_with_their_line() {
+    // Beyond isize::MAX, and u64::MAX: offsets computed from these must not overflow.
+    let re = regex::Regex::new(r"@@ -\d+").unwrap();
+    for big in ["9223372036854775809", "18446744073709551615"] {
+        let d = fixture();
+        d.write(FIX_A_DIFF, re.replace(FIX_A_PATCH, format!("@@ -{big}").as_str()).to_string());
+        refuse_apply(&d, &["fixes/fix-a/v0.26.0/mod.patch:3:", "out of range"]);
+    }
+}
+
+#[test]
+fn non_utf8_patch_is_refused_with_its_line() {
+    let d = fixture();
+    let mut bytes = FIX_A_PATCH.as_bytes().to_vec();
+    let at = FIX_A_PATCH.find("triple").unwrap();
+    bytes[at] = 0xff;
+    d.write(FIX_A_DIFF, bytes);
+    refuse_apply(&d, &["fixes/fix-a/v0.26.0/mod.patch:8:", "UTF-8"]);
+}
+
+#[test]
+fn not_a_diff_is_refused() {
+    let d = fixture();
+    d.write(FIX_A_DIFF, "this is not a diff\n");
+    refuse_apply(&d, &["fixes/fix-a/v0.26.0/mod.patch", "not a unified diff"]);
+}
+
+/// A hunk that deletes a file's first line has no leading context; once that line is changed
+/// by hand, its post-image (the following lines) would be found one line down and read as
+/// *applied*. Like GNU patch, such a hunk is anchored to the start of the file.
+#[test]
+fn changed_first_line_under_a_contextless_deletion_is_drift() {
+    let d = fixture();
+    d.write("cat/fixes/fix-a/v0.26.0/mod.patch", "--- a/vllm/mod.py\n+++ b/vllm/mod.py\n@@ -1,4 +1,3 @@\n-import os\n \n \n def helper():\n");
+    d.cmd().args(with_fixture(&["apply", "--check", "fix-a"])).expect(1);
+    d.write("root/vllm/mod.py", PRISTINE.replacen("import os", "import sys", 1));
+    d.cmd().args(with_fixture(&["apply", "--check", "fix-a"])).expect(2);
+}
+
+// ---- the manifest's YAML ----
+
+#[test]
+fn malformed_yaml_is_refused_with_its_line() {
+    let end = fixture().read_string(FIX_A_YAML).lines().count() + 1;
+    for (from, to, at) in [
+        // An unclosed quote: found at the end of the file; the message also says where the
+        // quoted scalar starts.
+        ("summary: triple it\n", "summary: \"triple it\n", format!("fix.yaml:{end}:1: found unexpected end of stream")),
+        // A tab in the indentation.
+        ("upstream:", "\tupstream:", "fix.yaml:4:1: found a tab character".to_string()),
+        // An unclosed flow sequence.
+        ("releases:\n", "releases: [\n", "fix.yaml:5:".to_string()),
+    ] {
+        let d = fixture();
+        rewrite_manifest(&d, |t| t.replacen(from, to, 1));
+        let stderr = refuse_apply(&d, &["cat/fixes/fix-a/", &at]);
+        if from.starts_with("summary") {
+            assert!(stderr.contains("quoted scalar at line 2"), "{stderr}");
+        }
+    }
+}
+
+#[test]
+fn unknown_top_level_key_is_refused_with_its_line() {
+    let d = fixture();
+    rewrite_manifest(&d, |t| t.replace("kind: correctness\n", "kind: correctness\ncolour: red\n"));
+    refuse_apply(&d, &["fixes/fix-a/fix.yaml:4:", "colour"]);
+}
+
+#[test]
+fn unknown_key_in_a_patch_entry_is_refused_with_its_line() {
+    let d = fixture();
+    rewrite_manifest(&d, |t| t.replace("        patch: v0.26.0/mod.patch\n", "        patch: v0.26.0/mod.patch\n        mode: 644\n"));
+    refuse_apply(&d, &["fixes/fix-a/fix.yaml:11:", "mode"]);
+}
+
+#[test]
+fn wrong_types_are_refused_with_their_line() {
+    for (from, to, line) in [
+        ("kind: correctness\n", "kind: [correctness]\n", 3),
+        ("kind: correctness\n", "kind: urgent\n", 3),
+        ("upstream: {status: not-filed}\n", "upstream: not-filed\n", 4),
+        ("releases:\n", "after: 5\nreleases:\n", 5),
+        ("    patches:\n", "    patches: yes\n", 7),
+    ] {
+        let d = fixture();
+        rewrite_manifest(&d, |t| t.replace(from, to));
+        refuse_apply(&d, &[&format!("fixes/fix-a/fix.yaml:{line}:")]);
+    }
+}
+
+#[test]
+fn bad_pristine_hash_is_refused_with_its_line() {
+    let d = fixture();
+    rewrite_manifest(&d, |t| {
+        let at = t.find("pristine_sha256: ").unwrap() + "pristine_sha256: ".len();
+        format!("{}DEADBEEF\n", &t[..at])
+    });
+    refuse_apply(&d, &["fixes/fix-a/fix.yaml:11:", "pristine_sha256"]);
+}
+
+#[test]
+fn non_utf8_manifest_is_refused_with_its_line() {
+    let d = fixture();
+    let mut bytes = d.read(FIX_A_YAML);
+    let at = bytes.windows(6).position(|w| w == b"triple").unwrap();
+    bytes[at] = 0xfe;
+    d.write(FIX_A_YAML, bytes);
+    refuse_apply(&d, &["fixes/fix-a/fix.yaml:2:", "UTF-8"]);
+}
+
+// ---- handled, not refused ----
+
+fn lf_patched() -> Vec<u8> {
+    let d = fixture();
+    d.cmd().args(with_fixture(&["apply", "fix-a"])).expect(0);
+    d.read("root/vllm/mod.py")
+}
+
+/// apply → check says applied → revert gives back `original` byte for byte; returns the
+/// patched bytes.
+fn round_trip(d: &Dir, fixes: &[&str], original: &[u8]) -> Vec<u8> {
+    fn with<'a>(cmd: &[&'a str], fixes: &[&'a str]) -> Vec<&'a str> {
+        cmd.iter().chain(fixes).copied().collect()
+    }
+    let args = |cmd: &[&'static str]| with(cmd, fixes);
+    d.cmd().args(with_fixture(&args(&["apply", "--check"]))).expect(1);
+    d.cmd().args(with_fixture(&args(&["apply"]))).expect(0);
+    let patched = d.read("root/vllm/mod.py");
+    assert_ne!(patched, original);
+    d.cmd().args(with_fixture(&args(&["apply", "--check"]))).expect(0);
+    d.cmd().args(with_fixture(&args(&["apply"]))).expect(0);
+    assert_eq!(d.read("root/vllm/mod.py"), patched, "a second apply changed the file");
+    d.cmd().args(with_fixture(&args(&["revert"]))).expect(0);
+    assert_eq!(d.read("root/vllm/mod.py"), original, "revert is not byte-identical");
+    d.cmd().args(with_fixture(&args(&["apply", "--check"]))).expect(1);
+    patched
+}
+
+#[test]
+fn crlf_patch_file_is_handled() {
+    let d = fixture();
+    d.write(FIX_A_DIFF, FIX_A_PATCH.replace('\n', "\r\n"));
+    let patched = round_trip(&d, &["fix-a"], PRISTINE.as_bytes());
+    assert_eq!(patched, lf_patched(), "a CRLF patch must patch like its LF twin");
+}
+
+#[test]
+fn crlf_target_is_handled_and_patched_lines_use_crlf() {
+    let d = fixture();
+    let crlf = PRISTINE.replace('\n', "\r\n");
+    d.write("root/vllm/mod.py", &crlf);
+    let patched = round_trip(&d, &["fix-a"], crlf.as_bytes());
+    let want = String::from_utf8(lf_patched()).unwrap().replace('\n', "\r\n");
+    assert_eq!(String::from_utf8(patched).unwrap(), want, "every line, the new ones too, must end in CRLF");
+}
+
+#[test]
+fn crlf_target_and_crlf_patch_are_handled() {
+    let d = fixture();
+    let crlf = PRISTINE.replace('\n', "\r\n");
+    d.write("root/vllm/mod.py", &crlf);
+    d.write(FIX_A_DIFF, FIX_A_PATCH.replace('\n', "\r\n"));
+    let patched = round_trip(&d, &["fix-a"], crlf.as_bytes());
+    assert_eq!(patched, String::from_utf8(lf_patched()).unwrap().replace('\n', "\r\n").into_bytes());
+}
+
+#[test]
+fn missing_final_newline_with_a_hunk_at_the_end_round_trips() {
+    let d = fixture();
+    let trimmed = PRISTINE.strip_suffix('\n').unwrap();
+    d.write("root/vllm/mod.py", trimmed);
+    // fix-b inserts above the last line (`    return 2`, which has no newline here).
+    let patched = round_trip(&d, &["fix-a", "fix-b"], trimmed.as_bytes());
+    let text = String::from_utf8(patched).unwrap();
+    assert!(text.ends_with("    # fix-b was here\n    return 2"), "{text:?}");
+}
+
+#[test]
+fn hunk_appending_after_a_last_line_without_newline_round_trips() {
+    let d = fixture();
+    let trimmed = PRISTINE.strip_suffix('\n').unwrap();
+    d.write("root/vllm/mod.py", trimmed);
+    // What `diff -u` writes when a line is appended to a file without a final newline.
+    d.write(
+        "cat/fixes/fix-b/v0.26.0/mod.patch",
+        "--- a/vllm/mod.py\n+++ b/vllm/mod.py\n@@ -14,3 +14,4 @@ def sample(x):\n \n def other():\n-    return 2\n\\ No newline at end of file\n+    return 2\n+# fix-b: the end\n\\ No newline at end of file\n",
+    );
+    let patched = round_trip(&d, &["fix-b"], trimmed.as_bytes());
+    let text = String::from_utf8(patched).unwrap();
+    assert!(text.ends_with("    return 2\n# fix-b: the end"), "{text:?}");
+}
+
+/// A refused run leaves nothing in the way: once the input is fixed, `apply` just works.
+#[test]
+fn refusals_leave_the_tree_usable() {
+    let d = fixture();
+    let original: BTreeMap<String, Vec<u8>> = d.snapshot("root");
+    d.write(FIX_A_DIFF, "garbage\n");
+    refuse_apply(&d, &["mod.patch"]);
+    d.write(FIX_A_DIFF, FIX_A_PATCH);
+    assert_same(&d.snapshot("root"), &original, "tree");
+    d.cmd().args(with_fixture(&["apply", "fix-a"])).expect(0);
+}
