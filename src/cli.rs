@@ -154,13 +154,38 @@ pub struct LintArgs {
 /// `equiv` flags.
 #[derive(Debug, Args)]
 pub struct EquivArgs {
-    /// Generated cases per configuration.
-    #[arg(long, default_value_t = 8)]
+    /// Generated batches per configuration (2 dtypes × 3 top_k × 3 top_p distributions).
+    #[arg(long, default_value_t = 2)]
     pub cases: usize,
-    /// Base seed for the generated cases.
+    /// Rows per generated batch.
+    #[arg(long, default_value_t = 8)]
+    pub batch: i64,
+    /// Vocabulary sizes for generated batches, used in turn; fixtures use the first.
+    #[arg(long, value_delimiter = ',', default_values_t = [32000, 151936])]
+    pub vocab: Vec<i64>,
+    /// The vLLM release whose stock sampler is the reference (v0.26.0 or v0.30.0).
+    #[arg(long, default_value = "v0.30.0")]
+    pub release: String,
+    /// Independent draws per row for the statistical check.
+    #[arg(long, default_value_t = 1000)]
+    pub draws: usize,
+    /// Family-wise false-alarm level of the statistical gate (Bonferroni over cases).
+    #[arg(long, default_value_t = 0.001)]
+    pub alpha: f64,
+    /// Runs of the statistical gate on stock against itself, to measure its false-alarm rate.
+    #[arg(long = "calibration-runs", default_value_t = 1000)]
+    pub calibration_runs: usize,
+    /// Largest allowed probability difference on an identical support, in float32 ulps.
+    #[arg(long = "ulp-bound", default_value_t = 16)]
+    pub ulp_bound: u64,
+    /// libtorch intra-op threads. The suite's tensors are small, so one thread is fastest:
+    /// more spend their time in OpenMP spin-waits, badly so on a busy machine.
+    #[arg(long, default_value_t = 1)]
+    pub threads: i32,
+    /// Base seed for the generated cases and all noise.
     #[arg(long, default_value_t = 20261130)]
-    pub seed: i64,
-    /// Write the cases with the reference's expected tokens and masks as .npy into DIR.
+    pub seed: u64,
+    /// Only write test vectors (.npy + manifest.json) for the Python test into DIR; no suite.
     #[arg(long = "emit-vectors", value_name = "DIR")]
     pub emit_vectors: Option<PathBuf>,
 }
@@ -171,6 +196,24 @@ pub struct BenchArgs {
     /// Repeats per measurement (the median is reported).
     #[arg(long, default_value_t = 5)]
     pub repeats: usize,
+    /// Batch sizes (comma-separated).
+    #[arg(long, value_delimiter = ',', default_values_t = [1, 64, 256])]
+    pub batch: Vec<i64>,
+    /// Vocabulary sizes (comma-separated).
+    #[arg(long, value_delimiter = ',', default_values_t = [32000, 128256, 151936])]
+    pub vocab: Vec<i64>,
+    /// Largest per-row top_k; rows get top_k spread over 1..=this (sets the window K).
+    #[arg(long = "top-k", default_value_t = 50)]
+    pub top_k: i64,
+    /// top_p of every row (1.0: no top_p).
+    #[arg(long = "top-p", default_value_t = 0.9)]
+    pub top_p: f32,
+    /// The vLLM release whose stock sampler is timed.
+    #[arg(long, default_value = "v0.30.0")]
+    pub release: String,
+    /// libtorch intra-op threads (default: every core).
+    #[arg(long)]
+    pub threads: Option<i32>,
 }
 
 impl Cli {

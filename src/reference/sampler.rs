@@ -46,13 +46,4 @@ impl Sampler {
         let masks = mask.map(|mode| masks::capture(&filtered, &draw, mode));
         (draw.tokens, masks)
     }
-
-    /// Name for reports.
-    pub fn name(self) -> &'static str {
-        match self {
-            Sampler::Stock => "stock",
-            Sampler::Subset => "subset",
-            Sampler::Mutant(flaw) => flaw.name(),
-        }
-    }
 }

@@ -12,13 +12,27 @@ use crate::reference::Release;
 
 /// The stock filter over a batch: processed logits over the whole vocabulary.
 pub fn filter(batch: &Batch, release: Release) -> Filtered {
-    let logits = apply_top_k_top_p(&batch.logits, batch.k_tensor().as_ref(), batch.p_tensor().as_ref(), release);
-    Filtered { logits, ids: None, route: Route::Stock }
+    let logits = apply_top_k_top_p(
+        &batch.logits,
+        batch.k_tensor().as_ref(),
+        batch.p_tensor().as_ref(),
+        release,
+    );
+    Filtered {
+        logits,
+        ids: None,
+        route: Route::Stock,
+    }
 }
 
 /// `apply_top_k_top_p_pytorch(logits, k, p)`; returns the processed logits (stock writes them
 /// into `logits` in place; here the caller's tensor is left alone).
-pub fn apply_top_k_top_p(logits: &Tensor, k: Option<&Tensor>, p: Option<&Tensor>, release: Release) -> Tensor {
+pub fn apply_top_k_top_p(
+    logits: &Tensor,
+    k: Option<&Tensor>,
+    p: Option<&Tensor>,
+    release: Release,
+) -> Tensor {
     if k.is_none() && p.is_none() {
         return logits.shallow_clone();
     }
@@ -37,8 +51,8 @@ pub fn apply_top_k_top_p(logits: &Tensor, k: Option<&Tensor>, p: Option<&Tensor>
     if let Some(p) = p {
         let probs_sort = logits_sort.softmax(-1, release.top_p_softmax_kind());
         let probs_sum = probs_sort.cumsum(-1, None::<Kind>);
-        let threshold = (1.0 - p).unsqueeze(1);
-        let mut top_p_mask = probs_sum.le_tensor(&threshold);
+        let threshold = (1f64 - p).unsqueeze(1);
+        let top_p_mask = probs_sum.le_tensor(&threshold);
         // "at least one": the largest token is never masked.
         let _ = top_p_mask.narrow(1, vocab - 1, 1).fill_(0);
         let _ = logits_sort.masked_fill_(&top_p_mask, f64::NEG_INFINITY);

@@ -1,6 +1,10 @@
 //! Everything that formats output lives here: human (coloured on a terminal), JSON, GitHub
 //! annotations. Other modules return data.
 
+#[cfg(feature = "reference")]
+pub mod bench;
+#[cfg(feature = "reference")]
+pub mod equiv;
 pub mod github;
 pub mod human;
 pub mod json;

@@ -1,0 +1,446 @@
+//! The exact check: per row, the subset's support must be stock's, with probabilities equal up
+//! to a few ulps. A differing support is allowed only where the difference is explained, and
+//! each explanation is recomputed here from the logits (in float64), independent of the
+//! sampler under test:
+//!
+//! - **k-th tie crosses the window**: more tokens tie at or above the row's k-th value than
+//!   the window K holds, so stock keeps tokens a `topk(K)` never saw.
+//! - **top-p boundary tie**: same size, and every token in the difference has the boundary
+//!   value; which copies of a tied value the cut removes follows the (unstable) sort order,
+//!   so stock itself may keep either. Same count, same mass.
+//! - **top-p boundary rounding**: each token in the difference sits at a cumulative
+//!   probability within float32 cumsum rounding of 1 − p, but not exactly on it (exactly on
+//!   it, `<=` decides the same way in any summation order of exact values).
+
+use serde::Serialize;
+
+use crate::reference::batch::Batch;
+use crate::reference::stats::ulp_distance;
+
+/// Why a row's support may legitimately differ from stock's.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Explanation {
+    /// A tie group at the k-th value runs past the window's edge.
+    KthTieCrossesWindow,
+    /// Different copies of a tied value kept at the top-p cut.
+    TopPBoundaryTie,
+    /// The top-p cut flips on a cumulative sum within rounding of 1 − p.
+    TopPRounding,
+}
+
+impl Explanation {
+    /// Words for reports.
+    pub fn describe(self) -> &'static str {
+        match self {
+            Explanation::KthTieCrossesWindow => "tie at the k-th value crosses the window edge",
+            Explanation::TopPBoundaryTie => "tie at the top-p boundary",
+            Explanation::TopPRounding => "top-p boundary within float32 rounding",
+        }
+    }
+}
+
+/// How one row of a sampler compares with stock.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum RowOutcome {
+    /// Same support; the largest probability difference in ulps.
+    Identical {
+        /// max over the support of |p_stock − p_other| in float32 ulps.
+        max_ulps: u64,
+    },
+    /// Different support, for an allowed reason.
+    Explained(Explanation),
+    /// Different support, and nothing explains it: a distribution difference.
+    Unexplained,
+}
+
+/// The k-th largest value of a row and how many tokens are at or above it (ties included).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct KthFacts {
+    /// The row's k-th largest logit.
+    pub value: f32,
+    /// Tokens with a logit ≥ `value`: stock's top-k set.
+    pub kept: usize,
+}
+
+/// Facts about row `row`'s k-th value, or `None` when the row has no top_k.
+pub fn kth_facts(row: &[f32], k: i64) -> Option<KthFacts> {
+    if k <= 0 || k as usize >= row.len() {
+        return None;
+    }
+    let mut scratch = row.to_vec();
+    let (_, &mut value, _) = scratch.select_nth_unstable_by(k as usize - 1, |a, b| b.total_cmp(a));
+    // Only finite tokens can be in a support: when the k-th value is -inf (fewer finite
+    // tokens than k), the "tie group" of -inf tokens is masked anyway.
+    let kept = row.iter().filter(|&&x| x >= value && x.is_finite()).count();
+    Some(KthFacts { value, kept })
+}
+
+/// Compare row `r` of another sampler with stock. `window` is the K the fix should use for
+/// this batch (`None` on the stock path, where nothing may differ); supports are ascending
+/// ids with their float32 probabilities.
+pub fn compare_row(
+    batch: &Batch,
+    r: usize,
+    window: Option<i64>,
+    stock: (&[i32], &[f32]),
+    other: (&[i32], &[f32]),
+) -> RowOutcome {
+    if stock.0 == other.0 {
+        let max_ulps = stock
+            .1
+            .iter()
+            .zip(other.1)
+            .map(|(&a, &b)| ulp_distance(a, b))
+            .max()
+            .unwrap_or(0);
+        return RowOutcome::Identical { max_ulps };
+    }
+    let Some(window) = window else {
+        return RowOutcome::Unexplained;
+    };
+    let logits = batch.row(r);
+    let facts = kth_facts(logits, batch.k_of(r));
+    if facts.is_some_and(|f| f.kept as i64 > window) {
+        return RowOutcome::Explained(Explanation::KthTieCrossesWindow);
+    }
+    let p = batch.p_of(r);
+    if p >= 1.0 {
+        // No top-p cut, so no boundary that rounding or tie order could move.
+        return RowOutcome::Unexplained;
+    }
+    let differing = symmetric_difference(stock.0, other.0);
+    let logit = |id: i32| logits[id as usize];
+    let boundary = stock
+        .0
+        .iter()
+        .map(|&id| logit(id))
+        .fold(f32::INFINITY, f32::min);
+    let other_boundary = other
+        .0
+        .iter()
+        .map(|&id| logit(id))
+        .fold(f32::INFINITY, f32::min);
+    if stock.0.len() == other.0.len()
+        && boundary == other_boundary
+        && differing.iter().all(|&id| logit(id) == boundary)
+    {
+        return RowOutcome::Explained(Explanation::TopPBoundaryTie);
+    }
+    let cut = TopPCut::new(logits, facts.map(|f| f.value), p);
+    if differing.iter().all(|&id| cut.within_rounding(logit(id))) {
+        return RowOutcome::Explained(Explanation::TopPRounding);
+    }
+    RowOutcome::Unexplained
+}
+
+/// Whether any correct subset sampler may legitimately keep another support than stock on
+/// row `r`, judged from the row and stock's support alone (not from a particular subset
+/// implementation, whose tie order may differ from this reference's): the conditions behind
+/// each [`Explanation`], checked before the fact. `window` as in [`compare_row`].
+pub fn ambiguity(
+    batch: &Batch,
+    r: usize,
+    window: Option<i64>,
+    stock: &[i32],
+) -> Option<Explanation> {
+    let window = window?;
+    let logits = batch.row(r);
+    let facts = kth_facts(logits, batch.k_of(r));
+    if facts.is_some_and(|f| f.kept as i64 > window) {
+        return Some(Explanation::KthTieCrossesWindow);
+    }
+    let p = batch.p_of(r);
+    if p >= 1.0 {
+        return None;
+    }
+    let floor = facts.map_or(f32::NEG_INFINITY, |f| f.value);
+    let in_top_k = |x: f32| x >= floor && x.is_finite();
+    let boundary = stock
+        .iter()
+        .map(|&id| logits[id as usize])
+        .fold(f32::INFINITY, f32::min);
+    // The cut splits a tie group: copies of the boundary value on both sides of it.
+    let copies = logits
+        .iter()
+        .filter(|&&x| x == boundary && in_top_k(x))
+        .count();
+    let kept = stock
+        .iter()
+        .filter(|&&id| logits[id as usize] == boundary)
+        .count();
+    if copies > kept {
+        return Some(Explanation::TopPBoundaryTie);
+    }
+    // The last kept or the first cut token sits within rounding of 1 - p.
+    let cut = TopPCut::new(logits, facts.map(|f| f.value), p);
+    let first_cut = logits
+        .iter()
+        .copied()
+        .filter(|&x| in_top_k(x) && x < boundary)
+        .fold(None, |m: Option<f32>, x| Some(m.map_or(x, |m| m.max(x))));
+    if cut.within_rounding(boundary) || first_cut.is_some_and(|x| cut.within_rounding(x)) {
+        return Some(Explanation::TopPRounding);
+    }
+    None
+}
+
+/// Ids in exactly one of two ascending lists.
+fn symmetric_difference(a: &[i32], b: &[i32]) -> Vec<i32> {
+    let (mut i, mut j, mut out) = (0, 0, Vec::new());
+    while i < a.len() || j < b.len() {
+        match (a.get(i), b.get(j)) {
+            (Some(x), Some(y)) if x == y => {
+                i += 1;
+                j += 1;
+            }
+            (Some(x), Some(y)) if x < y => {
+                out.push(*x);
+                i += 1;
+            }
+            (Some(_), Some(y)) => {
+                out.push(*y);
+                j += 1;
+            }
+            (Some(x), None) => {
+                out.push(*x);
+                i += 1;
+            }
+            (None, Some(y)) => {
+                out.push(*y);
+                j += 1;
+            }
+            (None, None) => unreachable!("loop condition"),
+        }
+    }
+    out
+}
+
+/// Stock's top-p cut of one row in exact (float64) arithmetic: the ascending cumulative
+/// probability over the top-k set, and the float32 threshold 1 − p it is compared with.
+struct TopPCut {
+    /// Top-k set logits, ascending.
+    ascending: Vec<f64>,
+    /// Inclusive cumulative probability at each entry of `ascending`.
+    cumulative: Vec<f64>,
+    threshold: f64,
+    tolerance: f64,
+}
+
+impl TopPCut {
+    fn new(row: &[f32], kth_value: Option<f32>, p: f32) -> TopPCut {
+        let floor = kth_value.unwrap_or(f32::NEG_INFINITY);
+        let mut ascending: Vec<f64> = row
+            .iter()
+            .filter(|&&x| x >= floor && x.is_finite())
+            .map(|&x| f64::from(x))
+            .collect();
+        ascending.sort_by(f64::total_cmp);
+        let max = ascending.last().copied().unwrap_or(0.0);
+        let weights: Vec<f64> = ascending.iter().map(|&x| (x - max).exp()).collect();
+        let total: f64 = weights.iter().sum();
+        let cumulative = weights
+            .iter()
+            .scan(0.0, |acc, w| {
+                *acc += w / total;
+                Some(*acc)
+            })
+            .collect();
+        // The float32 cumsum of n terms is within n·ε of the exact sum (standard bound).
+        let tolerance = (ascending.len() + 1) as f64 * f64::from(f32::EPSILON);
+        TopPCut {
+            ascending,
+            cumulative,
+            threshold: f64::from(1.0f32 - p),
+            tolerance,
+        }
+    }
+
+    /// Whether the cumulative probability at a token with this logit is within rounding of
+    /// the threshold, but not exactly on it. The largest token never is: keep-at-least-one
+    /// keeps it whatever its cumulative sum.
+    fn within_rounding(&self, logit: f32) -> bool {
+        if self
+            .ascending
+            .last()
+            .is_some_and(|&max| f64::from(logit) >= max)
+        {
+            return false;
+        }
+        let at = self.ascending.partition_point(|&x| x <= f64::from(logit));
+        let Some(&cumulative) = at.checked_sub(1).and_then(|i| self.cumulative.get(i)) else {
+            return false;
+        };
+        let distance = (cumulative - self.threshold).abs();
+        distance > 0.0 && distance <= self.tolerance
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn batch(row: Vec<f32>, k: i64, p: f32) -> Batch {
+        let vocab = row.len() as i64;
+        Batch::new(row, 1, vocab, &[k], &[p])
+    }
+
+    #[test]
+    fn kth_facts_count_every_token_tied_with_the_kth_value() {
+        let facts = kth_facts(&[1.0, 3.0, 2.0, 2.0, 2.0, 0.0], 2).unwrap();
+        assert_eq!(
+            facts,
+            KthFacts {
+                value: 2.0,
+                kept: 4
+            }
+        );
+        assert!(
+            kth_facts(&[1.0, 2.0], 2).is_none(),
+            "k == vocab is no top_k"
+        );
+        let neg = f32::NEG_INFINITY;
+        let facts = kth_facts(&[neg, 1.0, neg, neg, neg], 3).unwrap();
+        assert_eq!(
+            facts,
+            KthFacts {
+                value: neg,
+                kept: 1
+            },
+            "-inf ties are never kept"
+        );
+    }
+
+    #[test]
+    fn same_support_reports_ulps() {
+        let b = batch(vec![0.0; 4], 2, 1.0);
+        let one_ulp = f32::from_bits(0.5f32.to_bits() + 1);
+        let outcome = compare_row(
+            &b,
+            0,
+            Some(64),
+            (&[1, 2], &[0.5, 0.5]),
+            (&[1, 2], &[0.5, one_ulp]),
+        );
+        assert_eq!(outcome, RowOutcome::Identical { max_ulps: 1 });
+    }
+
+    #[test]
+    fn a_tie_group_wider_than_the_window_is_explained() {
+        // 100 tokens tie at the top; k = 3 keeps all 100 in stock, a window of 64 cannot.
+        let b = batch(vec![1.0; 100], 3, 1.0);
+        let stock: Vec<i32> = (0..100).collect();
+        let probs = vec![0.01; 100];
+        let subset: Vec<i32> = (0..64).collect();
+        let outcome = compare_row(&b, 0, Some(64), (&stock, &probs), (&subset, &probs[..64]));
+        assert_eq!(
+            outcome,
+            RowOutcome::Explained(Explanation::KthTieCrossesWindow)
+        );
+    }
+
+    #[test]
+    fn a_different_copy_of_a_tied_boundary_value_is_explained() {
+        // Four tokens at 0.0 and one at 5.0; the cut keeps one of the tied copies.
+        let b = batch(vec![0.0, 0.0, 0.0, 0.0, 5.0, -9.0], 5, 0.999);
+        let outcome = compare_row(
+            &b,
+            0,
+            Some(64),
+            (&[0, 4], &[0.1, 0.9]),
+            (&[3, 4], &[0.1, 0.9]),
+        );
+        assert_eq!(outcome, RowOutcome::Explained(Explanation::TopPBoundaryTie));
+    }
+
+    #[test]
+    fn a_missing_token_far_from_any_boundary_is_unexplained() {
+        let b = batch(vec![0.0, 1.0, 2.0, 3.0, -9.0], 4, 1.0);
+        let outcome = compare_row(
+            &b,
+            0,
+            Some(64),
+            (&[0, 1, 2, 3], &[0.0; 4]),
+            (&[1, 2, 3], &[0.0; 3]),
+        );
+        assert_eq!(outcome, RowOutcome::Unexplained);
+        // On the stock path nothing may differ at all.
+        let outcome = compare_row(&b, 0, None, (&[0, 1], &[0.0; 2]), (&[1], &[0.0]));
+        assert_eq!(outcome, RowOutcome::Unexplained);
+    }
+
+    #[test]
+    fn keeping_one_more_tied_token_at_the_cut_is_unexplained() {
+        // Four equal tokens, p = 0.75: stock cuts one (cumsum 0.25 <= 0.25); keeping all four
+        // (`<` for `<=`) changes the count, so it is not a tie-order difference.
+        let b = batch(vec![0.0, 0.0, 0.0, 0.0, f32::NEG_INFINITY], 4, 0.75);
+        let stock = (&[1, 2, 3][..], &[1.0 / 3.0; 3][..]);
+        let strict = (&[0, 1, 2, 3][..], &[0.25; 4][..]);
+        assert_eq!(
+            compare_row(&b, 0, Some(64), stock, strict),
+            RowOutcome::Unexplained
+        );
+    }
+
+    #[test]
+    fn rounding_means_near_the_threshold_but_not_on_it() {
+        let cut = |threshold| TopPCut {
+            ascending: vec![0.0, 1.0],
+            cumulative: vec![0.25, 1.0],
+            threshold,
+            tolerance: 1e-6,
+        };
+        assert!(
+            !cut(0.25).within_rounding(0.0),
+            "exactly on 1 - p: `<=` decides, no ambiguity"
+        );
+        assert!(cut(0.25 + 1e-7).within_rounding(0.0));
+        let top = TopPCut {
+            ascending: vec![0.0, 1.0],
+            cumulative: vec![0.25, 1.0],
+            threshold: 1.0 - 1e-7,
+            tolerance: 1e-6,
+        };
+        assert!(
+            !top.within_rounding(1.0),
+            "the largest token is kept by keep-at-least-one"
+        );
+        assert!(!cut(0.25 + 1e-5).within_rounding(0.0));
+        assert!(
+            !cut(0.25 + 1e-7).within_rounding(-1.0),
+            "below the set: no cumulative sum"
+        );
+    }
+
+    #[test]
+    fn ambiguity_is_judged_from_the_row_alone() {
+        // A tie group wider than the window.
+        let b = batch(vec![1.0; 100], 3, 1.0);
+        let all: Vec<i32> = (0..100).collect();
+        assert_eq!(
+            ambiguity(&b, 0, Some(64), &all),
+            Some(Explanation::KthTieCrossesWindow)
+        );
+        // Four tied tokens, the cut keeps three: another three would do as well.
+        let b = batch(vec![0.0, 0.0, 0.0, 0.0, f32::NEG_INFINITY], 4, 0.75);
+        assert_eq!(
+            ambiguity(&b, 0, Some(64), &[1, 2, 3]),
+            Some(Explanation::TopPBoundaryTie)
+        );
+        // Distinct values far from any boundary, or no top-p, or the stock path: unambiguous.
+        let b = batch(vec![0.0, 1.0, 2.0, 3.0, -9.0], 4, 0.5);
+        assert_eq!(ambiguity(&b, 0, Some(64), &[2, 3]), None);
+        let b = batch(vec![0.0, 1.0, 2.0, 3.0, -9.0], 4, 1.0);
+        assert_eq!(ambiguity(&b, 0, Some(64), &[0, 1, 2, 3]), None);
+        assert_eq!(ambiguity(&b, 0, None, &[0, 1, 2, 3]), None);
+    }
+
+    #[test]
+    fn symmetric_difference_of_sorted_ids() {
+        assert_eq!(
+            symmetric_difference(&[1, 3, 5], &[1, 4, 5, 9]),
+            vec![3, 4, 9]
+        );
+        assert!(symmetric_difference(&[], &[]).is_empty());
+    }
+}

@@ -1,0 +1,267 @@
+//! The statistical check: many independent draws of a sampler, per row, against stock's
+//! probabilities — a chi-square per row (bins merged to ≥ 10 expected), summed over a case's
+//! rows, one p-value per case, Bonferroni across cases. A draw of a token stock gives
+//! probability 0 fails outright.
+//!
+//! The gate is calibrated by running it, many times, on draws from stock's own distribution:
+//! its false-alarm rate must be small, or its verdict on the fix means little. Those draws are
+//! made by inverse-CDF sampling in float64 rather than by the exponential race: the two are
+//! exact samplers of the same distribution (the race's exactness is the classic
+//! exponential-race/Gumbel-max theorem), and inverse CDF costs O(log S) per draw instead of S
+//! Exp(1) variates, which makes hundreds of runs of the full gate affordable.
+
+use serde::Serialize;
+
+use crate::reference::cases::Rng;
+use crate::reference::race::race_counts;
+use crate::reference::stats::{bonferroni, merged_chi_square, ChiSquare};
+
+/// Minimum expected draws per merged bin.
+pub const MIN_EXPECTED: f64 = 10.0;
+
+/// Stock's distribution of one row: support ids (ascending) and probabilities.
+#[derive(Debug, Clone)]
+pub struct Expected {
+    ids: Vec<i32>,
+    probs: Vec<f64>,
+}
+
+impl Expected {
+    /// From stock's support of a row (ascending ids, float32 probabilities).
+    pub fn new(ids: &[i32], probs: &[f32]) -> Expected {
+        let total: f64 = probs.iter().map(|&p| f64::from(p)).sum();
+        Expected {
+            ids: ids.to_vec(),
+            probs: probs.iter().map(|&p| f64::from(p) / total).collect(),
+        }
+    }
+
+    /// `draws` draws from this distribution by inverse CDF, as `(id, count)` pairs.
+    fn inverse_cdf_draws(&self, draws: usize, rng: &mut Rng) -> Vec<(i32, u64)> {
+        let cdf: Vec<f64> = self
+            .probs
+            .iter()
+            .scan(0.0, |acc, &p| {
+                *acc += p;
+                Some(*acc)
+            })
+            .collect();
+        let mut counts = vec![0u64; cdf.len()];
+        for _ in 0..draws {
+            let u = rng.uniform() * cdf.last().copied().unwrap_or(0.0);
+            // The first entry whose cumulative probability exceeds u; zero-probability
+            // entries have an empty interval and are never chosen.
+            let at = cdf.partition_point(|&c| c <= u).min(cdf.len() - 1);
+            counts[at] += 1;
+        }
+        self.ids.iter().copied().zip(counts).collect()
+    }
+}
+
+/// One row's test result.
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub struct RowTest {
+    /// Chi-square over the row's merged bins.
+    pub chi: ChiSquare,
+    /// Draws of tokens stock gives probability 0.
+    pub outside_support: u64,
+    /// Whether the sampler had nothing to draw from (no positive probability).
+    pub empty: bool,
+}
+
+/// Draw `draws` tokens from a sampler's support of one row (`ids` with float32 `probs`) and
+/// test them against stock's `expected`.
+pub fn test_row(expected: &Expected, ids: &[i32], probs: &[f32], draws: usize) -> RowTest {
+    let positive: Vec<(i32, f32)> = ids
+        .iter()
+        .zip(probs)
+        .filter(|(_, &p)| p > 0.0 && p.is_finite())
+        .map(|(&id, &p)| (id, p))
+        .collect();
+    if positive.is_empty() {
+        return RowTest {
+            chi: ChiSquare::EMPTY,
+            outside_support: 0,
+            empty: true,
+        };
+    }
+    let weights: Vec<f32> = positive.iter().map(|&(_, p)| p).collect();
+    let counts = race_counts(&weights, draws);
+    let drawn: Vec<(i32, u64)> = positive.iter().map(|&(id, _)| id).zip(counts).collect();
+    score(expected, &drawn, draws)
+}
+
+/// Chi-square of drawn `(id, count)` pairs against `expected`.
+fn score(expected: &Expected, drawn: &[(i32, u64)], draws: usize) -> RowTest {
+    let mut observed = vec![0u64; expected.ids.len()];
+    let mut outside_support = 0u64;
+    for &(id, count) in drawn.iter().filter(|&&(_, count)| count > 0) {
+        match expected.ids.binary_search(&id) {
+            Ok(at) if expected.probs[at] > 0.0 => observed[at] += count,
+            _ => outside_support += count,
+        }
+    }
+    // Zero-probability stock tokens are not bins: any draw there was counted above.
+    let (exp, obs): (Vec<f64>, Vec<u64>) = expected
+        .probs
+        .iter()
+        .zip(&observed)
+        .filter(|(&p, _)| p > 0.0)
+        .map(|(&p, &o)| (p * draws as f64, o))
+        .unzip();
+    RowTest {
+        chi: merged_chi_square(&exp, &obs, MIN_EXPECTED),
+        outside_support,
+        empty: false,
+    }
+}
+
+/// One case's combined test.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct CaseTest {
+    /// Σ of the rows' chi-square statistics.
+    pub chi2: f64,
+    /// Σ of their degrees of freedom.
+    pub df: usize,
+    /// P(χ²(df) ≥ chi2).
+    pub p_value: f64,
+    /// Draws outside stock's support.
+    pub outside_support: u64,
+    /// Rows with nothing to draw from.
+    pub empty_rows: usize,
+}
+
+impl CaseTest {
+    /// Combine a case's row tests.
+    pub fn from_rows(rows: &[RowTest]) -> CaseTest {
+        let chi = rows
+            .iter()
+            .fold(ChiSquare::EMPTY, |acc, r| acc.combine(r.chi));
+        CaseTest {
+            chi2: chi.statistic,
+            df: chi.df,
+            p_value: chi.p_value(),
+            outside_support: rows.iter().map(|r| r.outside_support).sum(),
+            empty_rows: rows.iter().filter(|r| r.empty).count(),
+        }
+    }
+
+    /// Whether the case fails the gate at per-case threshold `threshold`.
+    pub fn fails(&self, threshold: f64) -> bool {
+        self.p_value < threshold || self.outside_support > 0 || self.empty_rows > 0
+    }
+}
+
+/// The gate's false-alarm rate on stock vs stock.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct Calibration {
+    /// How the null draws were made.
+    pub method: &'static str,
+    /// Full runs of the gate (every statistical case each time).
+    pub runs: usize,
+    /// Runs where the gate rejected stock's own draws.
+    pub alarms: usize,
+    /// alarms / runs.
+    pub false_alarm_rate: f64,
+    /// The largest acceptable rate.
+    pub limit: f64,
+    /// Whether the rate is within the limit.
+    pub ok: bool,
+}
+
+/// The acceptable false-alarm rate of the gate.
+pub const FALSE_ALARM_LIMIT: f64 = 0.01;
+
+/// Run the gate `runs` times with draws from stock's distribution against stock's
+/// probabilities, over `cases` (each a list of rows), at family-wise level `alpha`. `seed`
+/// makes it repeatable.
+pub fn calibrate(
+    cases: &[Vec<Expected>],
+    draws: usize,
+    runs: usize,
+    alpha: f64,
+    seed: u64,
+    mut progress: impl FnMut(usize),
+) -> Calibration {
+    let threshold = bonferroni(alpha, cases.len());
+    let mut rng = Rng::new(seed ^ 0xCA1B_0000_0000);
+    let mut alarms = 0;
+    for run in 0..runs {
+        progress(run);
+        // Every case is drawn (no short-circuit), so each run consumes the same randomness.
+        let failed = cases
+            .iter()
+            .map(|rows| {
+                let tests: Vec<RowTest> = rows
+                    .iter()
+                    .map(|e| score(e, &e.inverse_cdf_draws(draws, &mut rng), draws))
+                    .collect();
+                CaseTest::from_rows(&tests).fails(threshold)
+            })
+            .fold(false, |any, failed| any || failed);
+        alarms += usize::from(failed);
+    }
+    let false_alarm_rate = if runs == 0 {
+        0.0
+    } else {
+        alarms as f64 / runs as f64
+    };
+    Calibration {
+        method: "inverse-CDF draws from stock's probabilities",
+        runs,
+        alarms,
+        false_alarm_rate,
+        limit: FALSE_ALARM_LIMIT,
+        ok: false_alarm_rate <= FALSE_ALARM_LIMIT,
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn draws_from_the_same_distribution_pass_and_outside_draws_fail() {
+        tch::manual_seed(11);
+        let expected = Expected::new(&[3, 7, 9], &[0.5, 0.3, 0.2]);
+        let same = test_row(&expected, &[3, 7, 9], &[0.5, 0.3, 0.2], 5_000);
+        assert!(same.chi.p_value() > 1e-4, "{same:?}");
+        assert_eq!(same.outside_support, 0);
+        let leaky = test_row(&expected, &[3, 7, 8], &[0.5, 0.3, 0.2], 5_000);
+        assert!(
+            leaky.outside_support > 0,
+            "token 8 is outside stock's support"
+        );
+        let empty = test_row(&expected, &[3], &[f32::NAN], 10);
+        assert!(empty.empty);
+        assert!(CaseTest::from_rows(&[same, empty]).fails(0.0));
+    }
+
+    #[test]
+    fn a_shifted_distribution_is_rejected() {
+        tch::manual_seed(12);
+        let expected = Expected::new(&[0, 1], &[0.5, 0.5]);
+        let shifted = test_row(&expected, &[0, 1], &[0.6, 0.4], 5_000);
+        assert!(shifted.chi.p_value() < 1e-6, "{shifted:?}");
+    }
+
+    #[test]
+    fn inverse_cdf_draws_follow_the_probabilities_and_skip_zeros() {
+        let expected = Expected::new(&[1, 2, 3], &[0.25, 0.0, 0.75]);
+        let drawn = expected.inverse_cdf_draws(40_000, &mut Rng::new(3));
+        assert_eq!(drawn[1], (2, 0), "a zero-probability token is never drawn");
+        assert!((9_565..=10_435).contains(&drawn[0].1), "{drawn:?}");
+    }
+
+    #[test]
+    fn calibration_counts_alarms_against_the_limit() {
+        let cases = vec![vec![Expected::new(&[0, 1, 2], &[0.2, 0.3, 0.5])]];
+        let calibration = calibrate(&cases, 1_000, 20, 0.001, 5, |_| {});
+        assert_eq!(calibration.runs, 20);
+        assert!(calibration.ok, "{calibration:?}");
+        // alpha = 1 makes every run alarm: the rate must say so.
+        let always = calibrate(&cases, 1_000, 5, 1.0 + f64::EPSILON, 5, |_| {});
+        assert_eq!(always.alarms, 5);
+        assert!(!always.ok);
+    }
+}

@@ -1,0 +1,706 @@
+//! `gaudi-fixes equiv`: the distribution-equivalence suite. Every case goes through stock and
+//! through the subset fix, and is checked four ways (see DESIGN.md, "Equivalence suite"):
+//!
+//! 1. **exact** — same support per row, probabilities within `--ulp-bound` ulps; differences
+//!    only where [`crate::reference::exact`] explains them, counted per reason;
+//! 2. **coupled** — with one Exp(1) noise tensor over the whole vocabulary, gathered at the
+//!    subset's ids, the subset picks stock's token in every (unexplained) row;
+//! 3. **statistical** — independent draws vs stock's probabilities
+//!    ([`crate::reference::statistical`]), with the gate's false-alarm rate calibrated on
+//!    stock against itself;
+//! 4. **fallback** — batches the fix hands to stock come out bit-identical.
+//!
+//! Then every mutant ([`crate::reference::mutants`]) goes through the same checks and must
+//! fail at least one; a surviving mutant, or a gate that alarms on stock itself, means the
+//! suite cannot be trusted, and `equiv` exits 1 whatever the fix did.
+
+use std::time::Instant;
+
+use anyhow::{bail, Result};
+use serde::Serialize;
+use tch::{Device, Kind, Tensor};
+
+use crate::cli::{EquivArgs, GlobalArgs};
+use crate::exit_status::ExitStatus;
+use crate::reference::batch::Batch;
+use crate::reference::cases::{self, Case, Plan};
+use crate::reference::exact::{self, Explanation, RowOutcome};
+use crate::reference::masks::{support_rows, FlatRows};
+use crate::reference::mutants::Flaw;
+use crate::reference::race::{exponential_like, Filtered, Noise};
+use crate::reference::sampler::Sampler;
+use crate::reference::statistical::{self, Calibration, CaseTest, Expected, RowTest};
+use crate::reference::stats::bonferroni;
+use crate::reference::subset::{self, Route};
+use crate::reference::{vectors, Release};
+
+/// Validated `equiv` settings.
+#[derive(Debug, Clone)]
+pub struct Config {
+    /// Stock release mirrored.
+    pub release: Release,
+    /// Generated grid.
+    pub plan: Plan,
+    /// Vocabulary of the fixtures.
+    pub fixture_vocab: usize,
+    /// Draws per row in the statistical check.
+    pub draws: usize,
+    /// Family-wise level of the statistical gate.
+    pub alpha: f64,
+    /// Calibration runs.
+    pub calibration_runs: usize,
+    /// Largest allowed ulp difference on identical supports.
+    pub ulp_bound: u64,
+    /// Base seed.
+    pub seed: u64,
+}
+
+impl Config {
+    /// Check the flags before any work.
+    pub fn from_args(args: &EquivArgs) -> Result<Config> {
+        let release = Release::parse(&args.release)?;
+        if args.batch < 1 {
+            bail!("--batch must be at least 1");
+        }
+        if args.vocab.is_empty() || args.vocab.iter().any(|&v| v < 2048) {
+            bail!("--vocab sizes must be at least 2048 (the largest window, 1024, needs room for ties)");
+        }
+        if args.draws < 100 {
+            bail!("--draws must be at least 100 for a chi-square with bins of 10 expected draws");
+        }
+        if !(args.alpha > 0.0 && args.alpha < 1.0) {
+            bail!("--alpha must be in (0, 1)");
+        }
+        if args.calibration_runs < 100 {
+            bail!("--calibration-runs must be at least 100 to measure a false-alarm rate against a 1% limit");
+        }
+        Ok(Config {
+            release,
+            plan: Plan {
+                rows: args.batch,
+                vocabs: args.vocab.clone(),
+                per_config: args.cases,
+                seed: args.seed,
+            },
+            fixture_vocab: args.vocab[0] as usize,
+            draws: args.draws,
+            alpha: args.alpha,
+            calibration_runs: args.calibration_runs,
+            ulp_bound: args.ulp_bound,
+            seed: args.seed,
+        })
+    }
+}
+
+/// The overall outcome.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum Verdict {
+    /// The fix passed every check, and the suite rejected every mutant and is calibrated.
+    Equivalent,
+    /// The fix failed a check (the suite itself is sound).
+    NotEquivalent,
+    /// A mutant survived or the gate alarms on stock itself: no verdict can be trusted.
+    SuiteBroken,
+}
+
+/// A row of a case, for reports.
+#[derive(Debug, Clone, Serialize)]
+pub struct RowRef {
+    /// Case name.
+    pub case: String,
+    /// Row index.
+    pub row: usize,
+}
+
+/// How many examples of a failure a report keeps.
+const EXAMPLES: usize = 10;
+
+/// The exact check's tally for one sampler.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct ExactTally {
+    /// Rows compared.
+    pub rows: usize,
+    /// Rows with stock's support.
+    pub identical: usize,
+    /// Rows with a difference and an allowed reason.
+    pub explained: usize,
+    /// Rows with a difference and no reason.
+    pub unexplained: usize,
+    /// Largest ulp difference on an identical support.
+    pub max_ulps: u64,
+    /// Identical-support rows above the bound.
+    pub over_ulp_bound: usize,
+    /// The first unexplained rows.
+    pub examples: Vec<RowRef>,
+}
+
+/// The coupled-noise check's tally.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct CoupledTally {
+    /// Rows compared.
+    pub rows: usize,
+    /// Explained rows left out (their support legitimately differs).
+    pub skipped_explained: usize,
+    /// Rows whose token differs from stock's.
+    pub mismatches: usize,
+    /// The first mismatching rows.
+    pub examples: Vec<RowRef>,
+}
+
+/// The statistical check's tally.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct StatTally {
+    /// Cases tested (those on the subset path).
+    pub cases: usize,
+    /// Rows drawn from.
+    pub rows: usize,
+    /// Smallest case p-value.
+    pub min_p_value: Option<f64>,
+    /// Cases below the Bonferroni threshold or with an outside or empty draw.
+    pub failed_cases: Vec<String>,
+    /// Draws of tokens stock gives probability 0.
+    pub outside_support_draws: u64,
+    /// Rows with nothing to draw from.
+    pub empty_rows: usize,
+    #[serde(skip)]
+    tests: Vec<(String, CaseTest)>,
+}
+
+/// The fallback check's tally.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct FallbackTally {
+    /// Cases the fix hands to stock.
+    pub cases: usize,
+    /// Of those, bit-identical to stock.
+    pub identical: usize,
+}
+
+/// One check's verdict.
+#[derive(Debug, Clone, Serialize)]
+pub struct CheckVerdict {
+    /// `exact`, `coupled`, `statistical` or `fallback`.
+    pub check: &'static str,
+    /// Whether it passed.
+    pub passed: bool,
+}
+
+/// Every check's tally and verdict for one sampler.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct SamplerResult {
+    /// Verdicts, in check order.
+    pub verdicts: Vec<CheckVerdict>,
+    /// Exact.
+    pub exact: ExactTally,
+    /// Coupled noise.
+    pub coupled: CoupledTally,
+    /// Statistical.
+    pub statistical: StatTally,
+    /// Fallback.
+    pub fallback: FallbackTally,
+}
+
+impl SamplerResult {
+    /// Names of the failed checks.
+    pub fn failed(&self) -> Vec<&'static str> {
+        self.verdicts
+            .iter()
+            .filter(|v| !v.passed)
+            .map(|v| v.check)
+            .collect()
+    }
+
+    fn finish(&mut self, threshold: f64) {
+        let stat = &mut self.statistical;
+        stat.failed_cases = stat
+            .tests
+            .iter()
+            .filter(|(_, t)| t.fails(threshold))
+            .map(|(n, _)| n.clone())
+            .collect();
+        stat.min_p_value = stat.tests.iter().map(|(_, t)| t.p_value).reduce(f64::min);
+        self.verdicts = vec![
+            CheckVerdict {
+                check: "exact",
+                passed: self.exact.unexplained == 0 && self.exact.over_ulp_bound == 0,
+            },
+            CheckVerdict {
+                check: "coupled",
+                passed: self.coupled.mismatches == 0,
+            },
+            CheckVerdict {
+                check: "statistical",
+                passed: stat.failed_cases.is_empty(),
+            },
+            CheckVerdict {
+                check: "fallback",
+                passed: self.fallback.identical == self.fallback.cases,
+            },
+        ];
+    }
+}
+
+/// Ties seen by the fix, by kind.
+#[derive(Debug, Clone, Default, Serialize)]
+pub struct TieCounts {
+    /// Rows where more tokens tie at the k-th value than k, all inside the window: kept by
+    /// value, as stock does.
+    pub kth_ties_kept_by_value: usize,
+    /// Rows where such a tie group crosses the window's edge (explained difference).
+    pub kth_tie_crosses_window: usize,
+    /// Rows with another copy of a tied value kept at the top-p cut (explained difference).
+    pub top_p_boundary_tie: usize,
+    /// Rows where the top-p cut moved within float32 rounding (explained difference).
+    pub top_p_rounding: usize,
+}
+
+/// The fix's result on one case.
+#[derive(Debug, Clone, Serialize)]
+pub struct CaseResult {
+    /// Case name.
+    pub name: String,
+    /// What it exercises.
+    pub why: &'static str,
+    /// Logit values.
+    pub dtype: cases::Dtype,
+    /// B.
+    pub rows: i64,
+    /// V.
+    pub vocab: i64,
+    /// The path the fix took.
+    pub route: String,
+    /// Rows with stock's support.
+    pub identical: usize,
+    /// Rows with an explained difference.
+    pub explained: usize,
+    /// Rows with an unexplained difference.
+    pub unexplained: usize,
+    /// Largest ulp difference on identical rows.
+    pub max_ulps: u64,
+    /// Coupled-noise mismatches.
+    pub coupled_mismatches: usize,
+    /// Statistical test (subset-path cases).
+    pub statistical: Option<CaseTest>,
+}
+
+/// Statistical settings, for the report.
+#[derive(Debug, Clone, Serialize)]
+pub struct StatSettings {
+    /// Draws per row.
+    pub draws_per_row: usize,
+    /// Family-wise level.
+    pub alpha: f64,
+    /// Cases tested (the Bonferroni divisor).
+    pub tests: usize,
+    /// Per-case p-value threshold.
+    pub threshold: f64,
+    /// Minimum expected draws per merged bin.
+    pub min_expected_per_bin: f64,
+}
+
+/// A mutant and the checks that caught it.
+#[derive(Debug, Clone, Serialize)]
+pub struct MutantResult {
+    /// Name.
+    pub name: &'static str,
+    /// The mistake.
+    pub description: &'static str,
+    /// Checks that rejected it (empty: it survived).
+    pub caught_by: Vec<&'static str>,
+    /// Whether any check rejected it.
+    pub caught: bool,
+    /// Unexplained rows in the exact check.
+    pub exact_unexplained_rows: usize,
+    /// Coupled-noise mismatches.
+    pub coupled_mismatches: usize,
+    /// Cases failing the statistical gate.
+    pub statistical_failed_cases: usize,
+    /// The first row where it differed from stock (exact check first, else coupled noise).
+    pub first_difference: Option<RowRef>,
+}
+
+/// Everything `equiv` found.
+#[derive(Debug, Clone, Serialize)]
+pub struct SuiteReport {
+    /// The outcome.
+    pub verdict: Verdict,
+    /// Stock release mirrored.
+    pub release: &'static str,
+    /// Base seed.
+    pub seed: u64,
+    /// libtorch intra-op threads.
+    pub torch_threads: i32,
+    /// Cases run.
+    pub cases: usize,
+    /// Rows checked per sampler.
+    pub rows_checked: usize,
+    /// Cases on the subset path.
+    pub subset_cases: usize,
+    /// Cases the fix hands to stock.
+    pub fallback_cases: usize,
+    /// The allowed ulp difference.
+    pub ulp_bound: u64,
+    /// The fix's checks.
+    pub subset: SamplerResult,
+    /// Ties the fix met.
+    pub ties: TieCounts,
+    /// Statistical settings.
+    pub statistical: StatSettings,
+    /// The gate on stock vs stock.
+    pub calibration: Calibration,
+    /// Every mutant.
+    pub mutants: Vec<MutantResult>,
+    /// The fix per case.
+    pub case_results: Vec<CaseResult>,
+    /// Seconds for the cases (all samplers).
+    pub cases_seconds: f64,
+    /// Seconds for the calibration.
+    pub calibration_seconds: f64,
+}
+
+/// Entry point of `gaudi-fixes equiv`.
+pub fn run(global: &GlobalArgs, args: &EquivArgs) -> Result<ExitStatus> {
+    let config = Config::from_args(args)?;
+    let threads = crate::reference::bench::set_threads(Some(args.threads))?;
+    if let Some(dir) = &args.emit_vectors {
+        let emitted = vectors::emit(dir, config.release, config.seed)?;
+        crate::report::equiv::print_emitted(global, &emitted)?;
+        return Ok(ExitStatus::Applied);
+    }
+    let mut progress = crate::report::equiv::Progress::new(global);
+    let report = run_suite(&config, threads, &mut progress);
+    progress.clear();
+    crate::report::equiv::print(global, &report)?;
+    Ok(match report.verdict {
+        Verdict::Equivalent => ExitStatus::Applied,
+        Verdict::NotEquivalent | Verdict::SuiteBroken => ExitStatus::NotApplied,
+    })
+}
+
+/// Stock's side of one case, shared by every sampler checked on it.
+struct StockSide {
+    filtered: Filtered,
+    rows: FlatRows,
+    tokens: Vec<i64>,
+    noise: Tensor,
+    window: Option<i64>,
+    expected: Vec<Expected>,
+}
+
+impl StockSide {
+    fn new(case: &Case, release: Release) -> StockSide {
+        let batch = &case.batch;
+        tch::manual_seed(case.seed as i64);
+        let noise = exponential_like(&Tensor::empty(
+            [batch.rows, batch.vocab],
+            (Kind::Float, Device::Cpu),
+        ));
+        let filtered = Sampler::Stock.filter(batch, release);
+        let rows = support_rows(&filtered, &filtered.probs());
+        let tokens = tokens_of(&filtered, &noise);
+        let window = match subset::route(batch.k.as_deref(), batch.vocab) {
+            Route::Subset { window } => Some(window),
+            _ => None,
+        };
+        // Only subset-path cases are drawn from (a fallback is checked bit for bit instead).
+        let expected = match window {
+            Some(_) => (0..batch.rows as usize)
+                .map(|r| {
+                    let (ids, probs) = rows.row(r);
+                    Expected::new(ids, probs)
+                })
+                .collect(),
+            None => Vec::new(),
+        };
+        StockSide {
+            filtered,
+            rows,
+            tokens,
+            noise,
+            window,
+            expected,
+        }
+    }
+}
+
+fn tokens_of(filtered: &Filtered, noise: &Tensor) -> Vec<i64> {
+    Vec::<i64>::try_from(&filtered.draw(Noise::Coupled(noise)).tokens).expect("int64 tokens")
+}
+
+/// One sampler on one case.
+struct CaseOutcome {
+    outcomes: Vec<RowOutcome>,
+    coupled_mismatches: Vec<usize>,
+    fallback_identical: Option<bool>,
+    statistical: Option<CaseTest>,
+    drawn_rows: usize,
+}
+
+fn check_case(
+    config: &Config,
+    case: &Case,
+    stock: &StockSide,
+    sampler: Sampler,
+    salt: u64,
+) -> CaseOutcome {
+    let batch = &case.batch;
+    let filtered = sampler.filter(batch, config.release);
+    let rows = support_rows(&filtered, &filtered.probs());
+    let outcomes: Vec<RowOutcome> = (0..batch.rows as usize)
+        .map(|r| exact::compare_row(batch, r, stock.window, stock.rows.row(r), rows.row(r)))
+        .collect();
+    let tokens = tokens_of(&filtered, &stock.noise);
+    let coupled_mismatches = (0..outcomes.len())
+        .filter(|&r| {
+            !matches!(outcomes[r], RowOutcome::Explained(_)) && tokens[r] != stock.tokens[r]
+        })
+        .collect();
+    let fallback_identical = stock
+        .window
+        .is_none()
+        .then(|| filtered.logits.equal(&stock.filtered.logits));
+    let (statistical, drawn_rows) = match stock.window {
+        Some(_) => {
+            tch::manual_seed((case.seed ^ salt.wrapping_mul(0x9E37_79B9)) as i64);
+            let tests: Vec<RowTest> = drawable(&outcomes)
+                .map(|r| {
+                    let (ids, probs) = rows.row(r);
+                    statistical::test_row(&stock.expected[r], ids, probs, config.draws)
+                })
+                .collect();
+            (Some(CaseTest::from_rows(&tests)), tests.len())
+        }
+        None => (None, 0),
+    };
+    CaseOutcome {
+        outcomes,
+        coupled_mismatches,
+        fallback_identical,
+        statistical,
+        drawn_rows,
+    }
+}
+
+/// Rows the statistical check draws from: all but explained ones, whose support may
+/// legitimately differ from stock's.
+fn drawable(outcomes: &[RowOutcome]) -> impl Iterator<Item = usize> + '_ {
+    (0..outcomes.len()).filter(|&r| !matches!(outcomes[r], RowOutcome::Explained(_)))
+}
+
+impl SamplerResult {
+    fn absorb(&mut self, case: &Case, outcome: &CaseOutcome, ulp_bound: u64) {
+        let name = &case.name;
+        for (row, o) in outcome.outcomes.iter().enumerate() {
+            self.exact.rows += 1;
+            match o {
+                RowOutcome::Identical { max_ulps } => {
+                    self.exact.identical += 1;
+                    self.exact.max_ulps = self.exact.max_ulps.max(*max_ulps);
+                    self.exact.over_ulp_bound += usize::from(*max_ulps > ulp_bound);
+                }
+                RowOutcome::Explained(_) => {
+                    self.exact.explained += 1;
+                    self.coupled.skipped_explained += 1;
+                }
+                RowOutcome::Unexplained => {
+                    self.exact.unexplained += 1;
+                    if self.exact.examples.len() < EXAMPLES {
+                        self.exact.examples.push(RowRef {
+                            case: name.clone(),
+                            row,
+                        });
+                    }
+                }
+            }
+        }
+        self.coupled.rows += outcome.outcomes.len()
+            - outcome
+                .outcomes
+                .iter()
+                .filter(|o| matches!(o, RowOutcome::Explained(_)))
+                .count();
+        self.coupled.mismatches += outcome.coupled_mismatches.len();
+        for &row in outcome
+            .coupled_mismatches
+            .iter()
+            .take(EXAMPLES.saturating_sub(self.coupled.examples.len()))
+        {
+            self.coupled.examples.push(RowRef {
+                case: name.clone(),
+                row,
+            });
+        }
+        if let Some(identical) = outcome.fallback_identical {
+            self.fallback.cases += 1;
+            self.fallback.identical += usize::from(identical);
+        }
+        if let Some(test) = outcome.statistical {
+            self.statistical.cases += 1;
+            self.statistical.rows += outcome.drawn_rows;
+            self.statistical.outside_support_draws += test.outside_support;
+            self.statistical.empty_rows += test.empty_rows;
+            self.statistical.tests.push((name.clone(), test));
+        }
+    }
+}
+
+/// Run every case through stock, the fix and the mutants, then calibrate the gate.
+pub fn run_suite(
+    config: &Config,
+    torch_threads: i32,
+    progress: &mut crate::report::equiv::Progress,
+) -> SuiteReport {
+    let mut cases = cases::generated(&config.plan);
+    cases.extend(cases::fixtures(config.seed, config.fixture_vocab));
+    let mutants: Vec<Flaw> = Flaw::ALL.to_vec();
+
+    let started = Instant::now();
+    let mut subset = SamplerResult::default();
+    let mut mutant_results: Vec<SamplerResult> = vec![SamplerResult::default(); mutants.len()];
+    let mut ties = TieCounts::default();
+    let mut case_results = Vec::with_capacity(cases.len());
+    let mut calibration_cases: Vec<Vec<Expected>> = Vec::new();
+
+    for (i, case) in cases.iter().enumerate() {
+        progress.case(i, cases.len(), &case.name);
+        let stock = StockSide::new(case, config.release);
+        let outcome = check_case(config, case, &stock, Sampler::Subset, 0);
+        count_ties(&case.batch, stock.window, &outcome.outcomes, &mut ties);
+        if stock.window.is_some() {
+            calibration_cases.push(
+                drawable(&outcome.outcomes)
+                    .map(|r| stock.expected[r].clone())
+                    .collect(),
+            );
+        }
+        case_results.push(case_result(case, &outcome));
+        subset.absorb(case, &outcome, config.ulp_bound);
+        for (m, (&flaw, result)) in mutants.iter().zip(&mut mutant_results).enumerate() {
+            let outcome = check_case(config, case, &stock, Sampler::Mutant(flaw), m as u64 + 1);
+            result.absorb(case, &outcome, config.ulp_bound);
+        }
+    }
+    let cases_seconds = started.elapsed().as_secs_f64();
+
+    let tests = subset.statistical.cases;
+    let threshold = bonferroni(config.alpha, tests);
+    subset.finish(threshold);
+    for result in &mut mutant_results {
+        result.finish(threshold);
+    }
+
+    let started = Instant::now();
+    let calibration = statistical::calibrate(
+        &calibration_cases,
+        config.draws,
+        config.calibration_runs,
+        config.alpha,
+        config.seed,
+        |run| progress.calibration(run, config.calibration_runs),
+    );
+    let calibration_seconds = started.elapsed().as_secs_f64();
+
+    let mutants: Vec<MutantResult> = mutants
+        .iter()
+        .zip(&mutant_results)
+        .map(|(flaw, result)| {
+            let caught_by = result.failed();
+            MutantResult {
+                name: flaw.name(),
+                description: flaw.description(),
+                caught: !caught_by.is_empty(),
+                caught_by,
+                exact_unexplained_rows: result.exact.unexplained,
+                coupled_mismatches: result.coupled.mismatches,
+                statistical_failed_cases: result.statistical.failed_cases.len(),
+                first_difference: result
+                    .exact
+                    .examples
+                    .first()
+                    .or(result.coupled.examples.first())
+                    .cloned(),
+            }
+        })
+        .collect();
+
+    let suite_sound = calibration.ok && mutants.iter().all(|m| m.caught);
+    let verdict = match (suite_sound, subset.failed().is_empty()) {
+        (false, _) => Verdict::SuiteBroken,
+        (true, false) => Verdict::NotEquivalent,
+        (true, true) => Verdict::Equivalent,
+    };
+    let subset_cases = case_results
+        .iter()
+        .filter(|c| c.statistical.is_some())
+        .count();
+    SuiteReport {
+        verdict,
+        release: config.release.as_str(),
+        seed: config.seed,
+        torch_threads,
+        cases: cases.len(),
+        rows_checked: subset.exact.rows,
+        subset_cases,
+        fallback_cases: cases.len() - subset_cases,
+        ulp_bound: config.ulp_bound,
+        subset,
+        ties,
+        statistical: StatSettings {
+            draws_per_row: config.draws,
+            alpha: config.alpha,
+            tests,
+            threshold,
+            min_expected_per_bin: statistical::MIN_EXPECTED,
+        },
+        calibration,
+        mutants,
+        case_results,
+        cases_seconds,
+        calibration_seconds,
+    }
+}
+
+/// Count the ties the fix met in one case.
+fn count_ties(batch: &Batch, window: Option<i64>, outcomes: &[RowOutcome], ties: &mut TieCounts) {
+    for (r, outcome) in outcomes.iter().enumerate() {
+        match outcome {
+            RowOutcome::Explained(Explanation::KthTieCrossesWindow) => {
+                ties.kth_tie_crosses_window += 1
+            }
+            RowOutcome::Explained(Explanation::TopPBoundaryTie) => ties.top_p_boundary_tie += 1,
+            RowOutcome::Explained(Explanation::TopPRounding) => ties.top_p_rounding += 1,
+            RowOutcome::Identical { .. } | RowOutcome::Unexplained => {
+                let k = batch.k_of(r);
+                let kept_by_value = window.is_some()
+                    && exact::kth_facts(batch.row(r), k).is_some_and(|f| f.kept as i64 > k);
+                ties.kth_ties_kept_by_value += usize::from(kept_by_value);
+            }
+        }
+    }
+}
+
+fn case_result(case: &Case, outcome: &CaseOutcome) -> CaseResult {
+    let count = |f: fn(&RowOutcome) -> bool| outcome.outcomes.iter().filter(|o| f(o)).count();
+    CaseResult {
+        name: case.name.clone(),
+        why: case.why,
+        dtype: case.dtype,
+        rows: case.batch.rows,
+        vocab: case.batch.vocab,
+        route: subset::route(case.batch.k.as_deref(), case.batch.vocab).to_string(),
+        identical: count(|o| matches!(o, RowOutcome::Identical { .. })),
+        explained: count(|o| matches!(o, RowOutcome::Explained(_))),
+        unexplained: count(|o| matches!(o, RowOutcome::Unexplained)),
+        max_ulps: outcome
+            .outcomes
+            .iter()
+            .filter_map(|o| match o {
+                RowOutcome::Identical { max_ulps } => Some(*max_ulps),
+                _ => None,
+            })
+            .max()
+            .unwrap_or(0),
+        coupled_mismatches: outcome.coupled_mismatches.len(),
+        statistical: outcome.statistical,
+    }
+}

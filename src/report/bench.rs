@@ -1,0 +1,126 @@
+//! Output of `gaudi-fixes bench`: a table of median times and ratios per shape, the targets,
+//! or the JSON document (`--format json`, the serialised [`BenchReport`]).
+
+use std::io::Write;
+
+use anyhow::{Context, Result};
+use colored::Colorize;
+
+use crate::cli::{Format, GlobalArgs};
+use crate::reference::bench::BenchReport;
+
+/// A one-line "which shape now" indicator on stderr, drawn only where
+/// [`super::progress_allowed`].
+pub struct Progress {
+    enabled: bool,
+    drawn: bool,
+}
+
+impl Progress {
+    /// Progress for this run's output settings.
+    pub fn new(global: &GlobalArgs) -> Progress {
+        Progress {
+            enabled: super::progress_allowed(global),
+            drawn: false,
+        }
+    }
+
+    /// Shape B × V is being measured.
+    pub fn shape(&mut self, batch: i64, vocab: i64) {
+        if self.enabled {
+            let mut err = std::io::stderr().lock();
+            let _ = write!(err, "\r\x1b[2Kbench: B={batch} V={vocab}");
+            let _ = err.flush();
+            self.drawn = true;
+        }
+    }
+
+    /// Erase the line before the report is printed.
+    pub fn clear(&mut self) {
+        if self.drawn {
+            let _ = write!(std::io::stderr().lock(), "\r\x1b[2K");
+            self.drawn = false;
+        }
+    }
+}
+
+/// Print the benchmark in the chosen format (nothing with `--quiet`).
+pub fn print(global: &GlobalArgs, report: &BenchReport) -> Result<()> {
+    if global.quiet {
+        return Ok(());
+    }
+    let mut out = std::io::stdout().lock();
+    match global.format {
+        Format::Json => {
+            serde_json::to_writer_pretty(&mut out, report).context("writing the JSON report")?;
+            writeln!(out)?;
+        }
+        Format::Human | Format::Github => human(&mut out, report)?,
+    }
+    out.flush()?;
+    Ok(())
+}
+
+fn human(out: &mut impl Write, r: &BenchReport) -> Result<()> {
+    writeln!(
+        out,
+        "{} vLLM {} stock vs subset (K={}), libtorch CPU, {} threads, top_k ≤ {}, top_p {}, median of {}",
+        "gaudi-fixes bench:".bold(),
+        r.release,
+        r.window,
+        r.torch_threads,
+        r.top_k,
+        r.top_p,
+        r.repeats
+    )?;
+    writeln!(
+        out,
+        "{:>4} {:>7} {:>10} {:>10} {:>11} {:>9} {:>10} {:>10} {:>13} {:>12} {:>9} {:>9}",
+        "B",
+        "V",
+        "stock ms",
+        "subset ms",
+        "topk(K) ms",
+        "amax ms",
+        "+sel ms",
+        "+supp ms",
+        "stock/subset",
+        "subset/topk",
+        "sel/off",
+        "supp/off"
+    )?;
+    for s in &r.shapes {
+        let (t, x) = (&s.median_ms, &s.ratios);
+        writeln!(
+            out,
+            "{:>4} {:>7} {:>10.2} {:>10.2} {:>11.2} {:>9.2} {:>10.2} {:>10.2} {:>12.1}x {:>11.2}x {:>8.2}x {:>8.2}x",
+            s.batch,
+            s.vocab,
+            t.stock,
+            t.subset,
+            t.topk,
+            t.floor_amax,
+            t.subset_masks_selected,
+            t.subset_masks_support,
+            x.stock_over_subset,
+            x.subset_over_topk,
+            x.masks_selected_over_off,
+            x.masks_support_over_off
+        )?;
+    }
+    writeln!(out)?;
+    for target in &r.targets {
+        let (value, state) = match (target.value, target.met) {
+            (Some(v), Some(true)) => (format!("{v:.2}x"), "met".green()),
+            (Some(v), Some(false)) => (format!("{v:.2}x"), "NOT MET".red().bold()),
+            _ => ("-".to_string(), "not measured (shape not run)".yellow()),
+        };
+        writeln!(out, "target: {}: {value} {state}", target.name)?;
+    }
+    writeln!(
+        out,
+        "(+sel / +supp: the subset call with sampling masks captured in selected / support mode; \
+         without masks nothing is captured. CPU times on this machine; HPU speed is not measured here.)"
+    )?;
+    Ok(())
+}

@@ -1,0 +1,355 @@
+//! Output of `gaudi-fixes equiv`: a readable summary (checks, ties, calibration, mutants,
+//! per-case table), the JSON document (`--format json`, the serialised
+//! [`SuiteReport`]), GitHub annotations for failures, and the progress line on stderr.
+
+use std::io::Write;
+
+use anyhow::{Context, Result};
+use colored::Colorize;
+
+use crate::cli::{Format, GlobalArgs};
+use crate::reference::suite::{SuiteReport, Verdict};
+use crate::reference::vectors::Emitted;
+
+/// A one-line progress indicator on stderr, drawn only where [`super::progress_allowed`].
+pub struct Progress {
+    enabled: bool,
+    drawn: bool,
+}
+
+impl Progress {
+    /// Progress for this run's output settings.
+    pub fn new(global: &GlobalArgs) -> Progress {
+        Progress {
+            enabled: super::progress_allowed(global),
+            drawn: false,
+        }
+    }
+
+    /// Case `index` of `total` is starting.
+    pub fn case(&mut self, index: usize, total: usize, name: &str) {
+        self.draw(&format!("equiv: case {}/{total} {name}", index + 1));
+    }
+
+    /// Calibration run `run` of `runs` is starting (drawn every tenth run).
+    pub fn calibration(&mut self, run: usize, runs: usize) {
+        if run % 10 == 0 {
+            self.draw(&format!(
+                "equiv: calibrating the statistical gate, run {}/{runs}",
+                run + 1
+            ));
+        }
+    }
+
+    fn draw(&mut self, line: &str) {
+        if self.enabled {
+            let mut err = std::io::stderr().lock();
+            let _ = write!(err, "\r\x1b[2K{line}");
+            let _ = err.flush();
+            self.drawn = true;
+        }
+    }
+
+    /// Erase the line before the report is printed.
+    pub fn clear(&mut self) {
+        if self.drawn {
+            let mut err = std::io::stderr().lock();
+            let _ = write!(err, "\r\x1b[2K");
+            let _ = err.flush();
+            self.drawn = false;
+        }
+    }
+}
+
+/// Print the suite's report in the chosen format (nothing with `--quiet`).
+pub fn print(global: &GlobalArgs, report: &SuiteReport) -> Result<()> {
+    if global.quiet {
+        return Ok(());
+    }
+    let stdout = std::io::stdout();
+    let mut out = stdout.lock();
+    match global.format {
+        Format::Json => {
+            serde_json::to_writer_pretty(&mut out, report).context("writing the JSON report")?;
+            writeln!(out)?;
+        }
+        Format::Human => human(&mut out, report)?,
+        Format::Github => {
+            human(&mut out, report)?;
+            annotations(&mut out, report)?;
+        }
+    }
+    out.flush()?;
+    Ok(())
+}
+
+/// Say where the test vectors went.
+pub fn print_emitted(global: &GlobalArgs, emitted: &Emitted) -> Result<()> {
+    if global.quiet {
+        return Ok(());
+    }
+    let mut out = std::io::stdout().lock();
+    match global.format {
+        Format::Json => {
+            let doc = serde_json::json!({
+                "vectors_dir": emitted.dir,
+                "cases": emitted.cases,
+                "bytes": emitted.bytes,
+                "manifest": emitted.dir.join("manifest.json"),
+            });
+            serde_json::to_writer_pretty(&mut out, &doc)?;
+            writeln!(out)?;
+        }
+        Format::Human | Format::Github => writeln!(
+            out,
+            "wrote {} cases ({:.1} MB) to {} (see manifest.json)",
+            emitted.cases,
+            emitted.bytes as f64 / 1e6,
+            emitted.dir.display()
+        )?,
+    }
+    Ok(())
+}
+
+fn pass_fail(passed: bool) -> colored::ColoredString {
+    if passed {
+        "pass".green()
+    } else {
+        "FAIL".red().bold()
+    }
+}
+
+fn human(out: &mut impl Write, r: &SuiteReport) -> Result<()> {
+    let s = &r.subset;
+    writeln!(
+        out,
+        "{} subset sampler vs stock (vLLM {} apply_top_k_top_p_pytorch + random_sample)",
+        "gaudi-fixes equiv:".bold(),
+        r.release
+    )?;
+    writeln!(
+        out,
+        "{} cases ({} on the subset path, {} handed to stock), {} rows, seed {}, libtorch threads: {}",
+        r.cases, r.subset_cases, r.fallback_cases, r.rows_checked, r.seed, r.torch_threads
+    )?;
+    writeln!(out)?;
+
+    let verdict = |check: &str| {
+        s.verdicts
+            .iter()
+            .find(|v| v.check == check)
+            .is_some_and(|v| v.passed)
+    };
+    let e = &s.exact;
+    let c = &s.coupled;
+    let st = &s.statistical;
+    let rows = [
+        (
+            "exact",
+            verdict("exact"),
+            format!(
+                "{} rows with stock's support (max {} ulps, bound {}); {} explained; {} unexplained",
+                e.identical, e.max_ulps, r.ulp_bound, e.explained, e.unexplained
+            ),
+        ),
+        (
+            "coupled",
+            verdict("coupled"),
+            format!(
+                "{} of {} rows pick stock's token under shared Exp(1) noise ({} explained rows skipped)",
+                c.rows - c.mismatches,
+                c.rows,
+                c.skipped_explained
+            ),
+        ),
+        (
+            "statistical",
+            verdict("statistical"),
+            format!(
+                "{} cases, {} rows × {} draws; min p {} vs threshold {:.2e} (α {}, Bonferroni); {} draws outside support",
+                st.cases,
+                st.rows,
+                r.statistical.draws_per_row,
+                st.min_p_value.map_or("-".to_string(), |p| format!("{p:.3}")),
+                r.statistical.threshold,
+                r.statistical.alpha,
+                st.outside_support_draws
+            ),
+        ),
+        (
+            "fallback",
+            verdict("fallback"),
+            format!("{} of {} cases handed to stock are bit-identical", s.fallback.identical, s.fallback.cases),
+        ),
+    ];
+    writeln!(
+        out,
+        "{:<12} {:<6} {}",
+        "check".bold(),
+        "result".bold(),
+        "detail".bold()
+    )?;
+    for (name, passed, detail) in rows {
+        writeln!(out, "{name:<12} {:<6} {detail}", pass_fail(passed))?;
+    }
+    for example in e.examples.iter().chain(&c.examples) {
+        writeln!(
+            out,
+            "  {} {} row {}",
+            "differs:".red(),
+            example.case,
+            example.row
+        )?;
+    }
+    for case in &st.failed_cases {
+        writeln!(out, "  {} {case}", "statistical failure:".red())?;
+    }
+    writeln!(out)?;
+
+    let t = &r.ties;
+    writeln!(
+        out,
+        "{:<12} {} rows kept a tie at the k-th value by value; explained differences: {} tie crossing K, \
+         {} top-p boundary tie, {} top-p rounding",
+        "ties",
+        t.kth_ties_kept_by_value,
+        t.kth_tie_crosses_window,
+        t.top_p_boundary_tie,
+        t.top_p_rounding
+    )?;
+    let cal = &r.calibration;
+    writeln!(
+        out,
+        "{:<12} {:<6} the gate on stock vs stock ({}): alarmed in {} of {} runs ({:.1}%, limit {:.0}%)",
+        "calibration",
+        pass_fail(cal.ok),
+        cal.method,
+        cal.alarms,
+        cal.runs,
+        cal.false_alarm_rate * 100.0,
+        cal.limit * 100.0
+    )?;
+    writeln!(out)?;
+
+    writeln!(
+        out,
+        "{:<20} {:<30} {:<46} {}",
+        "mutant".bold(),
+        "caught by".bold(),
+        "mistake".bold(),
+        "first difference".bold()
+    )?;
+    for m in &r.mutants {
+        let caught = if m.caught {
+            m.caught_by.join(", ").green()
+        } else {
+            "SURVIVED".red().bold()
+        };
+        let first = m
+            .first_difference
+            .as_ref()
+            .map_or("-".to_string(), |d| format!("{} row {}", d.case, d.row));
+        writeln!(
+            out,
+            "{:<20} {:<30} {:<46} {first}",
+            m.name, caught, m.description
+        )?;
+    }
+    writeln!(out)?;
+
+    writeln!(
+        out,
+        "{:<40} {:<26} {:>4} {:>5} {:>5} {:>5} {:>4} {:>7} {:>8}",
+        "case".bold(),
+        "route".bold(),
+        "rows".bold(),
+        "same".bold(),
+        "expl".bold(),
+        "diff".bold(),
+        "ulps".bold(),
+        "coupled".bold(),
+        "p-value".bold()
+    )?;
+    for case in &r.case_results {
+        let p = case
+            .statistical
+            .map_or("-".to_string(), |t| format!("{:.3}", t.p_value));
+        writeln!(
+            out,
+            "{:<40} {:<26} {:>4} {:>5} {:>5} {:>5} {:>4} {:>7} {:>8}",
+            case.name,
+            case.route,
+            case.rows,
+            case.identical,
+            case.explained,
+            case.unexplained,
+            case.max_ulps,
+            case.coupled_mismatches,
+            p
+        )?;
+    }
+    writeln!(out)?;
+
+    let timing = format!(
+        "(cases {:.1} s, calibration {:.1} s)",
+        r.cases_seconds, r.calibration_seconds
+    );
+    match r.verdict {
+        Verdict::Equivalent => writeln!(
+            out,
+            "{} the subset sampler matches stock on every check, and the suite rejects all {} mutants {timing}",
+            "EQUIVALENT:".green().bold(),
+            r.mutants.len()
+        )?,
+        Verdict::NotEquivalent => writeln!(
+            out,
+            "{} the subset sampler fails: {} {timing}",
+            "NOT EQUIVALENT:".red().bold(),
+            s.failed().join(", ")
+        )?,
+        Verdict::SuiteBroken => writeln!(
+            out,
+            "{} {} {timing}",
+            "SUITE BROKEN:".red().bold(),
+            suite_problem(r)
+        )?,
+    }
+    Ok(())
+}
+
+/// Why the suite cannot be trusted, in words.
+fn suite_problem(r: &SuiteReport) -> String {
+    let survivors: Vec<&str> = r
+        .mutants
+        .iter()
+        .filter(|m| !m.caught)
+        .map(|m| m.name)
+        .collect();
+    let mut problems = Vec::new();
+    if !survivors.is_empty() {
+        problems.push(format!(
+            "mutants survived every check: {}",
+            survivors.join(", ")
+        ));
+    }
+    if !r.calibration.ok {
+        problems.push(format!(
+            "the statistical gate alarms on stock itself in {:.1}% of runs",
+            r.calibration.false_alarm_rate * 100.0
+        ));
+    }
+    problems.join("; ")
+}
+
+fn annotations(out: &mut impl Write, r: &SuiteReport) -> Result<()> {
+    for check in r.subset.failed() {
+        writeln!(
+            out,
+            "::error title=gaudi-fixes equiv::subset sampler fails the {check} check"
+        )?;
+    }
+    if r.verdict == Verdict::SuiteBroken {
+        writeln!(out, "::error title=gaudi-fixes equiv::{}", suite_problem(r))?;
+    }
+    Ok(())
+}
