@@ -29,6 +29,7 @@ from __future__ import annotations
 import ast
 import enum
 import functools
+import json
 import logging
 import os
 import sys
@@ -930,8 +931,27 @@ def _vector_dirs() -> list[Path]:
 
 
 @pytest.mark.skipif(not os.environ.get(VECTORS_ENV), reason=f"{VECTORS_ENV} is not set: no reference vectors")
+def test_reference_vectors_excuse_few_rows():
+    """The excused rows (documented differences) must stay a small part of the vectors, or
+    test_reference_vectors would compare next to nothing."""
+    manifest = json.loads((Path(os.environ[VECTORS_ENV]) / "manifest.json").read_text())
+    rows = sum(c["batch"] for c in manifest["cases"])
+    excused = sum(len(c["subset_may_differ"]) for c in manifest["cases"])
+    assert rows > 0 and excused <= 0.25 * rows, f"{excused} of {rows} rows excused"
+
+
+@pytest.mark.skipif(not os.environ.get(VECTORS_ENV), reason=f"{VECTORS_ENV} is not set: no reference vectors")
 @pytest.mark.parametrize("vector_dir", _vector_dirs(), ids=lambda d: d.name)
 def test_reference_vectors(vector_dir):
+    """The patched real code reproduces the reference sampler's stock tokens and supports.
+
+    Rows the reference lists under `subset_may_differ` in manifest.json (a tie group at the
+    k-th value crossing the window edge, a tie or rounding at the top-p boundary) are the
+    documented differences and are not compared; every other row must match exactly.
+    """
+    manifest = json.loads((vector_dir.parent / "manifest.json").read_text())
+    meta = next((c for c in manifest["cases"] if c["name"] == vector_dir.name), None)
+    assert meta is not None, f"{vector_dir.name} is not in manifest.json"
     load = lambda name: np.load(vector_dir / name)  # noqa: E731
     logits = torch.from_numpy(load("logits.npy")).float()
     k = torch.from_numpy(load("k.npy")).long()
@@ -944,26 +964,30 @@ def test_reference_vectors(vector_dir):
     B, V = logits.shape
     assert k.shape == (B,) and p.shape == (B,) and noise.shape == (B, V) and expected.shape == (B,)
     assert lengths.shape == (B,) and support_ids.shape == support_logprobs.shape == (int(lengths.sum()),)
+    skip = {d["row"] for d in meta["subset_may_differ"]}
+    rows = [r for r in range(B) if r not in skip]
+    k_arg = None if meta["k_is_none"] else k
+    p_arg = None if meta["p_is_none"] else p
 
     mod = base()
-    window = mod._topk_subset_bucket(int(k.max()))
+    window = None if k_arg is None else mod._topk_subset_bucket(int(k.max()))
     if window is None or window >= V:
         # No subset for this batch: the patched file must take the stock path.
-        masked = mod.apply_top_k_top_p_pytorch(logits.clone(), k, p)
+        masked = mod.apply_top_k_top_p_pytorch(logits.clone(), k_arg, p_arg)
         probs = masked.softmax(dim=-1, dtype=torch.float32)
         tokens = mod.sample_with_exponential_noise(probs.clone(), noise.clone())
         full_logprobs = masked.log_softmax(dim=-1, dtype=torch.float32)
     else:
-        wl, wi = mod._apply_top_k_top_p_subset(logits.clone(), k, p, window)
+        wl, wi = mod._apply_top_k_top_p_subset(logits.clone(), k_arg, p_arg, window)
         tokens = mod._topk_subset_race(wl, wi, noise.gather(1, wi))
         full_logprobs = torch.full_like(logits, -float("inf")).scatter_(
             1, wi, wl.log_softmax(dim=-1, dtype=torch.float32)
         )
-    assert np.array_equal(tokens.numpy(), expected), (
-        f"{vector_dir.name}: rows {np.nonzero(tokens.numpy() != expected)[0][:10].tolist()} differ"
-    )
+    got_tokens = tokens.numpy()
+    differ = [r for r in rows if got_tokens[r] != expected[r]]
+    assert not differ, f"{vector_dir.name}: rows {differ[:10]} differ from the reference's stock token"
     offsets = np.concatenate([[0], np.cumsum(lengths)])
-    for row in range(B):
+    for row in rows:
         want_ids = support_ids[offsets[row] : offsets[row + 1]]
         got_ids = torch.nonzero(full_logprobs[row] > -float("inf")).flatten().numpy()
         assert np.array_equal(got_ids, want_ids), f"{vector_dir.name} row {row}: support differs"
