@@ -16,8 +16,6 @@ Needs torch. Times are of the CPU; they say nothing about HPU.
 from __future__ import annotations
 
 import argparse
-import enum
-import logging
 import statistics
 import sys
 import time
@@ -26,80 +24,20 @@ from pathlib import Path
 
 import torch
 
+# The fix's own loader (stubs for the vLLM modules the sampler file imports).
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "fixes" / "topk-subset-sampler"))
+import vllm_stubs  # noqa: E402
+
 SAMPLER_REL = Path("vllm/v1/sample/ops/topk_topp_sampler.py")
 HINT_ATTR = "_gaudi_fixes_max_top_k"
 SHAPES = ((256, 151936), (64, 128256), (8, 32000))
-
-
-class _CpuArchEnum(enum.Enum):
-    X86 = enum.auto()
-    POWERPC = enum.auto()
-    RISCV = enum.auto()
-
-
-class _HpuLikePlatform:
-    simple_compile_backend = "eager"
-
-    def __getattr__(self, name):
-        if name.startswith("is_"):
-            return lambda: False
-        raise AttributeError(name)
-
-
-class _Logger(logging.LoggerAdapter):
-    def _once(self, level, msg, *args, **kwargs):
-        kwargs.pop("scope", None)
-        self.log(level, msg, *args, **kwargs)
-
-    def info_once(self, msg, *args, **kwargs):
-        self._once(logging.INFO, msg, *args, **kwargs)
-
-    def warning_once(self, msg, *args, **kwargs):
-        self._once(logging.WARNING, msg, *args, **kwargs)
-
-    def debug_once(self, msg, *args, **kwargs):
-        self._once(logging.DEBUG, msg, *args, **kwargs)
-
-
-def _stubs() -> dict[str, types.ModuleType]:
-    names = ("vllm", "vllm.envs", "vllm._aiter_ops", "vllm.config", "vllm.config.model",
-             "vllm.logger", "vllm.platforms", "vllm.triton_utils")
-    mods = {name: types.ModuleType(name) for name in names}
-    mods["vllm"].__path__ = []
-    mods["vllm.config"].__path__ = []
-    mods["vllm.envs"].VLLM_USE_FLASHINFER_SAMPLER = False
-    mods["vllm.envs"].VLLM_XPU_USE_SAMPLER_KERNEL = False
-    mods["vllm.envs"].is_set = lambda name: False
-    mods["vllm"].envs = mods["vllm.envs"]
-    mods["vllm._aiter_ops"].rocm_aiter_ops = types.SimpleNamespace(is_enabled=lambda: False)
-    mods["vllm.config.model"].LogprobsMode = str
-    mods["vllm.config.model"].PROCESSED_LOGPROBS_MODES = ("processed_logits", "processed_logprobs")
-    mods["vllm.logger"].init_logger = lambda name: _Logger(logging.getLogger(name), {})
-    mods["vllm.platforms"].CpuArchEnum = _CpuArchEnum
-    mods["vllm.platforms"].current_platform = _HpuLikePlatform()
-    mods["vllm.triton_utils"].HAS_TRITON = False
-    return mods
 
 
 def load_sampler(root: Path, name: str) -> types.ModuleType:
     path = root / SAMPLER_REL
     if not path.is_file():
         sys.exit(f"bench-topk-subset: {path} does not exist")
-    stubs = _stubs()
-    saved = {n: sys.modules.get(n) for n in stubs}
-    sys.modules.update(stubs)
-    try:
-        module = types.ModuleType(name)
-        module.__file__ = str(path)
-        sys.modules[name] = module
-        exec(compile(path.read_text(), str(path), "exec"), module.__dict__)
-    finally:
-        for n, m in saved.items():
-            if m is None:
-                sys.modules.pop(n, None)
-            else:
-                sys.modules[n] = m
-    return module
+    return vllm_stubs.load_sampler(path.read_text(), name, path)
 
 
 def median_seconds(fns, logits: torch.Tensor, repeats: int) -> list[float]:

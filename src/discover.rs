@@ -62,7 +62,9 @@ pub fn discover(global: &GlobalArgs) -> Result<Trees> {
                 bail!("--root {}: holds neither vllm/ nor vllm_gaudi/", root.display());
             }
         }
-        for (name, flag, path) in [(TreeName::Vllm, "--vllm", &global.vllm), (TreeName::VllmGaudi, "--vllm-gaudi", &global.vllm_gaudi)] {
+        for (name, flag, path) in
+            [(TreeName::Vllm, "--vllm", &global.vllm), (TreeName::VllmGaudi, "--vllm-gaudi", &global.vllm_gaudi)]
+        {
             if let Some(path) = path {
                 set(&mut trees, tree(name, package_root(path, name, flag)?, flag));
             }
@@ -136,12 +138,17 @@ fn from_python(python: &str) -> Result<Trees> {
     let output = match Command::new(python).args(["-c", FIND_SPEC]).output() {
         Ok(output) => output,
         Err(err) => {
-            trees.notes.push(format!("could not run `{python}` to find installed packages ({err}); give --root or --vllm/--vllm-gaudi"));
+            trees.notes.push(format!(
+                "could not run `{python}` to find installed packages ({err}); give --root or --vllm/--vllm-gaudi"
+            ));
             return Ok(trees);
         }
     };
     if !output.status.success() {
-        trees.notes.push(format!("`{python}` failed while looking for installed packages: {}", String::from_utf8_lossy(&output.stderr).trim()));
+        trees.notes.push(format!(
+            "`{python}` failed while looking for installed packages: {}",
+            String::from_utf8_lossy(&output.stderr).trim()
+        ));
         return Ok(trees);
     }
     let found: std::collections::BTreeMap<String, Option<String>> = serde_json::from_slice(&output.stdout)
@@ -161,7 +168,8 @@ fn from_python(python: &str) -> Result<Trees> {
 /// `vllm/_version.py`, else a `<pkg>-<version>.dist-info` beside the package.
 pub fn version_hint(name: TreeName, root: &Path) -> Option<String> {
     if let Ok(text) = std::fs::read_to_string(root.join(name.as_str()).join("_version.py")) {
-        let re = regex::Regex::new(r#"(?m)^(?:__version__\s*=\s*)?version\s*=\s*['"]([^'"]+)['"]"#).expect("valid regex");
+        let re =
+            regex::Regex::new(r#"(?m)^(?:__version__\s*=\s*)?version\s*=\s*['"]([^'"]+)['"]"#).expect("valid regex");
         if let Some(c) = re.captures(&text) {
             return Some(c[1].to_string());
         }

@@ -192,7 +192,8 @@ fn read_tree_file(tree: &Tree, rel: &str) -> Result<Option<(PathBuf, Vec<u8>)>> 
     let real = fs::canonicalize(&path).with_context(|| format!("{}: broken symlink", path.display()))?;
     let root = fs::canonicalize(&tree.root).with_context(|| format!("resolving {}", tree.root.display()))?;
     if !real.starts_with(&root) {
-        let through = if meta.file_type().is_symlink() { "symlink points" } else { "a symlinked directory on its path leads" };
+        let through =
+            if meta.file_type().is_symlink() { "symlink points" } else { "a symlinked directory on its path leads" };
         bail!("{}: {through} outside the tree (to {}); refusing to touch it", path.display(), real.display());
     }
     let real = if meta.file_type().is_symlink() { real } else { path.clone() };
@@ -201,7 +202,12 @@ fn read_tree_file(tree: &Tree, rel: &str) -> Result<Option<(PathBuf, Vec<u8>)>> 
         bail!("{}: not a regular file", path.display());
     }
     if meta.len() > MAX_FILE_BYTES {
-        bail!("{}: {} bytes is larger than the {} MiB a patched source may be; refusing", path.display(), meta.len(), MAX_FILE_BYTES >> 20);
+        bail!(
+            "{}: {} bytes is larger than the {} MiB a patched source may be; refusing",
+            path.display(),
+            meta.len(),
+            MAX_FILE_BYTES >> 20
+        );
     }
     let bytes = fs::read(&real).with_context(|| format!("reading {}", real.display()))?;
     Ok(Some((real, bytes)))
@@ -236,7 +242,14 @@ pub fn plan(fixes: &[&Fix], trees: &Trees, only: &[TreeName], op: Op) -> Result<
             let new = loaded.text.encode();
             if new != loaded.original {
                 let tree_root = trees.get(*tree).expect("loaded files come from found trees").root.clone();
-                edits.push(Edit { tree: *tree, tree_root, rel: rel.clone(), path: loaded.path.clone(), old: loaded.original.clone(), new });
+                edits.push(Edit {
+                    tree: *tree,
+                    tree_root,
+                    rel: rel.clone(),
+                    path: loaded.path.clone(),
+                    old: loaded.original.clone(),
+                    new,
+                });
             }
         }
     }
@@ -244,7 +257,12 @@ pub fn plan(fixes: &[&Fix], trees: &Trees, only: &[TreeName], op: Op) -> Result<
 }
 
 /// Judge one fix: try each variant, keep the first clean one.
-fn evaluate<'f>(fix: &'f Fix, trees: &Trees, only: &[TreeName], ws: &mut Workspace) -> Result<(FixReport, Option<&'f Variant>)> {
+fn evaluate<'f>(
+    fix: &'f Fix,
+    trees: &Trees,
+    only: &[TreeName],
+    ws: &mut Workspace,
+) -> Result<(FixReport, Option<&'f Variant>)> {
     let mut report = FixReport {
         name: fix.manifest.name.clone(),
         kind: fix.manifest.kind,
@@ -256,7 +274,8 @@ fn evaluate<'f>(fix: &'f Fix, trees: &Trees, only: &[TreeName], ws: &mut Workspa
     };
     let selected = |t: TreeName| only.is_empty() || only.contains(&t);
     let needed: Vec<TreeName> = {
-        let mut v: Vec<TreeName> = fix.variants.iter().flat_map(|v| v.patches.iter().map(|p| p.tree)).filter(|t| selected(*t)).collect();
+        let mut v: Vec<TreeName> =
+            fix.variants.iter().flat_map(|v| v.patches.iter().map(|p| p.tree)).filter(|t| selected(*t)).collect();
         v.sort();
         v.dedup();
         v
@@ -285,12 +304,30 @@ fn evaluate<'f>(fix: &'f Fix, trees: &Trees, only: &[TreeName], ws: &mut Workspa
         for vp in &variant.patches {
             let patch = vp.patch_path.display().to_string();
             if !selected(vp.tree) {
-                files.push(FileReport { tree: vp.tree, path: vp.file.clone(), tree_root: None, state: FileOutcome::Skipped, pristine: false, partial: false, patch, hunks: Vec::new() });
+                files.push(FileReport {
+                    tree: vp.tree,
+                    path: vp.file.clone(),
+                    tree_root: None,
+                    state: FileOutcome::Skipped,
+                    pristine: false,
+                    partial: false,
+                    patch,
+                    hunks: Vec::new(),
+                });
                 continue;
             }
             let tree = trees.get(vp.tree).expect("checked above");
             let Some(loaded) = ws.get(tree, &vp.file)? else {
-                files.push(FileReport { tree: vp.tree, path: vp.file.clone(), tree_root: Some(tree.root.clone()), state: FileOutcome::Missing, pristine: false, partial: false, patch, hunks: Vec::new() });
+                files.push(FileReport {
+                    tree: vp.tree,
+                    path: vp.file.clone(),
+                    tree_root: Some(tree.root.clone()),
+                    state: FileOutcome::Missing,
+                    pristine: false,
+                    partial: false,
+                    patch,
+                    hunks: Vec::new(),
+                });
                 continue;
             };
             let eval: FileEval = state::evaluate(&vp.diff, &loaded.text);
@@ -300,7 +337,16 @@ fn evaluate<'f>(fix: &'f Fix, trees: &Trees, only: &[TreeName], ws: &mut Workspa
                 FileState::NotApplied => FileOutcome::NotApplied,
                 FileState::Drifted => FileOutcome::Drifted,
             };
-            files.push(FileReport { tree: vp.tree, path: vp.file.clone(), tree_root: Some(tree.root.clone()), state, pristine, partial: eval.partial, patch, hunks: eval.hunks });
+            files.push(FileReport {
+                tree: vp.tree,
+                path: vp.file.clone(),
+                tree_root: Some(tree.root.clone()),
+                state,
+                pristine,
+                partial: eval.partial,
+                patch,
+                hunks: eval.hunks,
+            });
         }
         let judged: Vec<FileOutcome> = files.iter().map(|f| f.state).filter(|s| *s != FileOutcome::Skipped).collect();
         let clean = if !judged.is_empty() && judged.iter().all(|s| *s == FileOutcome::Applied) {
@@ -336,7 +382,9 @@ fn evaluate<'f>(fix: &'f Fix, trees: &Trees, only: &[TreeName], ws: &mut Workspa
         report.variant = Some(c.variant.release.clone());
         report.files = c.files.clone();
         let offsets = c.files.iter().flat_map(|f| &f.hunks).any(|h| match h.state {
-            crate::patch::HunkState::Applied { offset, .. } | crate::patch::HunkState::NotApplied { offset, .. } => offset != 0,
+            crate::patch::HunkState::Applied { offset, .. } | crate::patch::HunkState::NotApplied { offset, .. } => {
+                offset != 0
+            }
             _ => false,
         });
         if offsets {
@@ -351,11 +399,14 @@ fn evaluate<'f>(fix: &'f Fix, trees: &Trees, only: &[TreeName], ws: &mut Workspa
         return Ok((report, None));
     }
     report.state = FixState::Drifted;
-    if let Some((_, c)) = candidates.iter().enumerate().min_by_key(|(i, c)| (!hint_matches(&c.variant.release), c.drifted_hunks, *i)) {
+    if let Some((_, c)) =
+        candidates.iter().enumerate().min_by_key(|(i, c)| (!hint_matches(&c.variant.release), c.drifted_hunks, *i))
+    {
         report.variant = Some(c.variant.release.clone());
         report.files = c.files.clone();
         let partial = c.files.iter().any(|f| f.partial)
-            || (c.files.iter().any(|f| f.state == FileOutcome::Applied) && c.files.iter().any(|f| f.state == FileOutcome::NotApplied));
+            || (c.files.iter().any(|f| f.state == FileOutcome::Applied)
+                && c.files.iter().any(|f| f.state == FileOutcome::NotApplied));
         report.message = Some(if partial {
             "partially applied: some hunks are applied and others are not".into()
         } else if c.files.iter().any(|f| f.state == FileOutcome::Missing) {
@@ -376,7 +427,11 @@ fn edit_variant(variant: &Variant, trees: &Trees, only: &[TreeName], ws: &mut Wo
         let tree = trees.get(vp.tree).expect("evaluated trees exist");
         let loaded = ws.get(tree, &vp.file)?.expect("evaluated files exist");
         let eval = state::evaluate(&vp.diff, &loaded.text);
-        let edited = if forward { state::apply(&vp.diff, &loaded.text, &eval) } else { state::revert(&vp.diff, &loaded.text, &eval) };
+        let edited = if forward {
+            state::apply(&vp.diff, &loaded.text, &eval)
+        } else {
+            state::revert(&vp.diff, &loaded.text, &eval)
+        };
         loaded.text = edited.with_context(|| format!("{}: state changed while planning", loaded.path.display()))?;
     }
     Ok(())
@@ -387,7 +442,10 @@ pub fn check_writable(edits: &[Edit]) -> Result<()> {
     for edit in edits {
         let meta = fs::metadata(&edit.path).with_context(|| format!("reading {}", edit.path.display()))?;
         if meta.permissions().readonly() {
-            bail!("{}: file is read-only; nothing was written (make it writable, or run where the tree may be changed)", edit.path.display());
+            bail!(
+                "{}: file is read-only; nothing was written (make it writable, or run where the tree may be changed)",
+                edit.path.display()
+            );
         }
     }
     Ok(())

@@ -107,7 +107,9 @@ pub fn tool_version() -> String {
 pub fn read_provenance(root: &Path) -> Result<Option<Provenance>> {
     let path = root.join(STATE_DIR).join(PROVENANCE);
     match fs::read(&path) {
-        Ok(bytes) => Ok(Some(serde_json::from_slice(&bytes).with_context(|| format!("{}: not a provenance record", path.display()))?)),
+        Ok(bytes) => Ok(Some(
+            serde_json::from_slice(&bytes).with_context(|| format!("{}: not a provenance record", path.display()))?,
+        )),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
     }
@@ -118,7 +120,8 @@ pub fn pending(root: &Path) -> Result<Option<Journal>> {
     let path = root.join(STATE_DIR).join(JOURNAL);
     match fs::read(&path) {
         Ok(bytes) => Ok(Some(
-            serde_json::from_slice(&bytes).with_context(|| format!("{}: corrupt journal; inspect it and remove it by hand", path.display()))?,
+            serde_json::from_slice(&bytes)
+                .with_context(|| format!("{}: corrupt journal; inspect it and remove it by hand", path.display()))?,
         )),
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(None),
         Err(e) => Err(e).with_context(|| format!("reading {}", path.display())),
@@ -229,22 +232,38 @@ pub fn commit(operation: &str, edits: &[Edit], provenance: BTreeMap<PathBuf, Pro
     if edits.is_empty() && provenance.is_empty() {
         return Ok(());
     }
-    let roots: BTreeSet<PathBuf> = edits.iter().map(|e| e.tree_root.clone()).chain(provenance.keys().cloned()).collect();
+    let roots: BTreeSet<PathBuf> =
+        edits.iter().map(|e| e.tree_root.clone()).chain(provenance.keys().cloned()).collect();
     let first = roots.iter().next().expect("non-empty").join(STATE_DIR);
     let saved = first.join("txn");
     fs::create_dir_all(&saved).with_context(|| format!("creating {}", saved.display()))?;
     let mut files = Vec::new();
     for (i, edit) in edits.iter().enumerate() {
-        let mode = fs::metadata(&edit.path).with_context(|| format!("reading {}", edit.path.display()))?.permissions().mode();
+        let mode =
+            fs::metadata(&edit.path).with_context(|| format!("reading {}", edit.path.display()))?.permissions().mode();
         let pre_copy = saved.join(format!("{i}.pre"));
         let post_copy = saved.join(format!("{i}.post"));
         write_synced(&pre_copy, &edit.old, 0o600)?;
         write_synced(&post_copy, &edit.new, 0o600)?;
-        files.push(JournalFile { path: edit.path.clone(), pre_sha256: sha256_hex(&edit.old), post_sha256: sha256_hex(&edit.new), mode, pre_copy, post_copy });
+        files.push(JournalFile {
+            path: edit.path.clone(),
+            pre_sha256: sha256_hex(&edit.old),
+            post_sha256: sha256_hex(&edit.new),
+            mode,
+            pre_copy,
+            post_copy,
+        });
     }
     fsync_dir(&saved)?;
     let journals: Vec<PathBuf> = roots.iter().map(|r| r.join(STATE_DIR).join(JOURNAL)).collect();
-    let journal = Journal { tool: tool_version(), operation: operation.to_string(), files, journals: journals.clone(), provenance, saved };
+    let journal = Journal {
+        tool: tool_version(),
+        operation: operation.to_string(),
+        files,
+        journals: journals.clone(),
+        provenance,
+        saved,
+    };
     let bytes = serde_json::to_vec_pretty(&journal).expect("journal serialises");
     for path in &journals {
         let dir = path.parent().expect("journal has a directory");
@@ -287,7 +306,8 @@ pub fn temp_path(path: &Path) -> PathBuf {
 fn write_synced(path: &Path, bytes: &[u8], mode: u32) -> Result<()> {
     let mut file = File::create(path).with_context(|| format!("creating {}", path.display()))?;
     file.write_all(bytes).with_context(|| format!("writing {}", path.display()))?;
-    file.set_permissions(fs::Permissions::from_mode(mode & 0o7777)).with_context(|| format!("setting mode of {}", path.display()))?;
+    file.set_permissions(fs::Permissions::from_mode(mode & 0o7777))
+        .with_context(|| format!("setting mode of {}", path.display()))?;
     file.sync_all().with_context(|| format!("syncing {}", path.display()))
 }
 
@@ -305,7 +325,8 @@ fn drop_stale_bytecode(path: &Path) -> Result<()> {
     for entry in entries.flatten() {
         let name = entry.file_name().to_string_lossy().to_string();
         if name.starts_with(&prefix) && name.ends_with(".pyc") {
-            fs::remove_file(entry.path()).with_context(|| format!("removing stale bytecode {}", entry.path().display()))?;
+            fs::remove_file(entry.path())
+                .with_context(|| format!("removing stale bytecode {}", entry.path().display()))?;
         }
     }
     Ok(())

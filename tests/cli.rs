@@ -58,7 +58,10 @@ fn two_fixes_on_one_file_apply_in_after_order_and_revert_in_reverse() {
     assert_eq!(v["fixes"][0]["files"][0]["hunks"][0]["offset"], 1, "{out}");
     // Reverting only fix-a leaves fix-b.
     d.cmd().args(with_fixture(&["revert", "fix-a"])).expect(0);
-    assert_eq!(d.read_string("root/vllm/mod.py"), PRISTINE.replace("def other():\n", "def other():\n    # fix-b was here\n"));
+    assert_eq!(
+        d.read_string("root/vllm/mod.py"),
+        PRISTINE.replace("def other():\n", "def other():\n    # fix-b was here\n")
+    );
     d.cmd().args(with_fixture(&["revert", "--profile", "performance"])).expect(0);
     assert_eq!(d.read_string("root/vllm/mod.py"), PRISTINE);
 }
@@ -84,9 +87,8 @@ fn one_line_edit_inside_a_hunk_is_drift_with_a_diff_and_apply_refuses() {
 fn partially_applied_fix_is_drift() {
     let d = fixture();
     // A fix with two hunks in one file, of which only the first is applied.
-    let two = format!(
-        "{FIX_A_PATCH}@@ -13,3 +14,4 @@ def sample(x):\n \n def other():\n+    # second hunk\n     return 2\n"
-    );
+    let two =
+        format!("{FIX_A_PATCH}@@ -13,3 +14,4 @@ def sample(x):\n \n def other():\n+    # second hunk\n     return 2\n");
     d.write("cat/fixes/fix-a/v0.26.0/mod.patch", two);
     d.write("root/vllm/mod.py", patched_a());
     let (out, _) = d.cmd().args(with_fixture(&["apply", "--check", "fix-a", "--format", "json"])).expect(2);
@@ -124,7 +126,10 @@ fn upstreamed_release_counts_as_ok() {
     let y = d.read_string("cat/fixes/fix-a/fix.yaml") + "  v0.33.0:\n    upstreamed: true\n";
     d.write("cat/fixes/fix-a/fix.yaml", y);
     d.write("root/vllm/_version.py", "__version__ = version = '0.33.0'\n");
-    d.write("root/vllm/mod.py", PRISTINE.replace("def sample(x):\n    a = x + 1\n", "def sample(x):\n    a = x + 1  # upstream rewrote this\n"));
+    d.write(
+        "root/vllm/mod.py",
+        PRISTINE.replace("def sample(x):\n    a = x + 1\n", "def sample(x):\n    a = x + 1  # upstream rewrote this\n"),
+    );
     let (out, _) = d.cmd().args(with_fixture(&["apply", "--check"])).expect(0);
     assert!(out.contains("upstreamed"), "{out}");
 }
@@ -139,8 +144,14 @@ fn missing_tree_is_an_error_for_that_fix() {
         );
     d.write("cat/fixes/fix-a/fix.yaml", y);
     // The patch must name the declared file; give the gaudi entry its own patch.
-    d.write("cat/fixes/fix-a/v0.26.0/g.patch", "--- a/vllm_gaudi/x.py\n+++ b/vllm_gaudi/x.py\n@@ -1,1 +1,1 @@\n-x = 1\n+x = 2\n");
-    let y = d.read_string("cat/fixes/fix-a/fix.yaml").replace("file: vllm_gaudi/x.py\n        patch: v0.26.0/mod.patch", "file: vllm_gaudi/x.py\n        patch: v0.26.0/g.patch");
+    d.write(
+        "cat/fixes/fix-a/v0.26.0/g.patch",
+        "--- a/vllm_gaudi/x.py\n+++ b/vllm_gaudi/x.py\n@@ -1,1 +1,1 @@\n-x = 1\n+x = 2\n",
+    );
+    let y = d.read_string("cat/fixes/fix-a/fix.yaml").replace(
+        "file: vllm_gaudi/x.py\n        patch: v0.26.0/mod.patch",
+        "file: vllm_gaudi/x.py\n        patch: v0.26.0/g.patch",
+    );
     d.write("cat/fixes/fix-a/fix.yaml", y);
     let before = d.snapshot("");
     let (out, _) = d.cmd().args(with_fixture(&["apply"])).expect(3);
@@ -184,10 +195,7 @@ fn unknown_fix_and_profile_are_errors() {
 
 #[test]
 fn bad_manifests_name_file_and_line_and_touch_nothing() {
-    let cases: &[(&str, &str, &str)] = &[
-        ("unknown key", "colour: red\n", "fix.yaml:12"),
-        ("wrong type", "", ""),
-    ];
+    let cases: &[(&str, &str, &str)] = &[("unknown key", "colour: red\n", "fix.yaml:12"), ("wrong type", "", "")];
     for (what, extra, want) in cases.iter().take(1) {
         let d = fixture();
         let y = d.read_string("cat/fixes/fix-a/fix.yaml") + extra;
@@ -235,7 +243,10 @@ fn lint_checks_cycles_overlaps_and_upstream() {
 #[test]
 fn lint_finds_two_fixes_of_a_profile_touching_the_same_lines() {
     let d = fixture();
-    d.write("cat/fixes/fix-b/v0.26.0/mod.patch", FIX_A_PATCH.replace("# fix-a: triple instead of double", "# fix-b: also here"));
+    d.write(
+        "cat/fixes/fix-b/v0.26.0/mod.patch",
+        FIX_A_PATCH.replace("# fix-a: triple instead of double", "# fix-b: also here"),
+    );
     let (out, _) = d.cmd().args(["--catalog", "cat", "lint"]).expect(1);
     assert!(out.contains("touch the same lines of vllm/mod.py"), "{out}");
 }
@@ -243,7 +254,8 @@ fn lint_finds_two_fixes_of_a_profile_touching_the_same_lines() {
 #[test]
 fn json_schema_has_the_documented_fields() {
     let d = fixture();
-    let (out, _) = d.cmd().args(with_fixture(&["apply", "--check", "--profile", "performance", "--format", "json"])).expect(1);
+    let (out, _) =
+        d.cmd().args(with_fixture(&["apply", "--check", "--profile", "performance", "--format", "json"])).expect(1);
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["schema"], 1);
     assert_eq!(v["mode"], "check");
@@ -266,7 +278,10 @@ fn json_schema_has_the_documented_fields() {
 fn status_and_list_show_state_and_provenance() {
     let d = fixture();
     let (out, _) = d.cmd().args(with_fixture(&["list"])).expect(0);
-    assert!(out.contains("fix-a") && out.contains("not applied") && out.contains("profiles: default, performance"), "{out}");
+    assert!(
+        out.contains("fix-a") && out.contains("not applied") && out.contains("profiles: default, performance"),
+        "{out}"
+    );
     d.cmd().args(with_fixture(&["apply"])).expect(0);
     let (out, _) = d.cmd().args(with_fixture(&["status"])).expect(0);
     assert!(out.contains("fix-a") && out.contains("applied") && !out.contains("no record"), "{out}");

@@ -117,7 +117,10 @@ fn symlink_inside_the_tree_is_followed() {
     fs::remove_file(d.path().join("root/vllm/mod.py")).unwrap();
     std::os::unix::fs::symlink("real/mod.py", d.path().join("root/vllm/mod.py")).unwrap();
     d.cmd().args(with_fixture(&["apply", "fix-a"])).expect(0);
-    assert!(fs::symlink_metadata(d.path().join("root/vllm/mod.py")).unwrap().file_type().is_symlink(), "the symlink was replaced");
+    assert!(
+        fs::symlink_metadata(d.path().join("root/vllm/mod.py")).unwrap().file_type().is_symlink(),
+        "the symlink was replaced"
+    );
     assert!(d.read_string("root/vllm/real/mod.py").contains("fix-a"));
     d.cmd().args(with_fixture(&["revert", "fix-a"])).expect(0);
     assert_eq!(d.read("root/vllm/real/mod.py"), PRISTINE.as_bytes());
@@ -193,7 +196,10 @@ fn peak_rss_kib(d: &Dir, args: &[&str]) -> Option<(u64, i32, String)> {
         .output()
         .unwrap();
     let stderr = String::from_utf8_lossy(&out.stderr).to_string();
-    let rss = stderr.lines().find_map(|l| l.trim().strip_prefix("Maximum resident set size (kbytes): ")).and_then(|v| v.trim().parse().ok())?;
+    let rss = stderr
+        .lines()
+        .find_map(|l| l.trim().strip_prefix("Maximum resident set size (kbytes): "))
+        .and_then(|v| v.trim().parse().ok())?;
     Some((rss, out.status.code().unwrap_or(-1), stderr))
 }
 
@@ -219,7 +225,10 @@ fn huge_target_is_refused_fast_with_bounded_memory() {
         (Some((rss, code, report)), Some((base, _, _))) => {
             eprintln!("100 MB target: refused in {took:?}, peak RSS {rss} KiB (idle binary {base} KiB)");
             assert_eq!(code, 3, "{report}");
-            assert!(rss < base + 32 * 1024, "peak RSS {rss} KiB against {base} KiB idle: the file was read into memory?\n{report}");
+            assert!(
+                rss < base + 32 * 1024,
+                "peak RSS {rss} KiB against {base} KiB idle: the file was read into memory?\n{report}"
+            );
         }
         _ => eprintln!("100 MB target: refused in {took:?} (no GNU time here; RSS not measured)"),
     }
@@ -321,7 +330,10 @@ fn not_a_diff_is_refused() {
 #[test]
 fn changed_first_line_under_a_contextless_deletion_is_drift() {
     let d = fixture();
-    d.write("cat/fixes/fix-a/v0.26.0/mod.patch", "--- a/vllm/mod.py\n+++ b/vllm/mod.py\n@@ -1,4 +1,3 @@\n-import os\n \n \n def helper():\n");
+    d.write(
+        "cat/fixes/fix-a/v0.26.0/mod.patch",
+        "--- a/vllm/mod.py\n+++ b/vllm/mod.py\n@@ -1,4 +1,3 @@\n-import os\n \n \n def helper():\n",
+    );
     d.cmd().args(with_fixture(&["apply", "--check", "fix-a"])).expect(1);
     d.write("root/vllm/mod.py", PRISTINE.replacen("import os", "import sys", 1));
     d.cmd().args(with_fixture(&["apply", "--check", "fix-a"])).expect(2);
@@ -360,7 +372,9 @@ fn unknown_top_level_key_is_refused_with_its_line() {
 #[test]
 fn unknown_key_in_a_patch_entry_is_refused_with_its_line() {
     let d = fixture();
-    rewrite_manifest(&d, |t| t.replace("        patch: v0.26.0/mod.patch\n", "        patch: v0.26.0/mod.patch\n        mode: 644\n"));
+    rewrite_manifest(&d, |t| {
+        t.replace("        patch: v0.26.0/mod.patch\n", "        patch: v0.26.0/mod.patch\n        mode: 644\n")
+    });
     refuse_apply(&d, &["fixes/fix-a/fix.yaml:11:", "mode"]);
 }
 

@@ -23,7 +23,9 @@ fn hunk_line() -> impl Strategy<Value = HunkLine> {
 
 fn hunk() -> impl Strategy<Value = Hunk> {
     (0usize..100_000, 0usize..100_000, "[!-~]([ -~]{0,16}[!-~])?|", prop::collection::vec(hunk_line(), 1..14))
-        .prop_filter("a hunk changes something", |(_, _, _, lines)| lines.iter().any(|l| !matches!(l, HunkLine::Context(_))))
+        .prop_filter("a hunk changes something", |(_, _, _, lines)| {
+            lines.iter().any(|l| !matches!(l, HunkLine::Context(_)))
+        })
         .prop_map(|(old_start, new_start, section, lines)| Hunk { old_start, new_start, patch_line: 0, section, lines })
 }
 
@@ -32,8 +34,9 @@ fn path() -> impl Strategy<Value = String> {
 }
 
 fn patch() -> impl Strategy<Value = Patch> {
-    prop::collection::vec((path(), path(), prop::collection::vec(hunk(), 1..4)), 1..4)
-        .prop_map(|files| Patch { files: files.into_iter().map(|(old_path, new_path, hunks)| FilePatch { old_path, new_path, hunks }).collect() })
+    prop::collection::vec((path(), path(), prop::collection::vec(hunk(), 1..4)), 1..4).prop_map(|files| Patch {
+        files: files.into_iter().map(|(old_path, new_path, hunks)| FilePatch { old_path, new_path, hunks }).collect(),
+    })
 }
 
 proptest! {
@@ -112,7 +115,13 @@ fn unified_diff(old: &str, new: &str) -> String {
         let old_end = group.iter().map(|op| op.old_range().end).max().unwrap();
         let new_start = group.iter().map(|op| op.new_range().start).min().unwrap();
         let new_end = group.iter().map(|op| op.new_range().end).max().unwrap();
-        out.push_str(&format!("@@ -{},{} +{},{} @@\n", old_start + 1, old_end - old_start, new_start + 1, new_end - new_start));
+        out.push_str(&format!(
+            "@@ -{},{} +{},{} @@\n",
+            old_start + 1,
+            old_end - old_start,
+            new_start + 1,
+            new_end - new_start
+        ));
         for op in &group {
             for change in diff.iter_changes(op) {
                 let marker = match change.tag() {
@@ -145,7 +154,8 @@ const COMMON: [&str; 4] = ["    return x", "    pass", "# ----", "def g():"];
 
 fn kind(common: bool) -> BoxedStrategy<Kind> {
     if common {
-        prop_oneof![8 => Just(Kind::Unique), 1 => Just(Kind::Blank), 1 => (0..COMMON.len()).prop_map(Kind::Common)].boxed()
+        prop_oneof![8 => Just(Kind::Unique), 1 => Just(Kind::Blank), 1 => (0..COMMON.len()).prop_map(Kind::Common)]
+            .boxed()
     } else {
         Just(Kind::Unique).boxed()
     }
@@ -165,7 +175,8 @@ fn case_with(common: bool) -> impl Strategy<Value = Case> {
     let edits = prop::collection::vec((0usize..25, 0usize..4, prop::collection::vec(kind(common), 0..4)), 1..6);
     (prop::collection::vec(kind(common), 1..150), edits, any::<bool>(), any::<bool>())
         .prop_map(|(old_kinds, edits, crlf, final_newline)| {
-            let old: Vec<String> = old_kinds.iter().enumerate().map(|(i, k)| text_of(*k, || format!("    old_{i} = f({i})"))).collect();
+            let old: Vec<String> =
+                old_kinds.iter().enumerate().map(|(i, k)| text_of(*k, || format!("    old_{i} = f({i})"))).collect();
             let mut new = Vec::new();
             let mut at = 0;
             for (e, (gap, del, ins)) in edits.into_iter().enumerate() {
@@ -205,7 +216,8 @@ fn decode(bytes: &[u8]) -> SourceText {
 }
 
 fn file_patch(diff: &str) -> Result<FilePatch, TestCaseError> {
-    let mut p = parse(diff, Path::new("m.patch")).map_err(|e| TestCaseError::fail(format!("similar's diff does not parse: {e:#}\n{diff}")))?;
+    let mut p = parse(diff, Path::new("m.patch"))
+        .map_err(|e| TestCaseError::fail(format!("similar's diff does not parse: {e:#}\n{diff}")))?;
     prop_assert_eq!(p.files.len(), 1);
     Ok(p.files.remove(0))
 }

@@ -10,17 +10,8 @@ use std::process::{Command, Output};
 use serde_json::Value;
 
 /// Small suite settings: every fixture, one generated batch per configuration at V=4096.
-const SMALL_EQUIV: &[&str] = &[
-    "equiv",
-    "--cases",
-    "1",
-    "--vocab",
-    "4096",
-    "--draws",
-    "300",
-    "--calibration-runs",
-    "100",
-];
+const SMALL_EQUIV: &[&str] =
+    &["equiv", "--cases", "1", "--vocab", "4096", "--draws", "300", "--calibration-runs", "100"];
 
 /// Run the binary; return its output with a description for assertion messages.
 fn run(args: &[&str]) -> (Output, String) {
@@ -41,8 +32,7 @@ fn run(args: &[&str]) -> (Output, String) {
 }
 
 fn json(output: &Output, shown: &str) -> Value {
-    serde_json::from_slice(&output.stdout)
-        .unwrap_or_else(|e| panic!("stdout is not JSON ({e})\n{shown}"))
+    serde_json::from_slice(&output.stdout).unwrap_or_else(|e| panic!("stdout is not JSON ({e})\n{shown}"))
 }
 
 #[test]
@@ -58,38 +48,18 @@ fn equiv_finds_the_subset_equivalent_and_catches_every_mutant() {
     }
     assert!(report["rows_checked"].as_u64().unwrap() > 100);
     assert_eq!(report["subset"]["exact"]["unexplained"], 0);
-    assert!(
-        report["subset"]["exact"]["max_ulps"].as_u64().unwrap()
-            <= report["ulp_bound"].as_u64().unwrap()
-    );
+    assert!(report["subset"]["exact"]["max_ulps"].as_u64().unwrap() <= report["ulp_bound"].as_u64().unwrap());
     assert_eq!(report["subset"]["statistical"]["outside_support_draws"], 0);
-    assert!(
-        report["fallback_cases"].as_u64().unwrap() >= 2,
-        "fixtures include two fallbacks"
-    );
+    assert!(report["fallback_cases"].as_u64().unwrap() >= 2, "fixtures include two fallbacks");
     // The fixtures plant ties: the by-value rule must have mattered somewhere.
-    assert!(
-        report["ties"]["kth_ties_kept_by_value"].as_u64().unwrap() > 0,
-        "{}",
-        report["ties"]
-    );
-    assert!(
-        report["ties"]["kth_tie_crosses_window"].as_u64().unwrap() > 0,
-        "{}",
-        report["ties"]
-    );
+    assert!(report["ties"]["kth_ties_kept_by_value"].as_u64().unwrap() > 0, "{}", report["ties"]);
+    assert!(report["ties"]["kth_tie_crosses_window"].as_u64().unwrap() > 0, "{}", report["ties"]);
     let calibration = &report["calibration"];
     assert_eq!(calibration["runs"], 100);
-    assert!(
-        calibration["false_alarm_rate"].as_f64().unwrap() <= 0.01,
-        "{calibration}"
-    );
+    assert!(calibration["false_alarm_rate"].as_f64().unwrap() <= 0.01, "{calibration}");
 
     let mutants = report["mutants"].as_array().unwrap();
-    let names: Vec<&str> = mutants
-        .iter()
-        .map(|m| m["name"].as_str().unwrap())
-        .collect();
+    let names: Vec<&str> = mutants.iter().map(|m| m["name"].as_str().unwrap()).collect();
     for expected in [
         "k-off-by-one",
         "window-too-small",
@@ -100,17 +70,11 @@ fn equiv_finds_the_subset_equivalent_and_catches_every_mutant() {
         "rolled-k",
         "mask-by-position",
     ] {
-        assert!(
-            names.contains(&expected),
-            "mutant {expected} missing from {names:?}"
-        );
+        assert!(names.contains(&expected), "mutant {expected} missing from {names:?}");
     }
     for mutant in mutants {
         assert_eq!(mutant["caught"], true, "{mutant}\n{shown}");
-        assert!(
-            !mutant["caught_by"].as_array().unwrap().is_empty(),
-            "{mutant}"
-        );
+        assert!(!mutant["caught_by"].as_array().unwrap().is_empty(), "{mutant}");
     }
 }
 
@@ -119,15 +83,7 @@ fn equiv_human_output_has_the_check_and_mutant_tables() {
     let (output, shown) = run(SMALL_EQUIV);
     assert_eq!(output.status.code(), Some(0), "{shown}");
     let text = String::from_utf8_lossy(&output.stdout);
-    for needle in [
-        "exact",
-        "coupled",
-        "statistical",
-        "fallback",
-        "calibration",
-        "mask-by-position",
-        "EQUIVALENT",
-    ] {
+    for needle in ["exact", "coupled", "statistical", "fallback", "calibration", "mask-by-position", "EQUIVALENT"] {
         assert!(text.contains(needle), "missing {needle:?}\n{shown}");
     }
 }
@@ -155,10 +111,7 @@ fn bad_flags_are_errors_with_exit_3() {
     ] {
         let (output, shown) = run(args);
         assert_eq!(output.status.code(), Some(3), "{shown}");
-        assert!(
-            String::from_utf8_lossy(&output.stderr).contains("error"),
-            "{shown}"
-        );
+        assert!(String::from_utf8_lossy(&output.stderr).contains("error"), "{shown}");
     }
 }
 
@@ -171,46 +124,15 @@ struct Npy {
 
 fn read_npy(path: &Path) -> Npy {
     let bytes = std::fs::read(path).unwrap_or_else(|e| panic!("reading {}: {e}", path.display()));
-    assert_eq!(
-        &bytes[..8],
-        b"\x93NUMPY\x01\x00",
-        "{}: not an .npy v1.0",
-        path.display()
-    );
+    assert_eq!(&bytes[..8], b"\x93NUMPY\x01\x00", "{}: not an .npy v1.0", path.display());
     let header_len = u16::from_le_bytes([bytes[8], bytes[9]]) as usize;
-    assert_eq!(
-        (10 + header_len) % 64,
-        0,
-        "{}: header not 64-byte aligned",
-        path.display()
-    );
+    assert_eq!((10 + header_len) % 64, 0, "{}: header not 64-byte aligned", path.display());
     let header = std::str::from_utf8(&bytes[10..10 + header_len]).unwrap();
     assert!(header.contains("'fortran_order': False"), "{header}");
-    let descr = header
-        .split("'descr': '")
-        .nth(1)
-        .unwrap()
-        .split('\'')
-        .next()
-        .unwrap()
-        .to_string();
-    let shape_text = header
-        .split("'shape': (")
-        .nth(1)
-        .unwrap()
-        .split(')')
-        .next()
-        .unwrap();
-    let shape = shape_text
-        .split(',')
-        .filter(|s| !s.trim().is_empty())
-        .map(|s| s.trim().parse().unwrap())
-        .collect();
-    Npy {
-        descr,
-        shape,
-        data: bytes[10 + header_len..].to_vec(),
-    }
+    let descr = header.split("'descr': '").nth(1).unwrap().split('\'').next().unwrap().to_string();
+    let shape_text = header.split("'shape': (").nth(1).unwrap().split(')').next().unwrap();
+    let shape = shape_text.split(',').filter(|s| !s.trim().is_empty()).map(|s| s.trim().parse().unwrap()).collect();
+    Npy { descr, shape, data: bytes[10 + header_len..].to_vec() }
 }
 
 impl Npy {
@@ -219,24 +141,15 @@ impl Npy {
     }
     fn i32s(&self) -> Vec<i32> {
         assert_eq!(self.descr, "<i4");
-        self.data
-            .chunks_exact(4)
-            .map(|c| i32::from_le_bytes(c.try_into().unwrap()))
-            .collect()
+        self.data.chunks_exact(4).map(|c| i32::from_le_bytes(c.try_into().unwrap())).collect()
     }
     fn i64s(&self) -> Vec<i64> {
         assert_eq!(self.descr, "<i8");
-        self.data
-            .chunks_exact(8)
-            .map(|c| i64::from_le_bytes(c.try_into().unwrap()))
-            .collect()
+        self.data.chunks_exact(8).map(|c| i64::from_le_bytes(c.try_into().unwrap())).collect()
     }
     fn f32s(&self) -> Vec<f32> {
         assert_eq!(self.descr, "<f4");
-        self.data
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes(c.try_into().unwrap()))
-            .collect()
+        self.data.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().unwrap())).collect()
     }
 }
 
@@ -246,22 +159,12 @@ fn emit_vectors_writes_parseable_cases_and_a_manifest() {
     let out = dir.path().join("vectors");
     let (output, shown) = run(&["equiv", "--emit-vectors", out.to_str().unwrap()]);
     assert_eq!(output.status.code(), Some(0), "{shown}");
-    let manifest: Value =
-        serde_json::from_slice(&std::fs::read(out.join("manifest.json")).unwrap()).unwrap();
+    let manifest: Value = serde_json::from_slice(&std::fs::read(out.join("manifest.json")).unwrap()).unwrap();
     let cases = manifest["cases"].as_array().unwrap();
     assert!(cases.len() >= 10, "{manifest}");
     let names: Vec<&str> = cases.iter().map(|c| c["name"].as_str().unwrap()).collect();
-    for needle in [
-        "bf16-ties-at-kth",
-        "p-tiny",
-        "all-equal",
-        "top-k-over-1024",
-        "batch-of-one",
-    ] {
-        assert!(
-            names.iter().any(|n| n.starts_with(needle)),
-            "no {needle} case in {names:?}"
-        );
+    for needle in ["bf16-ties-at-kth", "p-tiny", "all-equal", "top-k-over-1024", "batch-of-one"] {
+        assert!(names.iter().any(|n| n.starts_with(needle)), "no {needle} case in {names:?}");
     }
     let mut total_bytes = 0;
     for case in cases {
@@ -275,86 +178,41 @@ fn emit_vectors_writes_parseable_cases_and_a_manifest() {
         let (b, v) = (logits.shape[0], logits.shape[1]);
         assert_eq!(logits.f32s().len(), b * v);
         assert_eq!(npy("noise.npy").shape, vec![b, v]);
-        assert!(
-            npy("noise.npy").f32s().iter().all(|&q| q >= 0.0),
-            "Exp(1) noise is non-negative"
-        );
+        assert!(npy("noise.npy").f32s().iter().all(|&q| q >= 0.0), "Exp(1) noise is non-negative");
         assert_eq!(npy("k.npy").i64s().len(), b);
         assert_eq!(npy("p.npy").f32s().len(), b);
         let expected = npy("expected_tokens.npy").i64s();
         let lengths = npy("support_lengths.npy").i32s();
         let ids = npy("support_ids.npy");
         let logprobs = npy("support_logprobs.npy");
-        assert_eq!(
-            ids.len(),
-            lengths.iter().map(|&n| n as usize).sum::<usize>()
-        );
+        assert_eq!(ids.len(), lengths.iter().map(|&n| n as usize).sum::<usize>());
         assert_eq!(logprobs.len(), ids.len());
         let (ids, logprobs) = (ids.i32s(), logprobs.f32s());
         let mut at = 0;
         for (row, &n) in lengths.iter().enumerate() {
             let row_ids = &ids[at..at + n as usize];
-            assert!(
-                row_ids.windows(2).all(|w| w[0] < w[1]),
-                "ids ascending within a row"
-            );
-            assert!(
-                row_ids.contains(&(expected[row] as i32)),
-                "stock's token is in its support"
-            );
-            let mass: f64 = logprobs[at..at + n as usize]
-                .iter()
-                .map(|&l| f64::from(l).exp())
-                .sum();
-            assert!(
-                (mass - 1.0).abs() < 1e-4,
-                "support logprobs sum to one ({mass})"
-            );
+            assert!(row_ids.windows(2).all(|w| w[0] < w[1]), "ids ascending within a row");
+            assert!(row_ids.contains(&(expected[row] as i32)), "stock's token is in its support");
+            let mass: f64 = logprobs[at..at + n as usize].iter().map(|&l| f64::from(l).exp()).sum();
+            assert!((mass - 1.0).abs() < 1e-4, "support logprobs sum to one ({mass})");
             at += n as usize;
         }
     }
-    assert!(
-        total_bytes < 8_000_000,
-        "vectors should stay a few MB, got {total_bytes} bytes"
-    );
+    assert!(total_bytes < 8_000_000, "vectors should stay a few MB, got {total_bytes} bytes");
 }
 
 #[test]
 fn bench_runs_a_small_shape_and_reports_json() {
-    let (output, shown) = run(&[
-        "bench",
-        "--batch",
-        "2",
-        "--vocab",
-        "4096",
-        "--repeats",
-        "1",
-        "--threads",
-        "1",
-        "--format",
-        "json",
-    ]);
+    let (output, shown) =
+        run(&["bench", "--batch", "2", "--vocab", "4096", "--repeats", "1", "--threads", "1", "--format", "json"]);
     assert_eq!(output.status.code(), Some(0), "{shown}");
     let report = json(&output, &shown);
     assert_eq!(report["torch_threads"], 1);
     assert_eq!(report["window"], 64);
     let shape = &report["shapes"][0];
-    assert_eq!(
-        (shape["batch"].as_i64(), shape["vocab"].as_i64()),
-        (Some(2), Some(4096))
-    );
-    for op in [
-        "stock",
-        "subset",
-        "subset_masks_selected",
-        "subset_masks_support",
-        "floor_amax",
-        "topk",
-    ] {
-        assert!(
-            shape["median_ms"][op].as_f64().unwrap() > 0.0,
-            "{op}: {shape}"
-        );
+    assert_eq!((shape["batch"].as_i64(), shape["vocab"].as_i64()), (Some(2), Some(4096)));
+    for op in ["stock", "subset", "subset_masks_selected", "subset_masks_support", "floor_amax", "topk"] {
+        assert!(shape["median_ms"][op].as_f64().unwrap() > 0.0, "{op}: {shape}");
     }
     // The target shape was not run, so no target may claim to be met.
     for target in report["targets"].as_array().unwrap() {

@@ -111,7 +111,8 @@ fn apply_interrupted_at_each_step_is_finished_by_the_next_apply() {
     let pristine = tree_files(&two_file_fixture());
     for fault in FAULTS {
         let d = two_file_fixture();
-        let (out, shown) = d.cmd().args(with_fixture(&["apply", "fix-a", "fix-c"])).env("GAUDI_FIXES_FAULT", fault).output();
+        let (out, shown) =
+            d.cmd().args(with_fixture(&["apply", "fix-a", "fix-c"])).env("GAUDI_FIXES_FAULT", fault).output();
         assert_aborted(&out, &shown);
         assert!(d.path().join("root/.gaudi-fixes/journal.json").exists(), "{fault}: no journal left behind");
         let now = tree_files(&d);
@@ -126,7 +127,10 @@ fn apply_interrupted_at_each_step_is_finished_by_the_next_apply() {
         }
 
         let (stdout, _) = d.cmd().args(with_fixture(&["status"])).expect(0);
-        assert!(stdout.contains("pending recovery"), "{fault}: status does not mention the pending recovery:\n{stdout}");
+        assert!(
+            stdout.contains("pending recovery"),
+            "{fault}: status does not mention the pending recovery:\n{stdout}"
+        );
         let (stdout, _) = d.cmd().args(with_fixture(&["apply", "fix-a", "fix-c"])).expect(0);
         assert!(stdout.contains("recovered an interrupted `apply`"), "{fault}: no recovery note:\n{stdout}");
         assert_same(&tree_files(&d), &patched, &format!("{fault}: not fully patched after recovery"));
@@ -161,7 +165,8 @@ fn revert_interrupted_at_each_step_is_finished_by_the_next_revert() {
         let d = two_file_fixture();
         d.cmd().args(with_fixture(&["apply", "fix-a", "fix-c"])).expect(0);
         let patched = tree_files(&d);
-        let (out, shown) = d.cmd().args(with_fixture(&["revert", "fix-a", "fix-c"])).env("GAUDI_FIXES_FAULT", fault).output();
+        let (out, shown) =
+            d.cmd().args(with_fixture(&["revert", "fix-a", "fix-c"])).env("GAUDI_FIXES_FAULT", fault).output();
         assert_aborted(&out, &shown);
         if fault == "after-rename:1" {
             let now = tree_files(&d);
@@ -184,7 +189,8 @@ fn revert_interrupted_at_each_step_is_finished_by_the_next_revert() {
 fn interrupted_apply_then_revert_gives_pristine() {
     let pristine = tree_files(&two_file_fixture());
     let d = two_file_fixture();
-    let (out, shown) = d.cmd().args(with_fixture(&["apply", "fix-a", "fix-c"])).env("GAUDI_FIXES_FAULT", "after-rename:1").output();
+    let (out, shown) =
+        d.cmd().args(with_fixture(&["apply", "fix-a", "fix-c"])).env("GAUDI_FIXES_FAULT", "after-rename:1").output();
     assert_aborted(&out, &shown);
     d.cmd().args(with_fixture(&["revert", "fix-a", "fix-c"])).expect(0);
     assert_same(&tree_files(&d), &pristine, "tree");
@@ -197,7 +203,8 @@ fn interrupted_apply_then_revert_gives_pristine() {
 fn recovery_refuses_a_file_changed_since_the_crash_and_writes_nothing() {
     for fault in ["after-journal", "after-rename:1"] {
         let d = two_file_fixture();
-        let (out, shown) = d.cmd().args(with_fixture(&["apply", "fix-a", "fix-c"])).env("GAUDI_FIXES_FAULT", fault).output();
+        let (out, shown) =
+            d.cmd().args(with_fixture(&["apply", "fix-a", "fix-c"])).env("GAUDI_FIXES_FAULT", fault).output();
         assert_aborted(&out, &shown);
         d.write("root/vllm/two.py", "# edited by hand after the crash\n");
         let before = d.snapshot("root");
@@ -216,7 +223,10 @@ fn corrupt_journal_is_an_error_naming_it() {
     let before = d.snapshot("root");
     for args in [&["apply", "fix-a"][..], &["status"][..], &["apply", "--check", "fix-a"][..]] {
         let (_, stderr) = d.cmd().args(with_fixture(args)).expect(3);
-        assert!(stderr.contains(".gaudi-fixes/journal.json") && stderr.contains("corrupt journal"), "{args:?}: {stderr}");
+        assert!(
+            stderr.contains(".gaudi-fixes/journal.json") && stderr.contains("corrupt journal"),
+            "{args:?}: {stderr}"
+        );
     }
     assert_same(&d.snapshot("root"), &before, "tree");
 }
@@ -226,12 +236,17 @@ fn corrupt_journal_is_an_error_naming_it() {
 #[test]
 fn check_reports_a_pending_journal_and_leaves_it() {
     let d = two_file_fixture();
-    let (out, shown) = d.cmd().args(with_fixture(&["apply", "fix-a", "fix-c"])).env("GAUDI_FIXES_FAULT", "after-rename:1").output();
+    let (out, shown) =
+        d.cmd().args(with_fixture(&["apply", "fix-a", "fix-c"])).env("GAUDI_FIXES_FAULT", "after-rename:1").output();
     assert_aborted(&out, &shown);
     let before = d.snapshot("root");
     let (out, _) = d.cmd().args(with_fixture(&["apply", "--check", "fix-a", "fix-c"])).output();
     assert_ne!(out.status.code(), Some(0), "a half-written tree is not applied");
-    assert!(String::from_utf8_lossy(&out.stdout).contains("left a journal"), "{}", String::from_utf8_lossy(&out.stdout));
+    assert!(
+        String::from_utf8_lossy(&out.stdout).contains("left a journal"),
+        "{}",
+        String::from_utf8_lossy(&out.stdout)
+    );
     assert_same(&d.snapshot("root"), &before, "--check wrote something");
 }
 
@@ -283,7 +298,11 @@ fn big_fixture() -> (Dir, Files, Files) {
         }
         let new: String = lines.iter().map(|l| format!("{l}\n")).collect();
         let rel = format!("vllm/big{k}.py");
-        let diff = similar::TextDiff::from_lines(&old, &new).unified_diff().context_radius(3).header(&format!("a/{rel}"), &format!("b/{rel}")).to_string();
+        let diff = similar::TextDiff::from_lines(&old, &new)
+            .unified_diff()
+            .context_radius(3)
+            .header(&format!("a/{rel}"), &format!("b/{rel}"))
+            .to_string();
         d.write(&format!("root/{rel}"), &old);
         d.write(&format!("cat/fixes/big-fix/v0.26.0/big{k}.patch"), diff);
         entries.push_str(&format!(
@@ -319,7 +338,9 @@ fn classify(d: &Dir, pristine: &BTreeMap<String, Vec<u8>>, patched: &BTreeMap<St
     let journal = d.path().join("root/.gaudi-fixes/journal.json").exists();
     let stray_tmp = now.keys().any(|k| k.ends_with(".gaudi-fixes.tmp"));
     let files_now: BTreeMap<_, _> = now.iter().filter(|(k, _)| !k.ends_with(".gaudi-fixes.tmp")).collect();
-    let same = |want: &BTreeMap<String, Vec<u8>>| files_now.len() == want.len() && want.iter().all(|(k, v)| files_now.get(k) == Some(&v));
+    let same = |want: &BTreeMap<String, Vec<u8>>| {
+        files_now.len() == want.len() && want.iter().all(|(k, v)| files_now.get(k) == Some(&v))
+    };
     match (journal, same(pristine), same(patched), stray_tmp) {
         (false, true, _, false) => "pristine, no journal",
         (false, true, _, true) => "pristine, no journal, temp file",
@@ -334,7 +355,15 @@ fn classify(d: &Dir, pristine: &BTreeMap<String, Vec<u8>>, patched: &BTreeMap<St
 /// Spawn `args`, kill it with SIGKILL after a random delay, then recover with `recover` and
 /// check the result is exactly `want`. Returns (outcome, how the tree looked after the kill).
 #[allow(clippy::too_many_arguments)]
-fn kill_trial(d: &Dir, delay: Duration, args: &[&str], recover: &[&str], want: &BTreeMap<String, Vec<u8>>, pristine: &BTreeMap<String, Vec<u8>>, patched: &BTreeMap<String, Vec<u8>>) -> (&'static str, &'static str) {
+fn kill_trial(
+    d: &Dir,
+    delay: Duration,
+    args: &[&str],
+    recover: &[&str],
+    want: &BTreeMap<String, Vec<u8>>,
+    pristine: &BTreeMap<String, Vec<u8>>,
+    patched: &BTreeMap<String, Vec<u8>>,
+) -> (&'static str, &'static str) {
     let mut child = Command::new(env!("CARGO_BIN_EXE_gaudi-fixes"))
         .args(with_fixture(args))
         .current_dir(d.path())
@@ -357,7 +386,12 @@ fn kill_trial(d: &Dir, delay: Duration, args: &[&str], recover: &[&str], want: &
     assert_ne!(seen, "HALF-WRITTEN WITHOUT JOURNAL", "a killed run left a half-written tree and no journal");
     d.cmd().args(with_fixture(recover)).expect(0);
     let now = tree_files(d);
-    assert!(now == *want, "after `{}` recovering from a kill ({seen}), the tree is not as expected; differing: {:?}", recover.join(" "), now.keys().filter(|k| want.get(*k) != now.get(*k)).collect::<Vec<_>>());
+    assert!(
+        now == *want,
+        "after `{}` recovering from a kill ({seen}), the tree is not as expected; differing: {:?}",
+        recover.join(" "),
+        now.keys().filter(|k| want.get(*k) != now.get(*k)).collect::<Vec<_>>()
+    );
     let left = leftovers(d);
     assert!(left.is_empty(), "after recovery ({seen}): left behind {left:?}");
     (outcome, seen)
@@ -391,14 +425,18 @@ fn sigkill_at_random_moments_never_leaves_a_half_patched_tree() {
     let until = (full.as_micros() as u64 * 11 / 10).max(2_000);
     eprintln!("undisturbed apply: {full:?}, journal committed after {to_journal:?}; kills at 0..={until} µs, half of them from {late_from} µs");
 
-    let budget = Duration::from_secs(std::env::var("GAUDI_FIXES_SIGKILL_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(60));
+    let budget =
+        Duration::from_secs(std::env::var("GAUDI_FIXES_SIGKILL_SECS").ok().and_then(|s| s.parse().ok()).unwrap_or(60));
     let started = Instant::now();
     let mut tally: BTreeMap<(&str, &str, &str), usize> = BTreeMap::new();
     let mut trials = 0;
     while trials < 200 && started.elapsed() < budget {
         // Every 10th trial kills a revert instead (from fully patched, recovering to pristine).
-        let (op, args, recover, want, from): (&str, &[&str], &[&str], _, _) =
-            if trials % 10 == 9 { ("revert", &["revert"], &["revert"], &pristine, &patched) } else { ("apply", &["apply"], &["apply"], &patched, &pristine) };
+        let (op, args, recover, want, from): (&str, &[&str], &[&str], _, _) = if trials % 10 == 9 {
+            ("revert", &["revert"], &["revert"], &pristine, &patched)
+        } else {
+            ("apply", &["apply"], &["apply"], &patched, &pristine)
+        };
         restore(&d, from);
         let from_us = if rng.below(2) == 0 { 0 } else { late_from };
         let delay = Duration::from_micros(from_us + rng.below(until.saturating_sub(from_us) + 1));
@@ -411,7 +449,11 @@ fn sigkill_at_random_moments_never_leaves_a_half_patched_tree() {
         eprintln!("  {op:<6} {outcome:<26} tree after kill: {seen:<32} ×{n}");
     }
     assert!(trials >= 20, "too few trials ({trials}) to mean anything");
-    let killed_mid_write = tally.iter().filter(|((_, o, s), _)| *o == "killed" && s.contains("journal") && !s.contains("no journal")).map(|(_, n)| n).sum::<usize>();
+    let killed_mid_write = tally
+        .iter()
+        .filter(|((_, o, s), _)| *o == "killed" && s.contains("journal") && !s.contains("no journal"))
+        .map(|(_, n)| n)
+        .sum::<usize>();
     eprintln!("  killed while a journal was committed: {killed_mid_write}");
 }
 
@@ -447,8 +489,14 @@ fn concurrent_applies_write_once_and_checks_never_see_drift() {
         for child in applies {
             let out = child.wait_with_output().unwrap();
             let stdout = String::from_utf8_lossy(&out.stdout);
-            assert_eq!(out.status.code(), Some(0), "round {round}: apply failed:\n{stdout}\n{}", String::from_utf8_lossy(&out.stderr));
-            let doc: serde_json::Value = serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("round {round}: not JSON ({e}):\n{stdout}"));
+            assert_eq!(
+                out.status.code(),
+                Some(0),
+                "round {round}: apply failed:\n{stdout}\n{}",
+                String::from_utf8_lossy(&out.stderr)
+            );
+            let doc: serde_json::Value =
+                serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("round {round}: not JSON ({e}):\n{stdout}"));
             let written = doc["written"].as_array().expect("`written` is an array");
             match written.len() {
                 0 => {}
@@ -460,7 +508,11 @@ fn concurrent_applies_write_once_and_checks_never_see_drift() {
         for child in checks {
             let out = child.wait_with_output().unwrap();
             let code = out.status.code();
-            assert!(matches!(code, Some(0) | Some(1)), "round {round}: a concurrent check said {code:?}:\n{}", String::from_utf8_lossy(&out.stdout));
+            assert!(
+                matches!(code, Some(0) | Some(1)),
+                "round {round}: a concurrent check said {code:?}:\n{}",
+                String::from_utf8_lossy(&out.stdout)
+            );
             codes.push(code.unwrap());
         }
         assert_eq!(writers, 1, "round {round}: {writers} runs wrote; exactly one should have");

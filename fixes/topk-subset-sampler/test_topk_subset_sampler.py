@@ -27,12 +27,9 @@ Run: ``GAUDI_FIXES_ROOT=<dir holding vllm/> pytest -s fixes/topk-subset-sampler`
 from __future__ import annotations
 
 import ast
-import enum
 import functools
 import json
-import logging
 import os
-import sys
 import types
 import zlib
 from contextlib import contextmanager
@@ -42,6 +39,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+from vllm_stubs import load_sampler
 
 ROOT_ENV = "GAUDI_FIXES_ROOT"
 VECTORS_ENV = "GAUDI_FIXES_VECTORS"
@@ -75,104 +73,8 @@ torch.set_num_threads(min(2, torch.get_num_threads()))
 
 
 # --------------------------------------------------------------------------
-# Loading the sampler module with stubbed vLLM imports
+# Loading the sampler module with stubbed vLLM imports (vllm_stubs.py)
 # --------------------------------------------------------------------------
-
-_STUB_NAMES = (
-    "vllm",
-    "vllm.envs",
-    "vllm._aiter_ops",
-    "vllm.config",
-    "vllm.config.model",
-    "vllm.logger",
-    "vllm.platforms",
-    "vllm.triton_utils",
-)
-
-
-class _CpuArchEnum(enum.Enum):
-    X86 = enum.auto()
-    ARM = enum.auto()
-    POWERPC = enum.auto()
-    RISCV = enum.auto()
-    OTHER = enum.auto()
-
-
-class _HpuLikePlatform:
-    """Not CUDA, CPU, XPU or ROCm: TopKTopPSampler picks forward_native."""
-
-    simple_compile_backend = "eager"
-
-    def is_cuda(self) -> bool:
-        return False
-
-    def is_cuda_alike(self) -> bool:
-        return False
-
-    def is_cpu(self) -> bool:
-        return False
-
-    def is_xpu(self) -> bool:
-        return False
-
-    def is_rocm(self) -> bool:
-        return False
-
-
-class _Logger(logging.LoggerAdapter):
-    def info_once(self, msg, *args, **kwargs):
-        kwargs.pop("scope", None)
-        self.info(msg, *args, **kwargs)
-
-    def warning_once(self, msg, *args, **kwargs):
-        kwargs.pop("scope", None)
-        self.warning(msg, *args, **kwargs)
-
-    def debug_once(self, msg, *args, **kwargs):
-        kwargs.pop("scope", None)
-        self.debug(msg, *args, **kwargs)
-
-
-def _stub_modules() -> dict[str, types.ModuleType]:
-    mods = {name: types.ModuleType(name) for name in _STUB_NAMES}
-    mods["vllm"].__path__ = []
-    mods["vllm.config"].__path__ = []
-    envs = mods["vllm.envs"]
-    envs.VLLM_USE_FLASHINFER_SAMPLER = False
-    envs.VLLM_XPU_USE_SAMPLER_KERNEL = False
-    envs.is_set = lambda name: False
-    mods["vllm"].envs = envs
-    mods["vllm._aiter_ops"].rocm_aiter_ops = types.SimpleNamespace(is_enabled=lambda: False)
-    model = mods["vllm.config.model"]
-    model.LogprobsMode = str
-    model.PROCESSED_LOGPROBS_MODES = ("processed_logits", "processed_logprobs")
-    mods["vllm.config"].model = model
-    mods["vllm.logger"].init_logger = lambda name: _Logger(logging.getLogger(name), {})
-    platforms = mods["vllm.platforms"]
-    platforms.CpuArchEnum = _CpuArchEnum
-    platforms.current_platform = _HpuLikePlatform()
-    mods["vllm.triton_utils"].HAS_TRITON = False
-    return mods
-
-
-def load_sampler(source: str, name: str) -> types.ModuleType:
-    """Execute a topk_topp_sampler.py source text as module `name`."""
-    saved = {n: sys.modules.get(n) for n in _STUB_NAMES}
-    sys.modules.update(_stub_modules())
-    try:
-        module = types.ModuleType(name)
-        module.__file__ = str(SAMPLER_PATH)
-        # Importable by name: torch.compile resolves globals through sys.modules.
-        sys.modules[name] = module
-        exec(compile(source, f"{SAMPLER_PATH} <{name}>", "exec"), module.__dict__)
-    finally:
-        for n, m in saved.items():
-            if m is None:
-                sys.modules.pop(n, None)
-            else:
-                sys.modules[n] = m
-    return module
-
 
 @functools.cache
 def patched_source() -> str:
@@ -189,7 +91,7 @@ def patched_source() -> str:
 
 @functools.cache
 def base() -> types.ModuleType:
-    return load_sampler(patched_source(), "gaudi_fixes_topk_patched")
+    return load_sampler(patched_source(), "gaudi_fixes_topk_patched", SAMPLER_PATH)
 
 
 # --------------------------------------------------------------------------
@@ -844,7 +746,7 @@ def test_mutant_is_rejected(name):
     source = patched_source()
     mutant_source = MUTANTS[name](source)
     assert mutant_source != source, "the mutation changed nothing"
-    mutant = load_sampler(mutant_source, f"gaudi_fixes_topk_mutant_{name}")
+    mutant = load_sampler(mutant_source, f"gaudi_fixes_topk_mutant_{name}", SAMPLER_PATH)
     failures = run_checks(mutant)
     print(f"\n{name}: {len(failures)} failures, first: {failures[:1]}")
     assert failures, f"mutant {name} passed every check"

@@ -83,7 +83,9 @@ impl Catalog {
             .filter_map(|p| {
                 let mut c = p.components();
                 match (c.next(), c.next(), c.next()) {
-                    (Some(a), Some(b), Some(_)) if a.as_os_str() == "fixes" => Some(Path::new("fixes").join(b.as_os_str())),
+                    (Some(a), Some(b), Some(_)) if a.as_os_str() == "fixes" => {
+                        Some(Path::new("fixes").join(b.as_os_str()))
+                    }
                     _ => None,
                 }
             })
@@ -125,7 +127,10 @@ impl Catalog {
         for (profile, shown, text) in &profiles {
             for name in &profile.fixes {
                 if !names.contains(name.as_str()) {
-                    bail!("{shown}:{}: profile names `{name}`, which is not a fix in this catalogue", line_of(text, name));
+                    bail!(
+                        "{shown}:{}: profile names `{name}`, which is not a fix in this catalogue",
+                        line_of(text, name)
+                    );
                 }
             }
         }
@@ -161,7 +166,11 @@ impl Catalog {
         for fix in selected.values() {
             for other in &fix.manifest.conflicts {
                 if selected.contains_key(other.as_str()) {
-                    bail!("fixes `{}` and `{other}` conflict (see {}); select one of them", fix.manifest.name, self.files.display(&fix.dir.join("fix.yaml")));
+                    bail!(
+                        "fixes `{}` and `{other}` conflict (see {}); select one of them",
+                        fix.manifest.name,
+                        self.files.display(&fix.dir.join("fix.yaml"))
+                    );
                 }
             }
         }
@@ -170,7 +179,10 @@ impl Catalog {
         while placed.len() < selected.len() {
             let ready = selected.values().find(|f| {
                 !placed.contains(f.manifest.name.as_str())
-                    && f.manifest.after.iter().all(|a| placed.contains(a.as_str()) || !selected.contains_key(a.as_str()))
+                    && f.manifest
+                        .after
+                        .iter()
+                        .all(|a| placed.contains(a.as_str()) || !selected.contains_key(a.as_str()))
             });
             match ready {
                 Some(fix) => {
@@ -241,10 +253,19 @@ fn load_fix(files: &CatalogFiles, manifest_path: &Path) -> Result<Fix> {
     Ok(Fix { manifest, dir, variants })
 }
 
-fn load_variant(files: &CatalogFiles, dir: &Path, shown: &str, text: &str, release: &str, body: &Release) -> Result<Variant> {
+fn load_variant(
+    files: &CatalogFiles,
+    dir: &Path,
+    shown: &str,
+    text: &str,
+    release: &str,
+    body: &Release,
+) -> Result<Variant> {
     let rel_line = line_of(text, &format!("{release}:"));
     match (body.upstreamed, body.patches.is_empty()) {
-        (true, false) => bail!("{shown}:{rel_line}: release {release}: `upstreamed: true` and `patches:` exclude each other"),
+        (true, false) => {
+            bail!("{shown}:{rel_line}: release {release}: `upstreamed: true` and `patches:` exclude each other")
+        }
         (false, true) => bail!("{shown}:{rel_line}: release {release}: needs `patches:` or `upstreamed: true`"),
         _ => {}
     }
@@ -261,7 +282,9 @@ fn load_variant(files: &CatalogFiles, dir: &Path, shown: &str, text: &str, relea
             bail!("{}: release {release} patches `{}` twice; use one patch per file", at(&entry.file), entry.file);
         }
         check_relative(&entry.patch).map_err(|e| anyhow::anyhow!("{}: patch: {e}", at(&entry.patch)))?;
-        if entry.pristine_sha256.len() != 64 || !entry.pristine_sha256.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase()) {
+        if entry.pristine_sha256.len() != 64
+            || !entry.pristine_sha256.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
+        {
             bail!("{}: pristine_sha256 must be 64 lowercase hex digits", at(&entry.pristine_sha256));
         }
         let patch_path = dir.join(&entry.patch);
@@ -271,7 +294,12 @@ fn load_variant(files: &CatalogFiles, dir: &Path, shown: &str, text: &str, relea
         let patch_text = files.text(&patch_path)?;
         let parsed = parse::parse(patch_text, Path::new(&files.display(&patch_path)))?;
         if parsed.files.len() != 1 {
-            bail!("{}: a patch must touch exactly one file (its entry's `{}`); it touches {}", files.display(&patch_path), entry.file, parsed.files.len());
+            bail!(
+                "{}: a patch must touch exactly one file (its entry's `{}`); it touches {}",
+                files.display(&patch_path),
+                entry.file,
+                parsed.files.len()
+            );
         }
         let diff = parsed.files.into_iter().next().expect("one file");
         if diff.old_path != entry.file || diff.new_path != entry.file {
@@ -283,7 +311,13 @@ fn load_variant(files: &CatalogFiles, dir: &Path, shown: &str, text: &str, relea
                 entry.file
             );
         }
-        patches.push(VariantPatch { tree: entry.tree, file: entry.file.clone(), patch_path, pristine_sha256: entry.pristine_sha256.clone(), diff });
+        patches.push(VariantPatch {
+            tree: entry.tree,
+            file: entry.file.clone(),
+            patch_path,
+            pristine_sha256: entry.pristine_sha256.clone(),
+            diff,
+        });
     }
     Ok(Variant { release: release.to_string(), upstreamed: body.upstreamed, patches })
 }

@@ -46,7 +46,10 @@ pub fn lint(catalog: &Catalog, upstream: Option<&Path>) -> Result<LintReport> {
                 if a.manifest.conflicts.contains(&b.manifest.name) || b.manifest.conflicts.contains(&a.manifest.name) {
                     report.findings.push(Finding {
                         file: catalog.files.display(Path::new(&format!("profiles/{}.yaml", profile.name))),
-                        message: format!("profile `{}` selects conflicting fixes {} and {}", profile.name, a.manifest.name, b.manifest.name),
+                        message: format!(
+                            "profile `{}` selects conflicting fixes {} and {}",
+                            profile.name, a.manifest.name, b.manifest.name
+                        ),
                     });
                 }
                 overlaps(catalog, &profile.name, a, b, &mut report);
@@ -111,14 +114,22 @@ fn against_upstream(catalog: &Catalog, fix: &Fix, dir: &Path, report: &mut LintR
     for variant in fix.variants.iter().filter(|v| !v.upstreamed) {
         let candidates: [PathBuf; 2] = [dir.join(&variant.release), dir.join(variant.release.trim_start_matches('v'))];
         let Some(root) = candidates.iter().find(|p| p.is_dir()) else {
-            report.skipped.push(format!("{} {}: no {}/ under --upstream", fix.manifest.name, variant.release, variant.release));
+            report
+                .skipped
+                .push(format!("{} {}: no {}/ under --upstream", fix.manifest.name, variant.release, variant.release));
             continue;
         };
         for vp in &variant.patches {
             let path = root.join(&vp.file);
             let shown_patch = catalog.files.display(&vp.patch_path);
             if !root.join(vp.tree.as_str()).is_dir() {
-                report.skipped.push(format!("{} {}: no {}/ tree in {}", fix.manifest.name, variant.release, vp.tree, root.display()));
+                report.skipped.push(format!(
+                    "{} {}: no {}/ tree in {}",
+                    fix.manifest.name,
+                    variant.release,
+                    vp.tree,
+                    root.display()
+                ));
                 continue;
             }
             let bytes = match fs::read(&path) {
@@ -131,13 +142,24 @@ fn against_upstream(catalog: &Catalog, fix: &Fix, dir: &Path, report: &mut LintR
             let mut bad = |message: String| report.findings.push(Finding { file: shown_patch.clone(), message });
             let hash = sha256_hex(&bytes);
             if hash != vp.pristine_sha256 {
-                bad(format!("{}: sha256 {hash} is not the recorded pristine_sha256 {} (is {} a pristine {} tree?)", path.display(), vp.pristine_sha256, root.display(), variant.release));
+                bad(format!(
+                    "{}: sha256 {hash} is not the recorded pristine_sha256 {} (is {} a pristine {} tree?)",
+                    path.display(),
+                    vp.pristine_sha256,
+                    root.display(),
+                    variant.release
+                ));
                 continue;
             }
             let text = SourceText::decode(&bytes, &path)?;
             let eval = state::evaluate(&vp.diff, &text);
             let Some(patched) = state::apply(&vp.diff, &text, &eval) else {
-                bad(format!("{}: does not apply to pristine {} (state {:?})", path.display(), variant.release, eval.state));
+                bad(format!(
+                    "{}: does not apply to pristine {} (state {:?})",
+                    path.display(),
+                    variant.release,
+                    eval.state
+                ));
                 continue;
             };
             let after = state::evaluate(&vp.diff, &patched);
@@ -150,7 +172,13 @@ fn against_upstream(catalog: &Catalog, fix: &Fix, dir: &Path, report: &mut LintR
                 bad(format!("{}: apply then revert does not give back the pristine bytes", path.display()));
                 continue;
             }
-            report.checked.push(format!("{} {}: {} applies to pristine, is then applied, reverts to sha256 {}…", fix.manifest.name, variant.release, vp.file, &hash[..12]));
+            report.checked.push(format!(
+                "{} {}: {} applies to pristine, is then applied, reverts to sha256 {}…",
+                fix.manifest.name,
+                variant.release,
+                vp.file,
+                &hash[..12]
+            ));
         }
     }
     Ok(())

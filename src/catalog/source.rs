@@ -51,7 +51,8 @@ impl CatalogFiles {
                 if is_noise(&rel) {
                     continue;
                 }
-                let bytes = std::fs::read(entry.path()).with_context(|| format!("reading {}", entry.path().display()))?;
+                let bytes =
+                    std::fs::read(entry.path()).with_context(|| format!("reading {}", entry.path().display()))?;
                 files.insert(rel, bytes);
             }
         }
@@ -60,7 +61,8 @@ impl CatalogFiles {
 
     /// A file as UTF-8 text, or an error naming it.
     pub fn text(&self, rel: &Path) -> Result<&str> {
-        let bytes = self.files.get(rel).with_context(|| format!("{}: no such file in the catalogue", self.display(rel)))?;
+        let bytes =
+            self.files.get(rel).with_context(|| format!("{}: no such file in the catalogue", self.display(rel)))?;
         std::str::from_utf8(bytes).map_err(|e| {
             let line = bytes[..e.valid_up_to()].iter().filter(|&&b| b == b'\n').count() + 1;
             anyhow::anyhow!("{}:{line}: not valid UTF-8", self.display(rel))

@@ -40,7 +40,11 @@ pub fn selection(catalog: &Catalog, args: &SelectArgs) -> Result<Vec<String>> {
 
 /// The roots of the trees a run may touch.
 pub fn roots(trees: &Trees, global: &GlobalArgs) -> Vec<PathBuf> {
-    trees.all().filter(|t| global.only_tree.is_empty() || global.only_tree.contains(&t.name)).map(|t| t.root.clone()).collect()
+    trees
+        .all()
+        .filter(|t| global.only_tree.is_empty() || global.only_tree.contains(&t.name))
+        .map(|t| t.root.clone())
+        .collect()
 }
 
 /// Shared by `apply` and `revert`: select, discover, lock, recover, plan, write, report.
@@ -93,7 +97,8 @@ fn provenance_after(plan: &Plan, trees: &Trees) -> Result<BTreeMap<PathBuf, Prov
         record.tool = transaction::tool_version();
         records.entry(tree.root.clone()).or_insert(record);
     }
-    let final_bytes: BTreeMap<PathBuf, &[u8]> = plan.edits.iter().map(|e| (e.tree_root.join(&e.rel), e.new.as_slice())).collect();
+    let final_bytes: BTreeMap<PathBuf, &[u8]> =
+        plan.edits.iter().map(|e| (e.tree_root.join(&e.rel), e.new.as_slice())).collect();
     for report in &plan.reports {
         let keep = report.action == Some("apply") || (report.action.is_none() && report.state == FixState::Applied);
         for record in records.values_mut() {
@@ -110,10 +115,10 @@ fn provenance_after(plan: &Plan, trees: &Trees) -> Result<BTreeMap<PathBuf, Prov
                 None => plan::sha256_hex(&std::fs::read(&path).unwrap_or_default()),
             };
             let record = records.get_mut(root).expect("every tree root has a record");
-            let entry = record
-                .fixes
-                .entry(report.name.clone())
-                .or_insert_with(|| ProvenanceFix { variant: report.variant.clone().unwrap_or_default(), files: BTreeMap::new() });
+            let entry = record.fixes.entry(report.name.clone()).or_insert_with(|| ProvenanceFix {
+                variant: report.variant.clone().unwrap_or_default(),
+                files: BTreeMap::new(),
+            });
             entry.files.insert(file.path.clone(), hash);
         }
     }
@@ -140,7 +145,16 @@ fn print(
     match global.format {
         Format::Json => report::json::print(
             &mut out,
-            &report::json::Document { schema: report::json::SCHEMA, command, mode, exit_code: status.code(), trees, fixes: &plan.reports, written: written.to_vec(), notes },
+            &report::json::Document {
+                schema: report::json::SCHEMA,
+                command,
+                mode,
+                exit_code: status.code(),
+                trees,
+                fixes: &plan.reports,
+                written: written.to_vec(),
+                notes,
+            },
             status,
         ),
         Format::Github => report::github::print(&mut out, &plan.reports, mode == "check"),
@@ -156,13 +170,18 @@ fn print(
                 report::human::fix(&mut out, r, false)?;
             }
             let summary = match (mode, status) {
-                (_, ExitStatus::Drifted) if mode != "check" => format!("{}: refused because of drift; nothing was written", "error".red().bold()),
+                (_, ExitStatus::Drifted) if mode != "check" => {
+                    format!("{}: refused because of drift; nothing was written", "error".red().bold())
+                }
                 (_, ExitStatus::Error) => format!("{}: cannot proceed; nothing was written", "error".red().bold()),
-                ("check", s) => format!("check: {}", match s {
-                    ExitStatus::Applied => "everything applied".green(),
-                    ExitStatus::NotApplied => "not applied".yellow(),
-                    _ => "drifted".red(),
-                }),
+                ("check", s) => format!(
+                    "check: {}",
+                    match s {
+                        ExitStatus::Applied => "everything applied".green(),
+                        ExitStatus::NotApplied => "not applied".yellow(),
+                        _ => "drifted".red(),
+                    }
+                ),
                 ("dry-run", _) => format!("dry run: {} file(s) would be written", plan.edits.len()),
                 _ if written.is_empty() => "nothing to do: already in the requested state".to_string(),
                 _ => {

@@ -39,7 +39,16 @@ pub fn run(global: &GlobalArgs, name: &str) -> Result<ExitStatus> {
     let mut out = stdout.lock();
     if global.format == Format::Json {
         let fixes: Vec<_> = report.into_iter().collect();
-        let doc = report::json::Document { schema: report::json::SCHEMA, command: "diff", mode: "diff", exit_code: status.code(), trees: &trees, fixes: &fixes, written: Vec::new(), notes: &[] };
+        let doc = report::json::Document {
+            schema: report::json::SCHEMA,
+            command: "diff",
+            mode: "diff",
+            exit_code: status.code(),
+            trees: &trees,
+            fixes: &fixes,
+            written: Vec::new(),
+            notes: &[],
+        };
         report::json::print(&mut out, &doc, status)?;
         return Ok(status);
     }
@@ -48,7 +57,9 @@ pub fn run(global: &GlobalArgs, name: &str) -> Result<ExitStatus> {
         report::human::fix(&mut out, r, true)?;
     }
     let variants: Vec<_> = match report.as_ref().and_then(|r| r.variant.clone()) {
-        Some(v) if report.as_ref().is_some_and(|r| r.state != FixState::Drifted) => fix.variants.iter().filter(|x| x.release == v).collect(),
+        Some(v) if report.as_ref().is_some_and(|r| r.state != FixState::Drifted) => {
+            fix.variants.iter().filter(|x| x.release == v).collect()
+        }
         _ => fix.variants.iter().collect(),
     };
     for v in variants {

@@ -22,7 +22,10 @@ pub fn run(global: &GlobalArgs, args: &LintArgs) -> Result<ExitStatus> {
     let mut out = stdout.lock();
     match global.format {
         Format::Json => {
-            serde_json::to_writer_pretty(&mut out, &serde_json::json!({"schema": crate::report::json::SCHEMA, "catalog": catalog.files.origin, "exit_code": status.code(), "lint": report}))?;
+            serde_json::to_writer_pretty(
+                &mut out,
+                &serde_json::json!({"schema": crate::report::json::SCHEMA, "catalog": catalog.files.origin, "exit_code": status.code(), "lint": report}),
+            )?;
             writeln!(out)?;
         }
         Format::Github => {
@@ -31,7 +34,13 @@ pub fn run(global: &GlobalArgs, args: &LintArgs) -> Result<ExitStatus> {
             }
         }
         Format::Human => {
-            writeln!(out, "catalogue: {} ({} fixes, {} profiles)", catalog.files.origin, catalog.fixes.len(), catalog.profiles.len())?;
+            writeln!(
+                out,
+                "catalogue: {} ({} fixes, {} profiles)",
+                catalog.files.origin,
+                catalog.fixes.len(),
+                catalog.profiles.len()
+            )?;
             for c in &report.checked {
                 writeln!(out, "  {} {c}", "ok".green())?;
             }
@@ -41,7 +50,15 @@ pub fn run(global: &GlobalArgs, args: &LintArgs) -> Result<ExitStatus> {
             for f in &report.findings {
                 writeln!(out, "  {} {}: {}", "finding".red().bold(), f.file, f.message)?;
             }
-            writeln!(out, "{}", if report.findings.is_empty() { "lint: clean".green() } else { format!("lint: {} finding(s)", report.findings.len()).red() })?;
+            writeln!(
+                out,
+                "{}",
+                if report.findings.is_empty() {
+                    "lint: clean".green()
+                } else {
+                    format!("lint: {} finding(s)", report.findings.len()).red()
+                }
+            )?;
         }
     }
     Ok(status)

@@ -47,7 +47,12 @@ pub fn run(global: &GlobalArgs) -> Result<ExitStatus> {
             kind: f.manifest.kind.to_string(),
             summary: &f.manifest.summary,
             releases: f.variants.iter().map(|v| v.release.as_str()).collect(),
-            profiles: catalog.profiles.iter().filter(|p| p.fixes.contains(&f.manifest.name)).map(|p| p.name.as_str()).collect(),
+            profiles: catalog
+                .profiles
+                .iter()
+                .filter(|p| p.fixes.contains(&f.manifest.name))
+                .map(|p| p.name.as_str())
+                .collect(),
             state: reports.as_ref().map(|r| r[i].state),
             variant: reports.as_ref().and_then(|r| r[i].variant.clone()),
         })
@@ -59,7 +64,10 @@ pub fn run(global: &GlobalArgs) -> Result<ExitStatus> {
     let mut out = stdout.lock();
     if global.format == Format::Json {
         let profiles: Vec<_> = catalog.profiles.iter().collect();
-        serde_json::to_writer_pretty(&mut out, &serde_json::json!({"schema": report::json::SCHEMA, "catalog": catalog.files.origin, "fixes": rows, "profiles": profiles, "trees": trees}))?;
+        serde_json::to_writer_pretty(
+            &mut out,
+            &serde_json::json!({"schema": report::json::SCHEMA, "catalog": catalog.files.origin, "fixes": rows, "profiles": profiles, "trees": trees}),
+        )?;
         writeln!(out)?;
         return Ok(ExitStatus::Applied);
     }
@@ -71,7 +79,12 @@ pub fn run(global: &GlobalArgs) -> Result<ExitStatus> {
         let variant = row.variant.as_deref().map(|v| format!(" [{v}]")).unwrap_or_default();
         writeln!(out, "  {:<26} {:<12} {state}{variant}", row.name.bold(), row.kind)?;
         writeln!(out, "      {}", row.summary)?;
-        writeln!(out, "      releases: {}; profiles: {}", row.releases.join(", "), if row.profiles.is_empty() { "-".into() } else { row.profiles.join(", ") })?;
+        writeln!(
+            out,
+            "      releases: {}; profiles: {}",
+            row.releases.join(", "),
+            if row.profiles.is_empty() { "-".into() } else { row.profiles.join(", ") }
+        )?;
     }
     writeln!(out, "\n{}", "profiles".bold())?;
     for p in &catalog.profiles {

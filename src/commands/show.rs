@@ -25,7 +25,10 @@ pub fn run(global: &GlobalArgs, name: &str, readme: bool) -> Result<ExitStatus> 
         return Ok(ExitStatus::Applied);
     }
     if global.format == Format::Json {
-        serde_json::to_writer_pretty(&mut out, &serde_json::json!({"manifest": fix.manifest, "readme": catalog.files.display(&readme_path)}))?;
+        serde_json::to_writer_pretty(
+            &mut out,
+            &serde_json::json!({"manifest": fix.manifest, "readme": catalog.files.display(&readme_path)}),
+        )?;
         writeln!(out)?;
         return Ok(ExitStatus::Applied);
     }
@@ -51,11 +54,22 @@ pub fn run(global: &GlobalArgs, name: &str, readme: bool) -> Result<ExitStatus> 
         writeln!(out, "    {}:", v.release.bold())?;
         for p in &v.patches {
             let hunks = p.diff.hunks.len();
-            writeln!(out, "      {:<10} {}  ({}, {hunks} hunk(s), pristine sha256 {}…)", p.tree.to_string(), p.file, p.patch_path.display(), &p.pristine_sha256[..12])?;
+            writeln!(
+                out,
+                "      {:<10} {}  ({}, {hunks} hunk(s), pristine sha256 {}…)",
+                p.tree.to_string(),
+                p.file,
+                p.patch_path.display(),
+                &p.pristine_sha256[..12]
+            )?;
         }
     }
     if !m.tests.is_empty() {
-        writeln!(out, "  tests: {}", m.tests.iter().map(|t| fix.dir.join(t).display().to_string()).collect::<Vec<_>>().join(", "))?;
+        writeln!(
+            out,
+            "  tests: {}",
+            m.tests.iter().map(|t| fix.dir.join(t).display().to_string()).collect::<Vec<_>>().join(", ")
+        )?;
     }
     let builtin = if catalog.files.dir.is_none() { " (built in; print it with --readme)" } else { "" };
     writeln!(out, "  README: {}{builtin}", catalog.files.display(&readme_path))?;

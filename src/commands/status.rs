@@ -37,7 +37,9 @@ pub fn run(global: &GlobalArgs) -> Result<ExitStatus> {
     if let Some(plan) = &plan {
         notes.extend(provenance_notes(&plan.reports, &roots)?);
     } else {
-        notes.push("no vllm or vllm_gaudi tree found; give --root, --vllm/--vllm-gaudi, GAUDI_FIXES_ROOT or --python".into());
+        notes.push(
+            "no vllm or vllm_gaudi tree found; give --root, --vllm/--vllm-gaudi, GAUDI_FIXES_ROOT or --python".into(),
+        );
     }
     if global.quiet {
         return Ok(ExitStatus::Applied);
@@ -48,7 +50,16 @@ pub fn run(global: &GlobalArgs) -> Result<ExitStatus> {
     match global.format {
         Format::Json => report::json::print(
             &mut out,
-            &report::json::Document { schema: report::json::SCHEMA, command: "status", mode: "status", exit_code: 0, trees: &trees, fixes: reports, written: Vec::new(), notes: &notes },
+            &report::json::Document {
+                schema: report::json::SCHEMA,
+                command: "status",
+                mode: "status",
+                exit_code: 0,
+                trees: &trees,
+                fixes: reports,
+                written: Vec::new(),
+                notes: &notes,
+            },
             ExitStatus::Applied,
         )?,
         Format::Github => report::github::print(&mut out, reports, false)?,
@@ -83,7 +94,11 @@ fn provenance_notes(reports: &[FixReport], roots: &[std::path::PathBuf]) -> Resu
                     for (path, hash) in &p.files {
                         let now = std::fs::read(root.join(path)).map(|b| plan::sha256_hex(&b)).unwrap_or_default();
                         if &now != hash {
-                            notes.push(format!("{}: changed since gaudi-fixes applied {} (provenance hash differs)", root.join(path).display(), r.name));
+                            notes.push(format!(
+                                "{}: changed since gaudi-fixes applied {} (provenance hash differs)",
+                                root.join(path).display(),
+                                r.name
+                            ));
                         }
                     }
                 }
@@ -94,7 +109,11 @@ fn provenance_notes(reports: &[FixReport], roots: &[std::path::PathBuf]) -> Resu
                     p.variant,
                     serde_json::to_value(state).ok().and_then(|v| v.as_str().map(str::to_string)).unwrap_or_default()
                 )),
-                (None, FixState::Applied) => notes.push(format!("{} is applied in {} but gaudi-fixes has no record of applying it", r.name, root.display())),
+                (None, FixState::Applied) => notes.push(format!(
+                    "{} is applied in {} but gaudi-fixes has no record of applying it",
+                    r.name,
+                    root.display()
+                )),
                 _ => {}
             }
         }

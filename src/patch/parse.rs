@@ -46,20 +46,12 @@ pub struct Hunk {
 impl Hunk {
     /// Lines present before the change (context + removed).
     pub fn pre_image(&self) -> Vec<&str> {
-        self.lines
-            .iter()
-            .filter(|l| !matches!(l, HunkLine::Add(_)))
-            .map(HunkLine::text)
-            .collect()
+        self.lines.iter().filter(|l| !matches!(l, HunkLine::Add(_))).map(HunkLine::text).collect()
     }
 
     /// Lines present after the change (context + added).
     pub fn post_image(&self) -> Vec<&str> {
-        self.lines
-            .iter()
-            .filter(|l| !matches!(l, HunkLine::Remove(_)))
-            .map(HunkLine::text)
-            .collect()
+        self.lines.iter().filter(|l| !matches!(l, HunkLine::Remove(_))).map(HunkLine::text).collect()
     }
 
     /// The same hunk with its direction reversed (for revert).

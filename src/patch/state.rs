@@ -72,7 +72,8 @@ pub fn evaluate(patch: &FilePatch, text: &SourceText) -> FileEval {
                 // Both present happens when one image contains the other (lines added or
                 // removed at a hunk's edge): the longer image is the stronger evidence.
                 if post_image.len() > pre_image.len()
-                    || (post_image.len() == pre_image.len() && offset(q, hunk.new_start).unsigned_abs() < offset(p, hunk.old_start).unsigned_abs())
+                    || (post_image.len() == pre_image.len()
+                        && offset(q, hunk.new_start).unsigned_abs() < offset(p, hunk.old_start).unsigned_abs())
                 {
                     applied(q, hunk)
                 } else {

@@ -25,17 +25,10 @@ impl Batch {
     /// Build a batch from row-major logits and per-row `k` (≥ vocab or ≤ 0 = no top_k) and
     /// `p` (≥ 1.0 = no top_p), normalising both the way vLLM's input batch does.
     pub fn new(host: Vec<f32>, rows: i64, vocab: i64, k: &[i64], p: &[f32]) -> Batch {
-        assert_eq!(
-            host.len() as i64,
-            rows * vocab,
-            "logits must be rows × vocab"
-        );
+        assert_eq!(host.len() as i64, rows * vocab, "logits must be rows × vocab");
         assert_eq!(k.len() as i64, rows, "one top_k per row");
         assert_eq!(p.len() as i64, rows, "one top_p per row");
-        let k: Vec<i64> = k
-            .iter()
-            .map(|&k| if k <= 0 || k >= vocab { vocab } else { k })
-            .collect();
+        let k: Vec<i64> = k.iter().map(|&k| if k <= 0 || k >= vocab { vocab } else { k }).collect();
         let p: Vec<f32> = p.iter().map(|&p| p.min(1.0)).collect();
         let logits = Tensor::from_slice(&host).view([rows, vocab]);
         Batch {
@@ -66,9 +59,7 @@ impl Batch {
 
     /// `k` as the int64 tensor `[B]` the sampler indexes with.
     pub fn k_tensor(&self) -> Option<Tensor> {
-        self.k
-            .as_ref()
-            .map(|k| Tensor::from_slice(k).to_kind(Kind::Int64))
+        self.k.as_ref().map(|k| Tensor::from_slice(k).to_kind(Kind::Int64))
     }
 
     /// `p` as the float32 tensor `[B]`.

@@ -189,7 +189,7 @@ fn measure(rows: i64, vocab: i64, args: &BenchArgs, release: Release, window: i6
     // within each repeat, so that a burst of load on the machine hits all of them alike and
     // the per-repeat ratios stay meaningful.
     ops.iter().for_each(|op| op());
-    let mut ms = vec![Vec::with_capacity(args.repeats); OPS];
+    let mut ms: Vec<Vec<f64>> = (0..OPS).map(|_| Vec::with_capacity(args.repeats)).collect();
     for _ in 0..args.repeats {
         for (i, (op, times)) in ops.iter().zip(&mut ms).enumerate() {
             // The first call after stock's full-vocabulary sort runs ~30% slower (allocator
@@ -219,12 +219,7 @@ fn measure(rows: i64, vocab: i64, args: &BenchArgs, release: Release, window: i6
         floor_amax: median(ms[4].clone()),
         topk: median(ms[5].clone()),
     };
-    ShapeResult {
-        batch: rows,
-        vocab,
-        median_ms,
-        ratios,
-    }
+    ShapeResult { batch: rows, vocab, median_ms, ratios }
 }
 
 fn targets(shapes: &[ShapeResult]) -> Vec<Target> {
@@ -255,10 +250,7 @@ mod tests {
         let k = batch.k.unwrap();
         assert_eq!(k[0], 50);
         assert!(k.iter().all(|&k| (1..=50).contains(&k)));
-        assert_eq!(
-            subset::route(Some(&k), 2048),
-            subset::Route::Subset { window: 64 }
-        );
+        assert_eq!(subset::route(Some(&k), 2048), subset::Route::Subset { window: 64 });
     }
 
     #[test]

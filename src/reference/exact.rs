@@ -87,13 +87,7 @@ pub fn compare_row(
     other: (&[i32], &[f32]),
 ) -> RowOutcome {
     if stock.0 == other.0 {
-        let max_ulps = stock
-            .1
-            .iter()
-            .zip(other.1)
-            .map(|(&a, &b)| ulp_distance(a, b))
-            .max()
-            .unwrap_or(0);
+        let max_ulps = stock.1.iter().zip(other.1).map(|(&a, &b)| ulp_distance(a, b)).max().unwrap_or(0);
         return RowOutcome::Identical { max_ulps };
     }
     let Some(window) = window else {
@@ -111,19 +105,9 @@ pub fn compare_row(
     }
     let differing = symmetric_difference(stock.0, other.0);
     let logit = |id: i32| logits[id as usize];
-    let boundary = stock
-        .0
-        .iter()
-        .map(|&id| logit(id))
-        .fold(f32::INFINITY, f32::min);
-    let other_boundary = other
-        .0
-        .iter()
-        .map(|&id| logit(id))
-        .fold(f32::INFINITY, f32::min);
-    if stock.0.len() == other.0.len()
-        && boundary == other_boundary
-        && differing.iter().all(|&id| logit(id) == boundary)
+    let boundary = stock.0.iter().map(|&id| logit(id)).fold(f32::INFINITY, f32::min);
+    let other_boundary = other.0.iter().map(|&id| logit(id)).fold(f32::INFINITY, f32::min);
+    if stock.0.len() == other.0.len() && boundary == other_boundary && differing.iter().all(|&id| logit(id) == boundary)
     {
         return RowOutcome::Explained(Explanation::TopPBoundaryTie);
     }
@@ -138,12 +122,7 @@ pub fn compare_row(
 /// row `r`, judged from the row and stock's support alone (not from a particular subset
 /// implementation, whose tie order may differ from this reference's): the conditions behind
 /// each [`Explanation`], checked before the fact. `window` as in [`compare_row`].
-pub fn ambiguity(
-    batch: &Batch,
-    r: usize,
-    window: Option<i64>,
-    stock: &[i32],
-) -> Option<Explanation> {
+pub fn ambiguity(batch: &Batch, r: usize, window: Option<i64>, stock: &[i32]) -> Option<Explanation> {
     let window = window?;
     let logits = batch.row(r);
     let facts = kth_facts(logits, batch.k_of(r));
@@ -156,19 +135,10 @@ pub fn ambiguity(
     }
     let floor = facts.map_or(f32::NEG_INFINITY, |f| f.value);
     let in_top_k = |x: f32| x >= floor && x.is_finite();
-    let boundary = stock
-        .iter()
-        .map(|&id| logits[id as usize])
-        .fold(f32::INFINITY, f32::min);
+    let boundary = stock.iter().map(|&id| logits[id as usize]).fold(f32::INFINITY, f32::min);
     // The cut splits a tie group: copies of the boundary value on both sides of it.
-    let copies = logits
-        .iter()
-        .filter(|&&x| x == boundary && in_top_k(x))
-        .count();
-    let kept = stock
-        .iter()
-        .filter(|&&id| logits[id as usize] == boundary)
-        .count();
+    let copies = logits.iter().filter(|&&x| x == boundary && in_top_k(x)).count();
+    let kept = stock.iter().filter(|&&id| logits[id as usize] == boundary).count();
     if copies > kept {
         return Some(Explanation::TopPBoundaryTie);
     }
@@ -230,11 +200,8 @@ struct TopPCut {
 impl TopPCut {
     fn new(row: &[f32], kth_value: Option<f32>, p: f32) -> TopPCut {
         let floor = kth_value.unwrap_or(f32::NEG_INFINITY);
-        let mut ascending: Vec<f64> = row
-            .iter()
-            .filter(|&&x| x >= floor && x.is_finite())
-            .map(|&x| f64::from(x))
-            .collect();
+        let mut ascending: Vec<f64> =
+            row.iter().filter(|&&x| x >= floor && x.is_finite()).map(|&x| f64::from(x)).collect();
         ascending.sort_by(f64::total_cmp);
         let max = ascending.last().copied().unwrap_or(0.0);
         let weights: Vec<f64> = ascending.iter().map(|&x| (x - max).exp()).collect();
@@ -248,23 +215,14 @@ impl TopPCut {
             .collect();
         // The float32 cumsum of n terms is within n·ε of the exact sum (standard bound).
         let tolerance = (ascending.len() + 1) as f64 * f64::from(f32::EPSILON);
-        TopPCut {
-            ascending,
-            cumulative,
-            threshold: f64::from(1.0f32 - p),
-            tolerance,
-        }
+        TopPCut { ascending, cumulative, threshold: f64::from(1.0f32 - p), tolerance }
     }
 
     /// Whether the cumulative probability at a token with this logit is within rounding of
     /// the threshold, but not exactly on it. The largest token never is: keep-at-least-one
     /// keeps it whatever its cumulative sum.
     fn within_rounding(&self, logit: f32) -> bool {
-        if self
-            .ascending
-            .last()
-            .is_some_and(|&max| f64::from(logit) >= max)
-        {
+        if self.ascending.last().is_some_and(|&max| f64::from(logit) >= max) {
             return false;
         }
         let at = self.ascending.partition_point(|&x| x <= f64::from(logit));
@@ -288,40 +246,18 @@ mod tests {
     #[test]
     fn kth_facts_count_every_token_tied_with_the_kth_value() {
         let facts = kth_facts(&[1.0, 3.0, 2.0, 2.0, 2.0, 0.0], 2).unwrap();
-        assert_eq!(
-            facts,
-            KthFacts {
-                value: 2.0,
-                kept: 4
-            }
-        );
-        assert!(
-            kth_facts(&[1.0, 2.0], 2).is_none(),
-            "k == vocab is no top_k"
-        );
+        assert_eq!(facts, KthFacts { value: 2.0, kept: 4 });
+        assert!(kth_facts(&[1.0, 2.0], 2).is_none(), "k == vocab is no top_k");
         let neg = f32::NEG_INFINITY;
         let facts = kth_facts(&[neg, 1.0, neg, neg, neg], 3).unwrap();
-        assert_eq!(
-            facts,
-            KthFacts {
-                value: neg,
-                kept: 1
-            },
-            "-inf ties are never kept"
-        );
+        assert_eq!(facts, KthFacts { value: neg, kept: 1 }, "-inf ties are never kept");
     }
 
     #[test]
     fn same_support_reports_ulps() {
         let b = batch(vec![0.0; 4], 2, 1.0);
         let one_ulp = f32::from_bits(0.5f32.to_bits() + 1);
-        let outcome = compare_row(
-            &b,
-            0,
-            Some(64),
-            (&[1, 2], &[0.5, 0.5]),
-            (&[1, 2], &[0.5, one_ulp]),
-        );
+        let outcome = compare_row(&b, 0, Some(64), (&[1, 2], &[0.5, 0.5]), (&[1, 2], &[0.5, one_ulp]));
         assert_eq!(outcome, RowOutcome::Identical { max_ulps: 1 });
     }
 
@@ -333,36 +269,21 @@ mod tests {
         let probs = vec![0.01; 100];
         let subset: Vec<i32> = (0..64).collect();
         let outcome = compare_row(&b, 0, Some(64), (&stock, &probs), (&subset, &probs[..64]));
-        assert_eq!(
-            outcome,
-            RowOutcome::Explained(Explanation::KthTieCrossesWindow)
-        );
+        assert_eq!(outcome, RowOutcome::Explained(Explanation::KthTieCrossesWindow));
     }
 
     #[test]
     fn a_different_copy_of_a_tied_boundary_value_is_explained() {
         // Four tokens at 0.0 and one at 5.0; the cut keeps one of the tied copies.
         let b = batch(vec![0.0, 0.0, 0.0, 0.0, 5.0, -9.0], 5, 0.999);
-        let outcome = compare_row(
-            &b,
-            0,
-            Some(64),
-            (&[0, 4], &[0.1, 0.9]),
-            (&[3, 4], &[0.1, 0.9]),
-        );
+        let outcome = compare_row(&b, 0, Some(64), (&[0, 4], &[0.1, 0.9]), (&[3, 4], &[0.1, 0.9]));
         assert_eq!(outcome, RowOutcome::Explained(Explanation::TopPBoundaryTie));
     }
 
     #[test]
     fn a_missing_token_far_from_any_boundary_is_unexplained() {
         let b = batch(vec![0.0, 1.0, 2.0, 3.0, -9.0], 4, 1.0);
-        let outcome = compare_row(
-            &b,
-            0,
-            Some(64),
-            (&[0, 1, 2, 3], &[0.0; 4]),
-            (&[1, 2, 3], &[0.0; 3]),
-        );
+        let outcome = compare_row(&b, 0, Some(64), (&[0, 1, 2, 3], &[0.0; 4]), (&[1, 2, 3], &[0.0; 3]));
         assert_eq!(outcome, RowOutcome::Unexplained);
         // On the stock path nothing may differ at all.
         let outcome = compare_row(&b, 0, None, (&[0, 1], &[0.0; 2]), (&[1], &[0.0]));
@@ -376,40 +297,20 @@ mod tests {
         let b = batch(vec![0.0, 0.0, 0.0, 0.0, f32::NEG_INFINITY], 4, 0.75);
         let stock = (&[1, 2, 3][..], &[1.0 / 3.0; 3][..]);
         let strict = (&[0, 1, 2, 3][..], &[0.25; 4][..]);
-        assert_eq!(
-            compare_row(&b, 0, Some(64), stock, strict),
-            RowOutcome::Unexplained
-        );
+        assert_eq!(compare_row(&b, 0, Some(64), stock, strict), RowOutcome::Unexplained);
     }
 
     #[test]
     fn rounding_means_near_the_threshold_but_not_on_it() {
-        let cut = |threshold| TopPCut {
-            ascending: vec![0.0, 1.0],
-            cumulative: vec![0.25, 1.0],
-            threshold,
-            tolerance: 1e-6,
-        };
-        assert!(
-            !cut(0.25).within_rounding(0.0),
-            "exactly on 1 - p: `<=` decides, no ambiguity"
-        );
+        let cut =
+            |threshold| TopPCut { ascending: vec![0.0, 1.0], cumulative: vec![0.25, 1.0], threshold, tolerance: 1e-6 };
+        assert!(!cut(0.25).within_rounding(0.0), "exactly on 1 - p: `<=` decides, no ambiguity");
         assert!(cut(0.25 + 1e-7).within_rounding(0.0));
-        let top = TopPCut {
-            ascending: vec![0.0, 1.0],
-            cumulative: vec![0.25, 1.0],
-            threshold: 1.0 - 1e-7,
-            tolerance: 1e-6,
-        };
-        assert!(
-            !top.within_rounding(1.0),
-            "the largest token is kept by keep-at-least-one"
-        );
+        let top =
+            TopPCut { ascending: vec![0.0, 1.0], cumulative: vec![0.25, 1.0], threshold: 1.0 - 1e-7, tolerance: 1e-6 };
+        assert!(!top.within_rounding(1.0), "the largest token is kept by keep-at-least-one");
         assert!(!cut(0.25 + 1e-5).within_rounding(0.0));
-        assert!(
-            !cut(0.25 + 1e-7).within_rounding(-1.0),
-            "below the set: no cumulative sum"
-        );
+        assert!(!cut(0.25 + 1e-7).within_rounding(-1.0), "below the set: no cumulative sum");
     }
 
     #[test]
@@ -417,16 +318,10 @@ mod tests {
         // A tie group wider than the window.
         let b = batch(vec![1.0; 100], 3, 1.0);
         let all: Vec<i32> = (0..100).collect();
-        assert_eq!(
-            ambiguity(&b, 0, Some(64), &all),
-            Some(Explanation::KthTieCrossesWindow)
-        );
+        assert_eq!(ambiguity(&b, 0, Some(64), &all), Some(Explanation::KthTieCrossesWindow));
         // Four tied tokens, the cut keeps three: another three would do as well.
         let b = batch(vec![0.0, 0.0, 0.0, 0.0, f32::NEG_INFINITY], 4, 0.75);
-        assert_eq!(
-            ambiguity(&b, 0, Some(64), &[1, 2, 3]),
-            Some(Explanation::TopPBoundaryTie)
-        );
+        assert_eq!(ambiguity(&b, 0, Some(64), &[1, 2, 3]), Some(Explanation::TopPBoundaryTie));
         // Distinct values far from any boundary, or no top-p, or the stock path: unambiguous.
         let b = batch(vec![0.0, 1.0, 2.0, 3.0, -9.0], 4, 0.5);
         assert_eq!(ambiguity(&b, 0, Some(64), &[2, 3]), None);
@@ -437,10 +332,7 @@ mod tests {
 
     #[test]
     fn symmetric_difference_of_sorted_ids() {
-        assert_eq!(
-            symmetric_difference(&[1, 3, 5], &[1, 4, 5, 9]),
-            vec![3, 4, 9]
-        );
+        assert_eq!(symmetric_difference(&[1, 3, 5], &[1, 4, 5, 9]), vec![3, 4, 9]);
         assert!(symmetric_difference(&[], &[]).is_empty());
     }
 }

@@ -64,19 +64,14 @@ pub fn support_rows(filtered: &Filtered, values: &Tensor) -> FlatRows {
         Some(ids) => {
             let keyed = ids.masked_fill(&kept.logical_not(), i64::MAX);
             let (sorted, order) = keyed.sort(1, false);
-            (
-                sorted,
-                values.gather(1, &order, false),
-                kept.gather(1, &order, false),
-            )
+            (sorted, values.gather(1, &order, false), kept.gather(1, &order, false))
         }
     };
     let lengths = kept.sum_dim_intlist(1, false, Kind::Int);
     FlatRows {
         lengths: Vec::<i32>::try_from(&lengths).expect("int32 lengths"),
         ids: Vec::<i32>::try_from(&ids.masked_select(&kept).to_kind(Kind::Int)).expect("int32 ids"),
-        values: Vec::<f32>::try_from(&values.masked_select(&kept).to_kind(Kind::Float))
-            .expect("float32 values"),
+        values: Vec::<f32>::try_from(&values.masked_select(&kept).to_kind(Kind::Float)).expect("float32 values"),
     }
 }
 
@@ -87,18 +82,11 @@ pub fn capture(filtered: &Filtered, draw: &Draw, mode: MaskMode) -> SamplingMask
     let logprobs = match mode {
         MaskMode::Support => rows.values,
         MaskMode::Selected => {
-            let selected = logprobs
-                .gather(1, &draw.columns.unsqueeze(1), false)
-                .squeeze_dim(1);
+            let selected = logprobs.gather(1, &draw.columns.unsqueeze(1), false).squeeze_dim(1);
             Vec::<f32>::try_from(&selected).expect("float32 logprobs")
         }
     };
-    SamplingMasks {
-        mode,
-        lengths: rows.lengths,
-        ids: rows.ids,
-        logprobs,
-    }
+    SamplingMasks { mode, lengths: rows.lengths, ids: rows.ids, logprobs }
 }
 
 #[cfg(test)]
@@ -138,17 +126,10 @@ mod tests {
         assert_eq!(masks.logprobs.len(), 2);
         let support = capture(&filtered, &draw, MaskMode::Support);
         let tokens = Vec::<i64>::try_from(&draw.tokens).unwrap();
-        let rows = FlatRows {
-            lengths: support.lengths,
-            ids: support.ids,
-            values: support.logprobs,
-        };
+        let rows = FlatRows { lengths: support.lengths, ids: support.ids, values: support.logprobs };
         for (r, token) in tokens.iter().enumerate() {
             let (ids, logprobs) = rows.row(r);
-            let at = ids
-                .iter()
-                .position(|&id| i64::from(id) == *token)
-                .expect("drawn token in support");
+            let at = ids.iter().position(|&id| i64::from(id) == *token).expect("drawn token in support");
             assert_eq!(logprobs[at], masks.logprobs[r]);
         }
     }

@@ -48,8 +48,7 @@ impl Filtered {
             Some(ids) => ids.shallow_clone(),
             None => {
                 let (rows, width) = self.logits.size2().expect("filtered logits are [B, W]");
-                Tensor::arange(width, (Kind::Int64, self.logits.device()))
-                    .expand([rows, width], false)
+                Tensor::arange(width, (Kind::Int64, self.logits.device())).expand([rows, width], false)
             }
         }
     }

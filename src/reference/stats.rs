@@ -17,17 +17,11 @@ pub struct ChiSquare {
 impl ChiSquare {
     /// The sum of independent tests (rows of a case): statistics and degrees of freedom add.
     pub fn combine(self, other: ChiSquare) -> ChiSquare {
-        ChiSquare {
-            statistic: self.statistic + other.statistic,
-            df: self.df + other.df,
-        }
+        ChiSquare { statistic: self.statistic + other.statistic, df: self.df + other.df }
     }
 
     /// The zero-information test, the identity of [`ChiSquare::combine`].
-    pub const EMPTY: ChiSquare = ChiSquare {
-        statistic: 0.0,
-        df: 0,
-    };
+    pub const EMPTY: ChiSquare = ChiSquare { statistic: 0.0, df: 0 };
 
     /// P(χ²(df) ≥ statistic): small means the draws do not fit the expected distribution.
     pub fn p_value(self) -> f64 {
@@ -43,11 +37,7 @@ impl ChiSquare {
 /// (≥ 5, here 10 for margin) keeps the χ² approximation honest for the long tail of tiny
 /// probabilities that a top-k/top-p support has.
 pub fn merged_chi_square(expected: &[f64], observed: &[u64], min_expected: f64) -> ChiSquare {
-    assert_eq!(
-        expected.len(),
-        observed.len(),
-        "one observed count per expected count"
-    );
+    assert_eq!(expected.len(), observed.len(), "one observed count per expected count");
     let mut order: Vec<usize> = (0..expected.len()).collect();
     order.sort_by(|&a, &b| expected[b].total_cmp(&expected[a]));
     let mut bins: Vec<(f64, f64)> = Vec::new();
@@ -71,10 +61,7 @@ pub fn merged_chi_square(expected: &[f64], observed: &[u64], min_expected: f64) 
         }
     }
     let statistic = bins.iter().map(|&(e, o)| (o - e) * (o - e) / e).sum();
-    ChiSquare {
-        statistic,
-        df: bins.len().saturating_sub(1),
-    }
+    ChiSquare { statistic, df: bins.len().saturating_sub(1) }
 }
 
 /// The Bonferroni per-test threshold: `tests` tests at family-wise level `alpha`.
@@ -112,10 +99,7 @@ fn ln_gamma(x: f64) -> f64 {
     ];
     let x = x - 1.0;
     let t = x + 7.5;
-    let series = COEFFS[1..]
-        .iter()
-        .enumerate()
-        .fold(COEFFS[0], |acc, (i, c)| acc + c / (x + i as f64 + 1.0));
+    let series = COEFFS[1..].iter().enumerate().fold(COEFFS[0], |acc, (i, c)| acc + c / (x + i as f64 + 1.0));
     0.5 * (2.0 * std::f64::consts::PI).ln() + (x + 0.5) * t.ln() - t + series.ln()
 }
 
@@ -224,19 +208,10 @@ mod tests {
     #[test]
     fn a_short_remainder_joins_the_last_bin() {
         let chi = merged_chi_square(&[15.0, 12.0, 3.0], &[15, 12, 3], 10.0);
-        assert_eq!(
-            chi.df, 1,
-            "the 3-expected tail must merge, not form its own bin"
-        );
+        assert_eq!(chi.df, 1, "the 3-expected tail must merge, not form its own bin");
         // A lone under-filled bin still yields a (df 0) result rather than nothing.
         let lone = merged_chi_square(&[4.0, 3.0], &[5, 2], 10.0);
-        assert_eq!(
-            lone,
-            ChiSquare {
-                statistic: 0.0,
-                df: 0
-            }
-        );
+        assert_eq!(lone, ChiSquare { statistic: 0.0, df: 0 });
     }
 
     #[test]

@@ -12,27 +12,13 @@ use crate::reference::Release;
 
 /// The stock filter over a batch: processed logits over the whole vocabulary.
 pub fn filter(batch: &Batch, release: Release) -> Filtered {
-    let logits = apply_top_k_top_p(
-        &batch.logits,
-        batch.k_tensor().as_ref(),
-        batch.p_tensor().as_ref(),
-        release,
-    );
-    Filtered {
-        logits,
-        ids: None,
-        route: Route::Stock,
-    }
+    let logits = apply_top_k_top_p(&batch.logits, batch.k_tensor().as_ref(), batch.p_tensor().as_ref(), release);
+    Filtered { logits, ids: None, route: Route::Stock }
 }
 
 /// `apply_top_k_top_p_pytorch(logits, k, p)`; returns the processed logits (stock writes them
 /// into `logits` in place; here the caller's tensor is left alone).
-pub fn apply_top_k_top_p(
-    logits: &Tensor,
-    k: Option<&Tensor>,
-    p: Option<&Tensor>,
-    release: Release,
-) -> Tensor {
+pub fn apply_top_k_top_p(logits: &Tensor, k: Option<&Tensor>, p: Option<&Tensor>, release: Release) -> Tensor {
     if k.is_none() && p.is_none() {
         return logits.shallow_clone();
     }

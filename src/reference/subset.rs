@@ -64,17 +64,11 @@ impl std::fmt::Display for Route {
         match self {
             Route::Stock => f.write_str("stock"),
             Route::Subset { window } => write!(f, "subset K={window}"),
-            Route::Fallback {
-                reason: Fallback::RowWithoutTopK,
-            } => f.write_str("fallback: a row without top_k"),
-            Route::Fallback {
-                reason: Fallback::TopKAboveWindows { max_top_k },
-            } => {
+            Route::Fallback { reason: Fallback::RowWithoutTopK } => f.write_str("fallback: a row without top_k"),
+            Route::Fallback { reason: Fallback::TopKAboveWindows { max_top_k } } => {
                 write!(f, "fallback: top_k {max_top_k} > 1024")
             }
-            Route::Fallback {
-                reason: Fallback::WindowAboveVocab { window },
-            } => {
+            Route::Fallback { reason: Fallback::WindowAboveVocab { window } } => {
                 write!(f, "fallback: K={window} >= vocab")
             }
         }
@@ -89,24 +83,16 @@ pub fn window_for(max_top_k: i64) -> Option<i64> {
 /// Which path the fix takes for per-row top_k `k` (`None`: no row has top_k) over `vocab`.
 pub fn route(k: Option<&[i64]>, vocab: i64) -> Route {
     let Some(k) = k else {
-        return Route::Fallback {
-            reason: Fallback::RowWithoutTopK,
-        };
+        return Route::Fallback { reason: Fallback::RowWithoutTopK };
     };
     if k.iter().any(|&k| k >= vocab) {
-        return Route::Fallback {
-            reason: Fallback::RowWithoutTopK,
-        };
+        return Route::Fallback { reason: Fallback::RowWithoutTopK };
     }
     let max_top_k = k.iter().copied().max().unwrap_or(vocab);
     match window_for(max_top_k) {
-        None => Route::Fallback {
-            reason: Fallback::TopKAboveWindows { max_top_k },
-        },
+        None => Route::Fallback { reason: Fallback::TopKAboveWindows { max_top_k } },
         // As the patched vLLM code: a window as wide as the vocabulary saves nothing.
-        Some(window) if window >= vocab => Route::Fallback {
-            reason: Fallback::WindowAboveVocab { window },
-        },
+        Some(window) if window >= vocab => Route::Fallback { reason: Fallback::WindowAboveVocab { window } },
         Some(window) => Route::Subset { window },
     }
 }
@@ -115,19 +101,10 @@ pub fn route(k: Option<&[i64]>, vocab: i64) -> Route {
 pub fn filter(batch: &Batch, release: Release, flaw: Option<Flaw>) -> Filtered {
     let route = route(batch.k.as_deref(), batch.vocab);
     let Route::Subset { window } = route else {
-        return Filtered {
-            route,
-            ..stock::filter(batch, release)
-        };
+        return Filtered { route, ..stock::filter(batch, release) };
     };
-    let window = if flaw == Some(Flaw::WindowTooSmall) {
-        window / 2
-    } else {
-        window
-    };
-    let k = batch
-        .k_tensor()
-        .expect("the subset route implies per-row top_k");
+    let window = if flaw == Some(Flaw::WindowTooSmall) { window / 2 } else { window };
+    let k = batch.k_tensor().expect("the subset route implies per-row top_k");
     let k = match flaw {
         Some(Flaw::KOffByOne) => (k + 1).clamp_max(window),
         Some(Flaw::RolledK) => k.roll([1], [0]),
@@ -153,11 +130,7 @@ pub fn filter(batch: &Batch, release: Release, flaw: Option<Flaw>) -> Filtered {
             mask_top_p(&mut values, p, release, flaw);
         }
     }
-    Filtered {
-        logits: values,
-        ids: Some(ids),
-        route,
-    }
+    Filtered { logits: values, ids: Some(ids), route }
 }
 
 /// Mask each row below its k-th largest value (`values` ascending, `k` ≤ window).
@@ -166,9 +139,7 @@ fn mask_top_k(values: &mut Tensor, k: &Tensor, flaw: Option<Flaw>) {
     let kth_column = (k.neg() + window).unsqueeze(1);
     let mask = if flaw == Some(Flaw::MaskByPosition) {
         // Keeps exactly k columns, dropping tokens tied with the k-th value.
-        Tensor::arange(window, (Kind::Int64, Device::Cpu))
-            .unsqueeze(0)
-            .lt_tensor(&kth_column)
+        Tensor::arange(window, (Kind::Int64, Device::Cpu)).unsqueeze(0).lt_tensor(&kth_column)
     } else {
         values.lt_tensor(&values.gather(1, &kth_column, false))
     };
@@ -214,49 +185,17 @@ mod tests {
     #[test]
     fn batches_the_window_cannot_cover_keep_the_stock_path() {
         assert_eq!(route(Some(&[5, 100]), 32000), Route::Subset { window: 128 });
-        assert_eq!(
-            route(None, 32000),
-            Route::Fallback {
-                reason: Fallback::RowWithoutTopK
-            }
-        );
-        assert_eq!(
-            route(Some(&[5, 32000]), 32000),
-            Route::Fallback {
-                reason: Fallback::RowWithoutTopK
-            }
-        );
+        assert_eq!(route(None, 32000), Route::Fallback { reason: Fallback::RowWithoutTopK });
+        assert_eq!(route(Some(&[5, 32000]), 32000), Route::Fallback { reason: Fallback::RowWithoutTopK });
         assert_eq!(
             route(Some(&[5, 1025]), 32000),
-            Route::Fallback {
-                reason: Fallback::TopKAboveWindows { max_top_k: 1025 }
-            }
+            Route::Fallback { reason: Fallback::TopKAboveWindows { max_top_k: 1025 } }
         );
-        assert_eq!(
-            route(Some(&[100]), 100),
-            Route::Fallback {
-                reason: Fallback::RowWithoutTopK
-            }
-        );
-        assert_eq!(
-            route(Some(&[90]), 100),
-            Route::Fallback {
-                reason: Fallback::WindowAboveVocab { window: 128 }
-            }
-        );
-        assert_eq!(
-            route(Some(&[512, 3]), 512),
-            Route::Fallback {
-                reason: Fallback::RowWithoutTopK
-            }
-        );
+        assert_eq!(route(Some(&[100]), 100), Route::Fallback { reason: Fallback::RowWithoutTopK });
+        assert_eq!(route(Some(&[90]), 100), Route::Fallback { reason: Fallback::WindowAboveVocab { window: 128 } });
+        assert_eq!(route(Some(&[512, 3]), 512), Route::Fallback { reason: Fallback::RowWithoutTopK });
         // K == V saves nothing: stock, as in the patched vLLM code.
-        assert_eq!(
-            route(Some(&[511, 3]), 512),
-            Route::Fallback {
-                reason: Fallback::WindowAboveVocab { window: 512 }
-            }
-        );
+        assert_eq!(route(Some(&[511, 3]), 512), Route::Fallback { reason: Fallback::WindowAboveVocab { window: 512 } });
         assert_eq!(route(Some(&[511, 3]), 513), Route::Subset { window: 512 });
     }
 

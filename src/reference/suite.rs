@@ -76,12 +76,7 @@ impl Config {
         }
         Ok(Config {
             release,
-            plan: Plan {
-                rows: args.batch,
-                vocabs: args.vocab.clone(),
-                per_config: args.cases,
-                seed: args.seed,
-            },
+            plan: Plan { rows: args.batch, vocabs: args.vocab.clone(), per_config: args.cases, seed: args.seed },
             fixture_vocab: args.vocab[0] as usize,
             draws: args.draws,
             alpha: args.alpha,
@@ -203,39 +198,18 @@ pub struct SamplerResult {
 impl SamplerResult {
     /// Names of the failed checks.
     pub fn failed(&self) -> Vec<&'static str> {
-        self.verdicts
-            .iter()
-            .filter(|v| !v.passed)
-            .map(|v| v.check)
-            .collect()
+        self.verdicts.iter().filter(|v| !v.passed).map(|v| v.check).collect()
     }
 
     fn finish(&mut self, threshold: f64) {
         let stat = &mut self.statistical;
-        stat.failed_cases = stat
-            .tests
-            .iter()
-            .filter(|(_, t)| t.fails(threshold))
-            .map(|(n, _)| n.clone())
-            .collect();
+        stat.failed_cases = stat.tests.iter().filter(|(_, t)| t.fails(threshold)).map(|(n, _)| n.clone()).collect();
         stat.min_p_value = stat.tests.iter().map(|(_, t)| t.p_value).reduce(f64::min);
         self.verdicts = vec![
-            CheckVerdict {
-                check: "exact",
-                passed: self.exact.unexplained == 0 && self.exact.over_ulp_bound == 0,
-            },
-            CheckVerdict {
-                check: "coupled",
-                passed: self.coupled.mismatches == 0,
-            },
-            CheckVerdict {
-                check: "statistical",
-                passed: stat.failed_cases.is_empty(),
-            },
-            CheckVerdict {
-                check: "fallback",
-                passed: self.fallback.identical == self.fallback.cases,
-            },
+            CheckVerdict { check: "exact", passed: self.exact.unexplained == 0 && self.exact.over_ulp_bound == 0 },
+            CheckVerdict { check: "coupled", passed: self.coupled.mismatches == 0 },
+            CheckVerdict { check: "statistical", passed: stat.failed_cases.is_empty() },
+            CheckVerdict { check: "fallback", passed: self.fallback.identical == self.fallback.cases },
         ];
     }
 }
@@ -391,10 +365,7 @@ impl StockSide {
     fn new(case: &Case, release: Release) -> StockSide {
         let batch = &case.batch;
         tch::manual_seed(case.seed as i64);
-        let noise = exponential_like(&Tensor::empty(
-            [batch.rows, batch.vocab],
-            (Kind::Float, Device::Cpu),
-        ));
+        let noise = exponential_like(&Tensor::empty([batch.rows, batch.vocab], (Kind::Float, Device::Cpu)));
         let filtered = Sampler::Stock.filter(batch, release);
         let rows = support_rows(&filtered, &filtered.probs());
         let tokens = tokens_of(&filtered, &noise);
@@ -412,14 +383,7 @@ impl StockSide {
                 .collect(),
             None => Vec::new(),
         };
-        StockSide {
-            filtered,
-            rows,
-            tokens,
-            noise,
-            window,
-            expected,
-        }
+        StockSide { filtered, rows, tokens, noise, window, expected }
     }
 }
 
@@ -436,13 +400,7 @@ struct CaseOutcome {
     drawn_rows: usize,
 }
 
-fn check_case(
-    config: &Config,
-    case: &Case,
-    stock: &StockSide,
-    sampler: Sampler,
-    salt: u64,
-) -> CaseOutcome {
+fn check_case(config: &Config, case: &Case, stock: &StockSide, sampler: Sampler, salt: u64) -> CaseOutcome {
     let batch = &case.batch;
     let filtered = sampler.filter(batch, config.release);
     let rows = support_rows(&filtered, &filtered.probs());
@@ -451,14 +409,9 @@ fn check_case(
         .collect();
     let tokens = tokens_of(&filtered, &stock.noise);
     let coupled_mismatches = (0..outcomes.len())
-        .filter(|&r| {
-            !matches!(outcomes[r], RowOutcome::Explained(_)) && tokens[r] != stock.tokens[r]
-        })
+        .filter(|&r| !matches!(outcomes[r], RowOutcome::Explained(_)) && tokens[r] != stock.tokens[r])
         .collect();
-    let fallback_identical = stock
-        .window
-        .is_none()
-        .then(|| filtered.logits.equal(&stock.filtered.logits));
+    let fallback_identical = stock.window.is_none().then(|| filtered.logits.equal(&stock.filtered.logits));
     let (statistical, drawn_rows) = match stock.window {
         Some(_) => {
             tch::manual_seed((case.seed ^ salt.wrapping_mul(0x9E37_79B9)) as i64);
@@ -472,13 +425,7 @@ fn check_case(
         }
         None => (None, 0),
     };
-    CaseOutcome {
-        outcomes,
-        coupled_mismatches,
-        fallback_identical,
-        statistical,
-        drawn_rows,
-    }
+    CaseOutcome { outcomes, coupled_mismatches, fallback_identical, statistical, drawn_rows }
 }
 
 /// Rows the statistical check draws from: all but explained ones, whose support may
@@ -505,30 +452,16 @@ impl SamplerResult {
                 RowOutcome::Unexplained => {
                     self.exact.unexplained += 1;
                     if self.exact.examples.len() < EXAMPLES {
-                        self.exact.examples.push(RowRef {
-                            case: name.clone(),
-                            row,
-                        });
+                        self.exact.examples.push(RowRef { case: name.clone(), row });
                     }
                 }
             }
         }
-        self.coupled.rows += outcome.outcomes.len()
-            - outcome
-                .outcomes
-                .iter()
-                .filter(|o| matches!(o, RowOutcome::Explained(_)))
-                .count();
+        self.coupled.rows +=
+            outcome.outcomes.len() - outcome.outcomes.iter().filter(|o| matches!(o, RowOutcome::Explained(_))).count();
         self.coupled.mismatches += outcome.coupled_mismatches.len();
-        for &row in outcome
-            .coupled_mismatches
-            .iter()
-            .take(EXAMPLES.saturating_sub(self.coupled.examples.len()))
-        {
-            self.coupled.examples.push(RowRef {
-                case: name.clone(),
-                row,
-            });
+        for &row in outcome.coupled_mismatches.iter().take(EXAMPLES.saturating_sub(self.coupled.examples.len())) {
+            self.coupled.examples.push(RowRef { case: name.clone(), row });
         }
         if let Some(identical) = outcome.fallback_identical {
             self.fallback.cases += 1;
@@ -545,11 +478,7 @@ impl SamplerResult {
 }
 
 /// Run every case through stock, the fix and the mutants, then calibrate the gate.
-pub fn run_suite(
-    config: &Config,
-    torch_threads: i32,
-    progress: &mut crate::report::equiv::Progress,
-) -> SuiteReport {
+pub fn run_suite(config: &Config, torch_threads: i32, progress: &mut crate::report::equiv::Progress) -> SuiteReport {
     let mut cases = cases::generated(&config.plan);
     cases.extend(cases::fixtures(config.seed, config.fixture_vocab));
     let mutants: Vec<Flaw> = Flaw::ALL.to_vec();
@@ -567,11 +496,7 @@ pub fn run_suite(
         let outcome = check_case(config, case, &stock, Sampler::Subset, 0);
         count_ties(&case.batch, stock.window, &outcome.outcomes, &mut ties);
         if stock.window.is_some() {
-            calibration_cases.push(
-                drawable(&outcome.outcomes)
-                    .map(|r| stock.expected[r].clone())
-                    .collect(),
-            );
+            calibration_cases.push(drawable(&outcome.outcomes).map(|r| stock.expected[r].clone()).collect());
         }
         case_results.push(case_result(case, &outcome));
         subset.absorb(case, &outcome, config.ulp_bound);
@@ -613,12 +538,7 @@ pub fn run_suite(
                 exact_unexplained_rows: result.exact.unexplained,
                 coupled_mismatches: result.coupled.mismatches,
                 statistical_failed_cases: result.statistical.failed_cases.len(),
-                first_difference: result
-                    .exact
-                    .examples
-                    .first()
-                    .or(result.coupled.examples.first())
-                    .cloned(),
+                first_difference: result.exact.examples.first().or(result.coupled.examples.first()).cloned(),
             }
         })
         .collect();
@@ -629,10 +549,7 @@ pub fn run_suite(
         (true, false) => Verdict::NotEquivalent,
         (true, true) => Verdict::Equivalent,
     };
-    let subset_cases = case_results
-        .iter()
-        .filter(|c| c.statistical.is_some())
-        .count();
+    let subset_cases = case_results.iter().filter(|c| c.statistical.is_some()).count();
     SuiteReport {
         verdict,
         release: config.release.as_str(),
@@ -664,15 +581,13 @@ pub fn run_suite(
 fn count_ties(batch: &Batch, window: Option<i64>, outcomes: &[RowOutcome], ties: &mut TieCounts) {
     for (r, outcome) in outcomes.iter().enumerate() {
         match outcome {
-            RowOutcome::Explained(Explanation::KthTieCrossesWindow) => {
-                ties.kth_tie_crosses_window += 1
-            }
+            RowOutcome::Explained(Explanation::KthTieCrossesWindow) => ties.kth_tie_crosses_window += 1,
             RowOutcome::Explained(Explanation::TopPBoundaryTie) => ties.top_p_boundary_tie += 1,
             RowOutcome::Explained(Explanation::TopPRounding) => ties.top_p_rounding += 1,
             RowOutcome::Identical { .. } | RowOutcome::Unexplained => {
                 let k = batch.k_of(r);
-                let kept_by_value = window.is_some()
-                    && exact::kth_facts(batch.row(r), k).is_some_and(|f| f.kept as i64 > k);
+                let kept_by_value =
+                    window.is_some() && exact::kth_facts(batch.row(r), k).is_some_and(|f| f.kept as i64 > k);
                 ties.kth_ties_kept_by_value += usize::from(kept_by_value);
             }
         }

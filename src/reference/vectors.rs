@@ -72,25 +72,18 @@ impl NpyElement for i64 {
 /// An `.npy` v1.0 file: magic, version, header length, a Python-literal header dict padded
 /// with spaces to a 64-byte boundary and ended by a newline (as numpy writes it), then data.
 pub fn npy_bytes<T: NpyElement>(shape: &[usize], data: &[T]) -> Vec<u8> {
-    assert_eq!(
-        shape.iter().product::<usize>(),
-        data.len(),
-        "shape must match the data"
-    );
+    assert_eq!(shape.iter().product::<usize>(), data.len(), "shape must match the data");
     let dims: Vec<String> = shape.iter().map(usize::to_string).collect();
     let shape_text = match dims.len() {
         1 => format!("({},)", dims[0]),
         _ => format!("({})", dims.join(", ")),
     };
-    let mut header = format!(
-        "{{'descr': '{}', 'fortran_order': False, 'shape': {shape_text}, }}",
-        T::DESCR
-    );
+    let mut header = format!("{{'descr': '{}', 'fortran_order': False, 'shape': {shape_text}, }}", T::DESCR);
     // magic (6) + version (2) + length (2) + header + '\n' must be a multiple of 64.
     let unpadded = 10 + header.len() + 1;
     header.push_str(&" ".repeat(unpadded.next_multiple_of(64) - unpadded));
     header.push('\n');
-    let mut out = Vec::with_capacity(10 + header.len() + data.len() * std::mem::size_of::<T>());
+    let mut out = Vec::with_capacity(10 + header.len() + std::mem::size_of_val(data));
     out.extend_from_slice(b"\x93NUMPY\x01\x00");
     out.extend_from_slice(&(header.len() as u16).to_le_bytes());
     out.extend_from_slice(header.as_bytes());
@@ -162,12 +155,7 @@ pub struct Emitted {
 
 /// The cases worth emitting: every fixture plus one generated batch per configuration.
 fn vector_cases(seed: u64) -> Vec<Case> {
-    let plan = Plan {
-        rows: 4,
-        vocabs: vec![VOCAB],
-        per_config: 1,
-        seed,
-    };
+    let plan = Plan { rows: 4, vocabs: vec![VOCAB], per_config: 1, seed };
     let mut all = cases::fixtures(seed, VOCAB as usize);
     all.extend(cases::generated(&plan));
     all
@@ -195,24 +183,20 @@ pub fn emit(dir: &Path, release: Release, seed: u64) -> Result<Emitted> {
     let mut bytes = 0u64;
     for case in vector_cases(seed) {
         let case_dir = dir.join(&case.name);
-        std::fs::create_dir_all(&case_dir)
-            .with_context(|| format!("creating {}", case_dir.display()))?;
+        std::fs::create_dir_all(&case_dir).with_context(|| format!("creating {}", case_dir.display()))?;
         let batch = &case.batch;
         let (b, v) = (batch.rows as usize, batch.vocab as usize);
 
         tch::manual_seed(case.seed as i64);
-        let noise = exponential_like(&Tensor::empty(
-            [batch.rows, batch.vocab],
-            (Kind::Float, Device::Cpu),
-        ));
+        let noise = exponential_like(&Tensor::empty([batch.rows, batch.vocab], (Kind::Float, Device::Cpu)));
         let stock = Sampler::Stock.filter(batch, release);
         let draw = stock.draw(Noise::Coupled(&noise));
         let support = masks::capture(&stock, &draw, MaskMode::Support);
         let expected = Vec::<i64>::try_from(&draw.tokens).context("reading stock tokens")?;
 
         let subset = Sampler::Subset.filter(batch, release);
-        let subset_tokens = Vec::<i64>::try_from(&subset.draw(Noise::Coupled(&noise)).tokens)
-            .context("reading subset tokens")?;
+        let subset_tokens =
+            Vec::<i64>::try_from(&subset.draw(Noise::Coupled(&noise)).tokens).context("reading subset tokens")?;
         let stock_rows = masks::support_rows(&stock, &stock.probs());
         let subset_rows = masks::support_rows(&subset, &subset.probs());
         let window = match subset::route(batch.k.as_deref(), batch.vocab) {
@@ -224,16 +208,9 @@ pub fn emit(dir: &Path, release: Release, seed: u64) -> Result<Emitted> {
         let mut subset_may_differ = Vec::new();
         for row in 0..b {
             let (stock_ids, _) = stock_rows.row(row);
-            let mut reason =
-                exact::ambiguity(batch, row, window, stock_ids).map(Explanation::describe);
+            let mut reason = exact::ambiguity(batch, row, window, stock_ids).map(Explanation::describe);
             if subset_tokens[row] != expected[row] {
-                let outcome = exact::compare_row(
-                    batch,
-                    row,
-                    window,
-                    stock_rows.row(row),
-                    subset_rows.row(row),
-                );
+                let outcome = exact::compare_row(batch, row, window, stock_rows.row(row), subset_rows.row(row));
                 match outcome {
                     RowOutcome::Explained(_) if reason.is_some() => {}
                     // Same support: only a race between near-equal scores can differ.
@@ -262,10 +239,7 @@ pub fn emit(dir: &Path, release: Release, seed: u64) -> Result<Emitted> {
             ("expected_tokens.npy", npy_bytes(&[b], &expected)),
             ("support_lengths.npy", npy_bytes(&[b], &support.lengths)),
             ("support_ids.npy", npy_bytes(&[total], &support.ids)),
-            (
-                "support_logprobs.npy",
-                npy_bytes(&[total], &support.logprobs),
-            ),
+            ("support_logprobs.npy", npy_bytes(&[total], &support.logprobs)),
         ];
         for (name, data) in files {
             let path = case_dir.join(name);
@@ -286,14 +260,9 @@ pub fn emit(dir: &Path, release: Release, seed: u64) -> Result<Emitted> {
     }
     let path = dir.join("manifest.json");
     let text = serde_json::to_string_pretty(&manifest).context("serialising the manifest")?;
-    std::fs::write(&path, text.as_bytes())
-        .with_context(|| format!("writing {}", path.display()))?;
+    std::fs::write(&path, text.as_bytes()).with_context(|| format!("writing {}", path.display()))?;
     bytes += text.len() as u64;
-    Ok(Emitted {
-        dir: dir.to_path_buf(),
-        cases: manifest.cases.len(),
-        bytes,
-    })
+    Ok(Emitted { dir: dir.to_path_buf(), cases: manifest.cases.len(), bytes })
 }
 
 #[cfg(test)]
@@ -322,10 +291,7 @@ mod tests {
         assert!(header.starts_with("{'descr': '<i8', 'fortran_order': False, 'shape': (2,), }"));
         assert!(header.ends_with('\n'));
         assert_eq!((10 + header_len) % 64, 0);
-        assert_eq!(
-            &bytes[10 + header_len..],
-            &[1, 0, 0, 0, 0, 0, 0, 0, 254, 255, 255, 255, 255, 255, 255, 255]
-        );
+        assert_eq!(&bytes[10 + header_len..], &[1, 0, 0, 0, 0, 0, 0, 0, 254, 255, 255, 255, 255, 255, 255, 255]);
         let empty = npy_bytes::<i32>(&[0], &[]);
         assert!(std::str::from_utf8(&empty[10..]).unwrap().contains("'<i4'"));
         assert_eq!(empty.len() % 64, 0);

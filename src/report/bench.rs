@@ -9,38 +9,12 @@ use colored::Colorize;
 use crate::cli::{Format, GlobalArgs};
 use crate::reference::bench::BenchReport;
 
-/// A one-line "which shape now" indicator on stderr, drawn only where
-/// [`super::progress_allowed`].
-pub struct Progress {
-    enabled: bool,
-    drawn: bool,
-}
+pub use super::progress::Progress;
 
 impl Progress {
-    /// Progress for this run's output settings.
-    pub fn new(global: &GlobalArgs) -> Progress {
-        Progress {
-            enabled: super::progress_allowed(global),
-            drawn: false,
-        }
-    }
-
     /// Shape B × V is being measured.
     pub fn shape(&mut self, batch: i64, vocab: i64) {
-        if self.enabled {
-            let mut err = std::io::stderr().lock();
-            let _ = write!(err, "\r\x1b[2Kbench: B={batch} V={vocab}");
-            let _ = err.flush();
-            self.drawn = true;
-        }
-    }
-
-    /// Erase the line before the report is printed.
-    pub fn clear(&mut self) {
-        if self.drawn {
-            let _ = write!(std::io::stderr().lock(), "\r\x1b[2K");
-            self.drawn = false;
-        }
+        self.draw(&format!("bench: B={batch} V={vocab}"));
     }
 }
 

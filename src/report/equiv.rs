@@ -11,21 +11,9 @@ use crate::cli::{Format, GlobalArgs};
 use crate::reference::suite::{SuiteReport, Verdict};
 use crate::reference::vectors::Emitted;
 
-/// A one-line progress indicator on stderr, drawn only where [`super::progress_allowed`].
-pub struct Progress {
-    enabled: bool,
-    drawn: bool,
-}
+pub use super::progress::Progress;
 
 impl Progress {
-    /// Progress for this run's output settings.
-    pub fn new(global: &GlobalArgs) -> Progress {
-        Progress {
-            enabled: super::progress_allowed(global),
-            drawn: false,
-        }
-    }
-
     /// Case `index` of `total` is starting.
     pub fn case(&mut self, index: usize, total: usize, name: &str) {
         self.draw(&format!("equiv: case {}/{total} {name}", index + 1));
@@ -33,30 +21,8 @@ impl Progress {
 
     /// Calibration run `run` of `runs` is starting (drawn every tenth run).
     pub fn calibration(&mut self, run: usize, runs: usize) {
-        if run % 10 == 0 {
-            self.draw(&format!(
-                "equiv: calibrating the statistical gate, run {}/{runs}",
-                run + 1
-            ));
-        }
-    }
-
-    fn draw(&mut self, line: &str) {
-        if self.enabled {
-            let mut err = std::io::stderr().lock();
-            let _ = write!(err, "\r\x1b[2K{line}");
-            let _ = err.flush();
-            self.drawn = true;
-        }
-    }
-
-    /// Erase the line before the report is printed.
-    pub fn clear(&mut self) {
-        if self.drawn {
-            let mut err = std::io::stderr().lock();
-            let _ = write!(err, "\r\x1b[2K");
-            let _ = err.flush();
-            self.drawn = false;
+        if run.is_multiple_of(10) {
+            self.draw(&format!("equiv: calibrating the statistical gate, run {}/{runs}", run + 1));
         }
     }
 }
@@ -134,12 +100,7 @@ fn human(out: &mut impl Write, r: &SuiteReport) -> Result<()> {
     )?;
     writeln!(out)?;
 
-    let verdict = |check: &str| {
-        s.verdicts
-            .iter()
-            .find(|v| v.check == check)
-            .is_some_and(|v| v.passed)
-    };
+    let verdict = |check: &str| s.verdicts.iter().find(|v| v.check == check).is_some_and(|v| v.passed);
     let e = &s.exact;
     let c = &s.coupled;
     let st = &s.statistical;
@@ -182,24 +143,12 @@ fn human(out: &mut impl Write, r: &SuiteReport) -> Result<()> {
             format!("{} of {} cases handed to stock are bit-identical", s.fallback.identical, s.fallback.cases),
         ),
     ];
-    writeln!(
-        out,
-        "{:<12} {:<6} {}",
-        "check".bold(),
-        "result".bold(),
-        "detail".bold()
-    )?;
+    writeln!(out, "{:<12} {:<6} {}", "check".bold(), "result".bold(), "detail".bold())?;
     for (name, passed, detail) in rows {
         writeln!(out, "{name:<12} {:<6} {detail}", pass_fail(passed))?;
     }
     for example in e.examples.iter().chain(&c.examples) {
-        writeln!(
-            out,
-            "  {} {} row {}",
-            "differs:".red(),
-            example.case,
-            example.row
-        )?;
+        writeln!(out, "  {} {} row {}", "differs:".red(), example.case, example.row)?;
     }
     for case in &st.failed_cases {
         writeln!(out, "  {} {case}", "statistical failure:".red())?;
@@ -211,11 +160,7 @@ fn human(out: &mut impl Write, r: &SuiteReport) -> Result<()> {
         out,
         "{:<12} {} rows kept a tie at the k-th value by value; explained differences: {} tie crossing K, \
          {} top-p boundary tie, {} top-p rounding",
-        "ties",
-        t.kth_ties_kept_by_value,
-        t.kth_tie_crosses_window,
-        t.top_p_boundary_tie,
-        t.top_p_rounding
+        "ties", t.kth_ties_kept_by_value, t.kth_tie_crosses_window, t.top_p_boundary_tie, t.top_p_rounding
     )?;
     let cal = &r.calibration;
     writeln!(
@@ -240,20 +185,9 @@ fn human(out: &mut impl Write, r: &SuiteReport) -> Result<()> {
         "first difference".bold()
     )?;
     for m in &r.mutants {
-        let caught = if m.caught {
-            m.caught_by.join(", ").green()
-        } else {
-            "SURVIVED".red().bold()
-        };
-        let first = m
-            .first_difference
-            .as_ref()
-            .map_or("-".to_string(), |d| format!("{} row {}", d.case, d.row));
-        writeln!(
-            out,
-            "{:<20} {:<30} {:<46} {first}",
-            m.name, caught, m.description
-        )?;
+        let caught = if m.caught { m.caught_by.join(", ").green() } else { "SURVIVED".red().bold() };
+        let first = m.first_difference.as_ref().map_or("-".to_string(), |d| format!("{} row {}", d.case, d.row));
+        writeln!(out, "{:<20} {:<30} {:<46} {first}", m.name, caught, m.description)?;
     }
     writeln!(out)?;
 
@@ -271,9 +205,7 @@ fn human(out: &mut impl Write, r: &SuiteReport) -> Result<()> {
         "p-value".bold()
     )?;
     for case in &r.case_results {
-        let p = case
-            .statistical
-            .map_or("-".to_string(), |t| format!("{:.3}", t.p_value));
+        let p = case.statistical.map_or("-".to_string(), |t| format!("{:.3}", t.p_value));
         writeln!(
             out,
             "{:<40} {:<26} {:>4} {:>5} {:>5} {:>5} {:>4} {:>7} {:>8}",
@@ -290,10 +222,7 @@ fn human(out: &mut impl Write, r: &SuiteReport) -> Result<()> {
     }
     writeln!(out)?;
 
-    let timing = format!(
-        "(cases {:.1} s, calibration {:.1} s)",
-        r.cases_seconds, r.calibration_seconds
-    );
+    let timing = format!("(cases {:.1} s, calibration {:.1} s)", r.cases_seconds, r.calibration_seconds);
     match r.verdict {
         Verdict::Equivalent => writeln!(
             out,
@@ -307,30 +236,17 @@ fn human(out: &mut impl Write, r: &SuiteReport) -> Result<()> {
             "NOT EQUIVALENT:".red().bold(),
             s.failed().join(", ")
         )?,
-        Verdict::SuiteBroken => writeln!(
-            out,
-            "{} {} {timing}",
-            "SUITE BROKEN:".red().bold(),
-            suite_problem(r)
-        )?,
+        Verdict::SuiteBroken => writeln!(out, "{} {} {timing}", "SUITE BROKEN:".red().bold(), suite_problem(r))?,
     }
     Ok(())
 }
 
 /// Why the suite cannot be trusted, in words.
 fn suite_problem(r: &SuiteReport) -> String {
-    let survivors: Vec<&str> = r
-        .mutants
-        .iter()
-        .filter(|m| !m.caught)
-        .map(|m| m.name)
-        .collect();
+    let survivors: Vec<&str> = r.mutants.iter().filter(|m| !m.caught).map(|m| m.name).collect();
     let mut problems = Vec::new();
     if !survivors.is_empty() {
-        problems.push(format!(
-            "mutants survived every check: {}",
-            survivors.join(", ")
-        ));
+        problems.push(format!("mutants survived every check: {}", survivors.join(", ")));
     }
     if !r.calibration.ok {
         problems.push(format!(
@@ -343,10 +259,7 @@ fn suite_problem(r: &SuiteReport) -> String {
 
 fn annotations(out: &mut impl Write, r: &SuiteReport) -> Result<()> {
     for check in r.subset.failed() {
-        writeln!(
-            out,
-            "::error title=gaudi-fixes equiv::subset sampler fails the {check} check"
-        )?;
+        writeln!(out, "::error title=gaudi-fixes equiv::subset sampler fails the {check} check")?;
     }
     if r.verdict == Verdict::SuiteBroken {
         writeln!(out, "::error title=gaudi-fixes equiv::{}", suite_problem(r))?;

@@ -13,9 +13,15 @@ pub fn print(out: &mut dyn Write, reports: &[FixReport], check: bool) -> Result<
         match r.state {
             FixState::Drifted => {
                 for f in &r.files {
-                    let file = f.tree_root.as_ref().map_or(f.path.clone(), |root| root.join(&f.path).display().to_string());
+                    let file =
+                        f.tree_root.as_ref().map_or(f.path.clone(), |root| root.join(&f.path).display().to_string());
                     if f.state == FileOutcome::Missing {
-                        writeln!(out, "::error file={}::{}: file missing from the tree", escape_prop(&file), escape(&r.name))?;
+                        writeln!(
+                            out,
+                            "::error file={}::{}: file missing from the tree",
+                            escape_prop(&file),
+                            escape(&r.name)
+                        )?;
                     }
                     for h in &f.hunks {
                         if let HunkState::Drifted { nearest_line, .. } = &h.state {
@@ -24,14 +30,21 @@ pub fn print(out: &mut dyn Write, reports: &[FixReport], check: bool) -> Result<
                                 out,
                                 "::error file={},line={line}::{}",
                                 escape_prop(&file),
-                                escape(&format!("{}: hunk {} ({}:{}) drifted; run `gaudi-fixes diff {}`", r.name, h.index, f.patch, h.patch_line, r.name))
+                                escape(&format!(
+                                    "{}: hunk {} ({}:{}) drifted; run `gaudi-fixes diff {}`",
+                                    r.name, h.index, f.patch, h.patch_line, r.name
+                                ))
                             )?;
                         }
                     }
                 }
             }
             FixState::Error => {
-                writeln!(out, "::error::{}", escape(&format!("{}: {}", r.name, r.message.as_deref().unwrap_or("error"))))?;
+                writeln!(
+                    out,
+                    "::error::{}",
+                    escape(&format!("{}: {}", r.name, r.message.as_deref().unwrap_or("error")))
+                )?;
             }
             FixState::NotApplied if check => {
                 writeln!(out, "::warning::{}", escape(&format!("{}: not applied", r.name)))?;

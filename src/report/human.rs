@@ -14,7 +14,13 @@ use crate::plan::{FileOutcome, FileReport, FixReport, FixState};
 pub fn trees(out: &mut dyn Write, trees: &Trees) -> Result<()> {
     for tree in trees.all() {
         let version = tree.version.as_deref().map_or("version unknown".to_string(), |v| format!("version {v}"));
-        writeln!(out, "{:<11} {}  ({version}, found by {})", tree.name.to_string().bold(), tree.root.display(), tree.found_by)?;
+        writeln!(
+            out,
+            "{:<11} {}  ({version}, found by {})",
+            tree.name.to_string().bold(),
+            tree.root.display(),
+            tree.found_by
+        )?;
     }
     for note in &trees.notes {
         writeln!(out, "{} {note}", "note:".yellow())?;
@@ -88,7 +94,9 @@ fn file_block(out: &mut dyn Write, file: &FileReport, show_drift: bool) -> Resul
                     expected_image
                 )?;
                 match nearest_line {
-                    Some(line) => writeln!(out, "    nearest lines at {line} ({} expected, {} actual):", "-".red(), "+".green())?,
+                    Some(line) => {
+                        writeln!(out, "    nearest lines at {line} ({} expected, {} actual):", "-".red(), "+".green())?
+                    }
                     None => writeln!(out, "    no similar lines anywhere in the file; expected:")?,
                 }
                 diff_lines(out, expected, nearest)?;

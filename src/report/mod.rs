@@ -8,6 +8,8 @@ pub mod equiv;
 pub mod github;
 pub mod human;
 pub mod json;
+#[cfg(feature = "reference")]
+pub mod progress;
 
 use std::io::IsTerminal;
 
