@@ -42,9 +42,11 @@ expect 0 "cargo test --features reference (tests/reference.rs)" cargo test --rel
 BIN=$REPO/target/release/gaudi-fixes
 expect 0 "binary runs without LD_LIBRARY_PATH" env -u LD_LIBRARY_PATH "$BIN" --version
 
-step "gaudi-fixes equiv (distribution equivalence, mutants rejected)"
-expect 0 "gaudi-fixes equiv" "$BIN" equiv
-expect 0 "gaudi-fixes equiv --emit-vectors" "$BIN" equiv --quiet --emit-vectors "$WORK/vectors"
+for rel in $RELEASES; do
+  step "gaudi-fixes equiv --release $rel (distribution equivalence, mutants rejected)"
+  expect 0 "equiv against vLLM $rel's stock sampler" "$BIN" equiv --release "$rel"
+  expect 0 "equiv --emit-vectors for $rel" "$BIN" equiv --quiet --release "$rel" --emit-vectors "$WORK/vectors-$rel"
+done
 
 for rel in $RELEASES; do
   step "real vLLM $rel: fetch, apply, pytest, revert"
@@ -67,7 +69,23 @@ for rel in $RELEASES; do
   after=$(cd "$tree" && find . -type f -print0 | sort -z | xargs -0 sha256sum | sha256sum)
   if [ "$before" = "$after" ]; then ok "$rel: second apply changed nothing"; else bad "$rel: second apply changed the tree"; fi
   expect 0 "$rel: pytest of the patched real code" \
-    env GAUDI_FIXES_ROOT="$tree" GAUDI_FIXES_VECTORS="$WORK/vectors" python -m pytest -q -p no:cacheprovider fixes/topk-subset-sampler
+    env GAUDI_FIXES_ROOT="$tree" GAUDI_FIXES_VECTORS="$WORK/vectors-$rel" python -m pytest -q -p no:cacheprovider fixes/topk-subset-sampler
+  # The same pytest must reject a deliberately broken patched file: `<` for `<=` in the
+  # subset's top-p mask (the last occurrence in the file; the first is stock's own).
+  f=$tree/vllm/v1/sample/ops/topk_topp_sampler.py
+  cp -p "$f" "$WORK/good.py"
+  python - "$f" <<'PY'
+import sys
+path = sys.argv[1]
+src = open(path).read()
+old, new = "probs_sum <= 1 - p.unsqueeze(dim=1)", "probs_sum < 1 - p.unsqueeze(dim=1)"
+i = src.rindex(old)
+assert src.count(old) == 2, "expected stock's and the subset's top-p mask"
+open(path, "w").write(src[:i] + new + src[i + len(old):])
+PY
+  expect 1 "$rel: pytest rejects a broken patched file (strict top-p mask)" \
+    env GAUDI_FIXES_ROOT="$tree" python -m pytest -q -p no:cacheprovider fixes/topk-subset-sampler -k "not mutant"
+  cp -p "$WORK/good.py" "$f"
   expect 0 "$rel: revert" gf revert --profile performance
   find "$tree" -name __pycache__ -type d -prune -exec rm -rf {} +
   if diff -r "$pristine" "$tree" >/dev/null; then ok "$rel: revert restored every byte"; else bad "$rel: tree differs from pristine after revert"; diff -rq "$pristine" "$tree" | head; fi
