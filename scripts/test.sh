@@ -89,6 +89,17 @@ PY
   expect 0 "$rel: revert" gf revert --profile performance
   find "$tree" -name __pycache__ -type d -prune -exec rm -rf {} +
   if diff -r "$pristine" "$tree" >/dev/null; then ok "$rel: revert restored every byte"; else bad "$rel: tree differs from pristine after revert"; diff -rq "$pristine" "$tree" | head; fi
+  # A one-line edit inside a hunk's context: --check says drifted (2) and shows the line,
+  # apply refuses (2) and writes nothing.
+  sed -i 's/^        self.use_fp64_gumbel = use_fp64_gumbel$/        self.use_fp64_gumbel = bool(use_fp64_gumbel)/' "$f"
+  edited=$(cd "$tree" && find . -type f -print0 | sort -z | xargs -0 sha256sum | sha256sum)
+  gf apply --check --profile performance >"$WORK/drift.out"; code=$?
+  if [ "$code" = 2 ] && grep -q "+        self.use_fp64_gumbel = bool(use_fp64_gumbel)" "$WORK/drift.out"; then
+    ok "$rel: a one-line edit inside a hunk is drift (exit 2, with the diff)"
+  else bad "$rel: edit inside a hunk: exit $code"; cat "$WORK/drift.out"; fi
+  expect 2 "$rel: apply refuses the drifted tree" gf apply --profile performance
+  now=$(cd "$tree" && find . -type f -print0 | sort -z | xargs -0 sha256sum | sha256sum)
+  if [ "$edited" = "$now" ]; then ok "$rel: refused apply left every byte"; else bad "$rel: refused apply changed the tree"; fi
 done
 
 step "gaudi-fixes lint --upstream (every variant against its pristine release)"

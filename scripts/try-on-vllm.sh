@@ -2,7 +2,8 @@
 # The main job on a real vLLM tree, from nothing: build gaudi-fixes, fetch vLLM RELEASE from the
 # package index into the cache, and on a copy of it run what an image build and its CI run:
 #   apply --check (1: not applied) → apply → apply --check (0) → apply again (no-op) → status
-#   → diff → revert (byte-identical to the pristine release).
+#   → revert (byte-identical to the pristine release) → a hand edit inside a hunk: --check
+#   says drifted (2) with the diff, apply refuses (2) and writes nothing.
 #   bash scripts/try-on-vllm.sh [RELEASE] [PROFILE]     # default v0.26.0 performance
 # Set GAUDI_FIXES_VLLM_GAUDI_SRC to a vllm-gaudi checkout to patch vllm_gaudi too; without
 # it only the vllm half is applied (--only-tree vllm), and the script says so.
@@ -28,6 +29,14 @@ run apply --check --profile "$PROFILE"
 run apply --profile "$PROFILE"
 run status
 run revert --profile "$PROFILE"
+# What drift looks like: one line inside a hunk's context edited by hand.
+f=$tree/vllm/v1/sample/ops/topk_topp_sampler.py
+cp -p "$f" "$tree/.orig"
+sed -i 's/^        self.use_fp64_gumbel = use_fp64_gumbel$/        self.use_fp64_gumbel = bool(use_fp64_gumbel)/' "$f"
+echo; echo "(edited one line of $f by hand)"
+run apply --check --profile "$PROFILE"
+run apply --profile "$PROFILE"
+mv "$tree/.orig" "$f"
 set -e
 find "$tree" -name __pycache__ -type d -prune -exec rm -rf {} +
 if diff -r "$pristine" "$tree" >/dev/null; then
