@@ -327,3 +327,13 @@ fn builtin_catalogue_loads_and_lints() {
     let (out, _) = d.cmd().args(["list"]).expect(0);
     assert!(out.contains("topk-subset-sampler") && out.contains("performance"), "{out}");
 }
+
+#[cfg(not(feature = "reference"))]
+#[test]
+fn equiv_and_bench_without_the_feature_say_how_and_exit_3() {
+    let d = Dir::new();
+    for cmd in ["equiv", "bench"] {
+        let (_, err) = d.cmd().args([cmd]).expect(3);
+        assert!(err.contains("--features reference") && err.contains("setup-venv.sh"), "{cmd}: {err}");
+    }
+}
