@@ -7,8 +7,11 @@ use crate::cli::{GlobalArgs, SelectArgs};
 use crate::exit_status::ExitStatus;
 use crate::plan::Op;
 
-/// Run `revert` (`--check` reports like `apply --check` and writes nothing).
+/// Run `revert`. `--check` is refused: its exit codes would read backwards ("1 = not
+/// applied" is what a revert wants); `apply --check` reports the state.
 pub fn run(global: &GlobalArgs, args: &SelectArgs) -> Result<ExitStatus> {
-    let op = if args.check { Op::Check } else { Op::Revert };
-    super::apply::run_select(global, args, op, "revert")
+    if args.check {
+        anyhow::bail!("`revert --check` is ambiguous; use `apply --check` (exit 1 = not applied) or `revert --dry-run`");
+    }
+    super::apply::run_select(global, args, Op::Revert, "revert")
 }
