@@ -1,6 +1,7 @@
-//! Catalogue consistency beyond what loading checks: the `after:` graph is acyclic, no two
-//! fixes of one profile touch the same lines, and (with pristine upstream trees) every variant
-//! applies to its release, is then found applied, and reverts to the recorded pristine hash.
+//! Catalogue consistency beyond what loading checks: the `after:` graph is acyclic, so are
+//! `requires:` and profile `include:` ([`super::relations`]), no two fixes of one profile touch
+//! the same lines, and (with pristine upstream trees) every variant applies to its release, is
+//! then found applied, and reverts to the recorded pristine hash.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -39,8 +40,11 @@ pub fn lint(catalog: &Catalog, upstream: Option<&Path>) -> Result<LintReport> {
         Ok(_) => report.checked.push(format!("after: graph of {} fix(es) is acyclic", all.len())),
         Err(err) => report.findings.push(Finding { file: catalog.files.origin.clone(), message: format!("{err:#}") }),
     }
+    super::relations::lint(catalog, &mut report);
     for profile in &catalog.profiles {
-        let fixes: Vec<&Fix> = profile.fixes.iter().filter_map(|n| catalog.fix(n).ok()).collect();
+        // With what the profile includes (an include cycle is reported above).
+        let names = catalog.profile_fixes(&profile.name).unwrap_or_else(|_| profile.fixes.clone());
+        let fixes: Vec<&Fix> = names.iter().filter_map(|n| catalog.fix(n).ok()).collect();
         for (i, a) in fixes.iter().enumerate() {
             for b in &fixes[i + 1..] {
                 if a.manifest.conflicts.contains(&b.manifest.name) || b.manifest.conflicts.contains(&a.manifest.name) {
@@ -152,6 +156,16 @@ fn against_upstream(catalog: &Catalog, fix: &Fix, dir: &Path, report: &mut LintR
                 continue;
             }
             let text = SourceText::decode(&bytes, &path)?;
+            // A fix is applied only with what it requires, so its patch meets their edits.
+            let (text, required) =
+                match super::relations::with_required_applied(catalog, fix, &variant.release, &vp.file, text) {
+                    Ok(found) => found,
+                    Err(message) => {
+                        bad(message);
+                        continue;
+                    }
+                };
+            let base = text.encode();
             let eval = state::evaluate(&vp.diff, &text);
             let Some(patched) = state::apply(&vp.diff, &text, &eval) else {
                 bad(format!(
@@ -168,16 +182,17 @@ fn against_upstream(catalog: &Catalog, fix: &Fix, dir: &Path, report: &mut LintR
                 continue;
             }
             let reverted = state::revert(&vp.diff, &patched, &after).map(|t| t.encode());
-            if reverted.as_deref() != Some(bytes.as_slice()) {
+            if reverted.as_deref() != Some(base.as_slice()) {
                 bad(format!("{}: apply then revert does not give back the pristine bytes", path.display()));
                 continue;
             }
+            let on = if required.is_empty() { String::new() } else { format!(" + {}", required.join(" + ")) };
             report.checked.push(format!(
-                "{} {}: {} applies to pristine, is then applied, reverts to sha256 {}…",
+                "{} {}: {} applies to pristine{on}, is then applied, reverts to sha256 {}…",
                 fix.manifest.name,
                 variant.release,
                 vp.file,
-                &hash[..12]
+                &sha256_hex(&base)[..12]
             ));
         }
     }
