@@ -180,3 +180,24 @@ fn a_fix_whose_every_file_is_in_a_left_out_tree_is_skipped() {
     d.cmd().args(with_fixture(&["--only-tree", "vllm_gaudi", "apply"])).expect(0);
     assert_eq!(d.snapshot("root"), before);
 }
+
+#[test]
+fn overlap_lint_reads_a_later_fix_in_the_earlier_ones_post_image() {
+    // fix-a turns one line into three; fix-b (requires fix-a, so patched on top of it) rewrites
+    // the last of them. Read against the pristine file, fix-b's line 12 lies past fix-a's
+    // change (line 10); in fix-a's post-image (lines 10-12) it is one of fix-a's own lines.
+    let d = requiring_fixture();
+    d.write(
+        "cat/fixes/fix-a/v0.26.0/mod.patch",
+        "--- a/vllm/mod.py\n+++ b/vllm/mod.py\n@@ -9,3 +9,5 @@ def sample(x):\n     a = x + 1\n-    b = a * 2\n+    # fix-a: one\n+    # fix-a: two\n+    b = a * 3\n     return b\n",
+    );
+    d.write(
+        "cat/fixes/fix-b/v0.26.0/mod.patch",
+        "--- a/vllm/mod.py\n+++ b/vllm/mod.py\n@@ -11,3 +11,3 @@ def sample(x):\n     # fix-a: two\n-    b = a * 3\n+    b = a * 4\n     return b\n",
+    );
+    let (out, _) = d.cmd().args(["--catalog", "cat", "lint"]).expect(1);
+    assert!(out.contains("touch the same lines of vllm/mod.py"), "{out}");
+    // Applied in order, fix-b's edit indeed lands on fix-a's line.
+    d.cmd().args(with_fixture(&["apply", "fix-b"])).expect(0);
+    assert!(d.read_string("root/vllm/mod.py").contains("    # fix-a: two\n    b = a * 4\n"));
+}

@@ -70,13 +70,20 @@ pub fn lint(catalog: &Catalog, upstream: Option<&Path>) -> Result<LintReport> {
 }
 
 fn overlaps(catalog: &Catalog, profile: &str, a: &Fix, b: &Fix, report: &mut LintReport) {
+    // A fix ordered after the other is patched on top of it: its line numbers are those of the
+    // other's post-image, so compare with where the other's change lies after it is applied.
+    let comes_after = |x: &Fix, y: &Fix| {
+        x.manifest.after.contains(&y.manifest.name) || x.manifest.requires.contains(&y.manifest.name)
+    };
+    let range_a = if comes_after(b, a) { changed_lines_after } else { changed_lines };
+    let range_b = if comes_after(a, b) { changed_lines_after } else { changed_lines };
     for va in &a.variants {
         let Some(vb) = b.variants.iter().find(|v| v.release == va.release) else { continue };
         for pa in &va.patches {
             for pb in vb.patches.iter().filter(|p| p.tree == pa.tree && p.file == pa.file) {
                 for ha in &pa.diff.hunks {
                     for hb in &pb.diff.hunks {
-                        let (ra, rb) = (changed_lines(ha), changed_lines(hb));
+                        let (ra, rb) = (range_a(ha), range_b(hb));
                         if ra.start < rb.end && rb.start < ra.end {
                             report.findings.push(Finding {
                                 file: catalog.files.display(&pa.patch_path),
@@ -106,6 +113,26 @@ fn changed_lines(hunk: &crate::patch::Hunk) -> std::ops::Range<usize> {
                 line += 1;
             }
             crate::patch::HunkLine::Add(_) => {
+                first = first.min(line);
+                last = last.max(line);
+            }
+        }
+    }
+    first..last + 1
+}
+
+/// The same for the post-image: the lines a hunk adds, or the line its removals close up at.
+fn changed_lines_after(hunk: &crate::patch::Hunk) -> std::ops::Range<usize> {
+    let (mut line, mut first, mut last) = (hunk.new_start, usize::MAX, 0);
+    for l in &hunk.lines {
+        match l {
+            crate::patch::HunkLine::Context(_) => line += 1,
+            crate::patch::HunkLine::Add(_) => {
+                first = first.min(line);
+                last = last.max(line);
+                line += 1;
+            }
+            crate::patch::HunkLine::Remove(_) => {
                 first = first.min(line);
                 last = last.max(line);
             }
