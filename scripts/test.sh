@@ -3,7 +3,8 @@
 # runs the Rust tests (default build, then the `reference` feature), the equivalence suite,
 # and, on real vLLM trees from the package index, the topk-subset-sampler cycle:
 #   check → 1, apply → 0, check → 0, apply again changes nothing, pytest of the patched real
-#   code (and it fails on the pristine code), revert → byte-identical, lint --upstream.
+#   code (and it fails on the pristine code), revert → byte-identical, lint --upstream; and, where
+#   a vllm_gaudi tree is available, the swap-states-sampling-params cycle (default profile).
 # vllm_gaudi: set GAUDI_FIXES_VLLM_GAUDI_SRC to a vllm-gaudi checkout to include it; without
 # it the vllm half is applied alone (--only-tree vllm) and the script says so.
 # Ends with a line "summary: N passed, M failed"; exits non-zero if anything failed.
@@ -101,6 +102,37 @@ PY
   now=$(cd "$tree" && find . -type f -print0 | sort -z | xargs -0 sha256sum | sha256sum)
   if [ "$edited" = "$now" ]; then ok "$rel: refused apply left every byte"; else bad "$rel: refused apply changed the tree"; fi
 done
+
+# --- swap-states-sampling-params (default profile; vllm_gaudi only) ---------------------------
+# Needs a real vllm_gaudi tree: fetch-upstream.sh puts vllm_gaudi/ next to vllm/ when it has one
+# (GAUDI_FIXES_VLLM_GAUDI_SRC, or the archives); without it this block says so and is skipped.
+for rel in $RELEASES; do
+  step "swap-states-sampling-params on $rel: pytest fails pristine, apply default, passes, revert"
+  swp=$(bash scripts/fetch-upstream.sh "$rel" "$WORK/swap-pristine-$rel" | tail -n 1) || { bad "fetch $rel"; continue; }
+  if [ ! -d "$swp/vllm_gaudi" ]; then
+    echo "note: no vllm_gaudi tree for $rel; swap-states-sampling-params is NOT tested (set GAUDI_FIXES_VLLM_GAUDI_SRC)"
+    continue
+  fi
+  swt=$WORK/swap-$rel
+  cp -a "$swp" "$swt"
+  sgf() { "$BIN" --root "$swt" "$@"; }
+  spy() { env GAUDI_FIXES_ROOT="$swt" python -m pytest -q -rs -p no:cacheprovider fixes/swap-states-sampling-params "$@"; }
+  expect 1 "$rel: swap-states pytest fails on pristine vllm_gaudi" spy
+  expect 1 "$rel: apply --check (default profile) on pristine" sgf apply --check
+  expect 0 "$rel: apply (default profile)" sgf apply
+  expect 0 "$rel: swap-states pytest passes on the patched file" spy
+  expect 0 "$rel: apply topk-subset-sampler brings swap-states-sampling-params first" sgf apply topk-subset-sampler
+  spy -k topk_hint >"$WORK/swap-hint.out"; code=$?
+  if [ "$code" = 0 ] && grep -q "1 passed" "$WORK/swap-hint.out"; then ok "$rel: topk hint agrees with the device top_k"
+  else bad "$rel: topk hint test: exit $code"; cat "$WORK/swap-hint.out"; fi
+  expect 3 "$rel: revert swap-states-sampling-params refused while topk-subset-sampler is applied" \
+    sgf revert swap-states-sampling-params
+  expect 0 "$rel: revert --profile performance" sgf revert --profile performance
+  find "$swt" -name __pycache__ -type d -prune -exec rm -rf {} +
+  if diff -r "$swp" "$swt" >/dev/null; then ok "$rel: revert restored every byte (vllm and vllm_gaudi)"
+  else bad "$rel: tree differs from pristine after revert"; diff -rq "$swp" "$swt" | head; fi
+done
+# --- end swap-states-sampling-params ---------------------------------------------------------
 
 step "gaudi-fixes lint --upstream (every variant against its pristine release)"
 expect 0 "lint --upstream" "$BIN" lint --upstream "$CACHE/upstream"

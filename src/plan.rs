@@ -36,13 +36,15 @@ pub enum FixState {
     Upstreamed,
     /// The fix cannot be evaluated (a tree it needs is missing).
     Error,
+    /// Every file of the fix is in a tree left out with `--only-tree`; nothing to judge.
+    Skipped,
 }
 
 impl FixState {
     /// The exit status this state asks for under `--check`.
     pub fn check_status(self) -> ExitStatus {
         match self {
-            FixState::Applied | FixState::Upstreamed => ExitStatus::Applied,
+            FixState::Applied | FixState::Upstreamed | FixState::Skipped => ExitStatus::Applied,
             FixState::NotApplied => ExitStatus::NotApplied,
             FixState::Drifted => ExitStatus::Drifted,
             FixState::Error => ExitStatus::Error,
@@ -280,6 +282,11 @@ fn evaluate<'f>(
         v.dedup();
         v
     };
+    if needed.is_empty() && fix.variants.iter().any(|v| !v.patches.is_empty()) {
+        report.state = FixState::Skipped;
+        report.message = Some("every file of this fix is in a tree left out with --only-tree".into());
+        return Ok((report, None));
+    }
     let missing: Vec<String> = needed.iter().filter(|t| trees.get(**t).is_none()).map(|t| t.to_string()).collect();
     if !missing.is_empty() {
         report.message = Some(format!(

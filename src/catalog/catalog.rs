@@ -115,16 +115,29 @@ impl Catalog {
         for fix in &fixes {
             let shown = files.display(&fix.dir.join("fix.yaml"));
             let text = files.text(&fix.dir.join("fix.yaml"))?;
-            for other in fix.manifest.after.iter().chain(&fix.manifest.conflicts) {
+            for other in fix.manifest.after.iter().chain(&fix.manifest.requires).chain(&fix.manifest.conflicts) {
                 if !names.contains(other.as_str()) {
                     bail!("{shown}:{}: `{other}` is not a fix in this catalogue", line_of(text, other));
                 }
                 if *other == fix.manifest.name {
-                    bail!("{shown}:{}: a fix cannot name itself in after:/conflicts:", line_of(text, other));
+                    bail!("{shown}:{}: a fix cannot name itself in after:/requires:/conflicts:", line_of(text, other));
                 }
             }
         }
+        let profile_names: BTreeSet<&str> = profiles.iter().map(|(p, _, _)| p.name.as_str()).collect();
         for (profile, shown, text) in &profiles {
+            for name in &profile.include {
+                if !profile_names.contains(name.as_str()) || *name == profile.name {
+                    // The name's line at or after `include:` (a description may mention it).
+                    let start = line_of(text, "include:");
+                    let line = text
+                        .lines()
+                        .skip(start - 1)
+                        .position(|l| l.contains(name.as_str()))
+                        .map_or(start, |i| start + i);
+                    bail!("{shown}:{line}: include: `{name}` is not another profile in this catalogue");
+                }
+            }
             for name in &profile.fixes {
                 if !names.contains(name.as_str()) {
                     bail!(
@@ -155,8 +168,8 @@ impl Catalog {
         })
     }
 
-    /// The fixes named, in an order where every fix comes after those in its `after:` (ties by
-    /// name). Conflicting fixes selected together, or a cycle, are errors.
+    /// The fixes named, in an order where every fix comes after those in its `after:` and
+    /// `requires:` (ties by name). Conflicting fixes selected together, or a cycle, are errors.
     pub fn order<'a>(&'a self, names: &[String]) -> Result<Vec<&'a Fix>> {
         let mut selected: BTreeMap<&str, &Fix> = BTreeMap::new();
         for name in names {
@@ -182,6 +195,7 @@ impl Catalog {
                     && f.manifest
                         .after
                         .iter()
+                        .chain(&f.manifest.requires)
                         .all(|a| placed.contains(a.as_str()) || !selected.contains_key(a.as_str()))
             });
             match ready {
@@ -191,7 +205,7 @@ impl Catalog {
                 }
                 None => {
                     let stuck: Vec<&str> = selected.keys().filter(|n| !placed.contains(*n)).copied().collect();
-                    bail!("the `after:` relations of {} form a cycle", stuck.join(", "));
+                    bail!("the `after:`/`requires:` relations of {} form a cycle", stuck.join(", "));
                 }
             }
         }

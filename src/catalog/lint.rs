@@ -1,6 +1,7 @@
-//! Catalogue consistency beyond what loading checks: the `after:` graph is acyclic, no two
-//! fixes of one profile touch the same lines, and (with pristine upstream trees) every variant
-//! applies to its release, is then found applied, and reverts to the recorded pristine hash.
+//! Catalogue consistency beyond what loading checks: the `after:` graph is acyclic, so are
+//! `requires:` and profile `include:` ([`super::relations`]), no two fixes of one profile touch
+//! the same lines, and (with pristine upstream trees) every variant applies to its release, is
+//! then found applied, and reverts to the recorded pristine hash.
 
 use std::fs;
 use std::path::{Path, PathBuf};
@@ -39,8 +40,11 @@ pub fn lint(catalog: &Catalog, upstream: Option<&Path>) -> Result<LintReport> {
         Ok(_) => report.checked.push(format!("after: graph of {} fix(es) is acyclic", all.len())),
         Err(err) => report.findings.push(Finding { file: catalog.files.origin.clone(), message: format!("{err:#}") }),
     }
+    super::relations::lint(catalog, &mut report);
     for profile in &catalog.profiles {
-        let fixes: Vec<&Fix> = profile.fixes.iter().filter_map(|n| catalog.fix(n).ok()).collect();
+        // With what the profile includes (an include cycle is reported above).
+        let names = catalog.profile_fixes(&profile.name).unwrap_or_else(|_| profile.fixes.clone());
+        let fixes: Vec<&Fix> = names.iter().filter_map(|n| catalog.fix(n).ok()).collect();
         for (i, a) in fixes.iter().enumerate() {
             for b in &fixes[i + 1..] {
                 if a.manifest.conflicts.contains(&b.manifest.name) || b.manifest.conflicts.contains(&a.manifest.name) {
@@ -66,13 +70,20 @@ pub fn lint(catalog: &Catalog, upstream: Option<&Path>) -> Result<LintReport> {
 }
 
 fn overlaps(catalog: &Catalog, profile: &str, a: &Fix, b: &Fix, report: &mut LintReport) {
+    // A fix ordered after the other is patched on top of it: its line numbers are those of the
+    // other's post-image, so compare with where the other's change lies after it is applied.
+    let comes_after = |x: &Fix, y: &Fix| {
+        x.manifest.after.contains(&y.manifest.name) || x.manifest.requires.contains(&y.manifest.name)
+    };
+    let range_a = if comes_after(b, a) { changed_lines_after } else { changed_lines };
+    let range_b = if comes_after(a, b) { changed_lines_after } else { changed_lines };
     for va in &a.variants {
         let Some(vb) = b.variants.iter().find(|v| v.release == va.release) else { continue };
         for pa in &va.patches {
             for pb in vb.patches.iter().filter(|p| p.tree == pa.tree && p.file == pa.file) {
                 for ha in &pa.diff.hunks {
                     for hb in &pb.diff.hunks {
-                        let (ra, rb) = (changed_lines(ha), changed_lines(hb));
+                        let (ra, rb) = (range_a(ha), range_b(hb));
                         if ra.start < rb.end && rb.start < ra.end {
                             report.findings.push(Finding {
                                 file: catalog.files.display(&pa.patch_path),
@@ -102,6 +113,26 @@ fn changed_lines(hunk: &crate::patch::Hunk) -> std::ops::Range<usize> {
                 line += 1;
             }
             crate::patch::HunkLine::Add(_) => {
+                first = first.min(line);
+                last = last.max(line);
+            }
+        }
+    }
+    first..last + 1
+}
+
+/// The same for the post-image: the lines a hunk adds, or the line its removals close up at.
+fn changed_lines_after(hunk: &crate::patch::Hunk) -> std::ops::Range<usize> {
+    let (mut line, mut first, mut last) = (hunk.new_start, usize::MAX, 0);
+    for l in &hunk.lines {
+        match l {
+            crate::patch::HunkLine::Context(_) => line += 1,
+            crate::patch::HunkLine::Add(_) => {
+                first = first.min(line);
+                last = last.max(line);
+                line += 1;
+            }
+            crate::patch::HunkLine::Remove(_) => {
                 first = first.min(line);
                 last = last.max(line);
             }
@@ -152,6 +183,16 @@ fn against_upstream(catalog: &Catalog, fix: &Fix, dir: &Path, report: &mut LintR
                 continue;
             }
             let text = SourceText::decode(&bytes, &path)?;
+            // A fix is applied only with what it requires, so its patch meets their edits.
+            let (text, required) =
+                match super::relations::with_required_applied(catalog, fix, &variant.release, &vp.file, text) {
+                    Ok(found) => found,
+                    Err(message) => {
+                        bad(message);
+                        continue;
+                    }
+                };
+            let base = text.encode();
             let eval = state::evaluate(&vp.diff, &text);
             let Some(patched) = state::apply(&vp.diff, &text, &eval) else {
                 bad(format!(
@@ -168,16 +209,17 @@ fn against_upstream(catalog: &Catalog, fix: &Fix, dir: &Path, report: &mut LintR
                 continue;
             }
             let reverted = state::revert(&vp.diff, &patched, &after).map(|t| t.encode());
-            if reverted.as_deref() != Some(bytes.as_slice()) {
+            if reverted.as_deref() != Some(base.as_slice()) {
                 bad(format!("{}: apply then revert does not give back the pristine bytes", path.display()));
                 continue;
             }
+            let on = if required.is_empty() { String::new() } else { format!(" + {}", required.join(" + ")) };
             report.checked.push(format!(
-                "{} {}: {} applies to pristine, is then applied, reverts to sha256 {}…",
+                "{} {}: {} applies to pristine{on}, is then applied, reverts to sha256 {}…",
                 fix.manifest.name,
                 variant.release,
                 vp.file,
-                &hash[..12]
+                &sha256_hex(&base)[..12]
             ));
         }
     }

@@ -16,6 +16,10 @@ pub struct Manifest {
     pub summary: String,
     pub kind: Kind,
     pub upstream: Upstream,
+    /// Fixes this one is only sound with: selecting it selects them (applied first), and they
+    /// cannot be reverted while it is applied.
+    #[serde(default)]
+    pub requires: Vec<String>,
     /// Fixes that must be applied first when both are selected.
     #[serde(default)]
     pub after: Vec<String>,

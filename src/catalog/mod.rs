@@ -1,11 +1,13 @@
 //! The catalogue: fix manifests ([`manifest`]), profiles ([`profile`]), and loading, ordering and
-//! linting them ([`catalog`]). The shipped catalogue is built into the binary ([`source`]).
+//! linting them ([`catalog`], [`lint`]); `requires:` and profile `include:` ([`relations`]). The
+//! shipped catalogue is built into the binary ([`source`]).
 
 #[allow(clippy::module_inception)]
 pub mod catalog;
 pub mod lint;
 pub mod manifest;
 pub mod profile;
+pub mod relations;
 pub mod source;
 
 pub use catalog::{Catalog, Fix, Variant, VariantPatch};

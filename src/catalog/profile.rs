@@ -1,4 +1,5 @@
-//! `profiles/<name>.yaml`: a named set of fixes (`default` = correctness fixes only).
+//! `profiles/<name>.yaml`: a named set of fixes (`default` = correctness fixes only), which may
+//! include other profiles' sets.
 
 use serde::{Deserialize, Serialize};
 
@@ -9,6 +10,9 @@ pub struct Profile {
     /// Must equal the file's stem.
     pub name: String,
     pub description: String,
+    /// Profiles whose fixes this one selects too (`performance` includes `default`).
+    #[serde(default)]
+    pub include: Vec<String>,
     /// Fix names; applied in `after:` order whatever the order here.
     #[serde(default)]
     pub fixes: Vec<String>,

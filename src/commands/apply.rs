@@ -22,7 +22,8 @@ pub fn run(global: &GlobalArgs, args: &SelectArgs) -> Result<ExitStatus> {
     run_select(global, args, op, "apply")
 }
 
-/// The fix names `args` select: FIX arguments plus `--profile`; neither means `default`.
+/// The fix names `args` select: FIX arguments plus `--profile` (with what it includes); neither
+/// means `default`. What they require is added by [`run_select`], for apply only.
 pub fn selection(catalog: &Catalog, args: &SelectArgs) -> Result<Vec<String>> {
     let mut names = args.fixes.clone();
     let profile = match (&args.profile, names.is_empty()) {
@@ -31,7 +32,7 @@ pub fn selection(catalog: &Catalog, args: &SelectArgs) -> Result<Vec<String>> {
         (None, false) => None,
     };
     if let Some(profile) = profile {
-        names.extend(catalog.profile(profile)?.fixes.iter().cloned());
+        names.extend(catalog.profile_fixes(profile)?);
     }
     names.sort();
     names.dedup();
@@ -50,12 +51,20 @@ pub fn roots(trees: &Trees, global: &GlobalArgs) -> Vec<PathBuf> {
 /// Shared by `apply` and `revert`: select, discover, lock, recover, plan, write, report.
 pub fn run_select(global: &GlobalArgs, args: &SelectArgs, op: Op, command: &str) -> Result<ExitStatus> {
     let catalog = Catalog::load(global.catalog.as_deref())?;
-    let names = selection(&catalog, args)?;
+    let mut names = selection(&catalog, args)?;
+    let mut notes = Vec::new();
+    if op != Op::Revert {
+        // A fix is only sound with what it requires: select that too (applied first).
+        let closure = catalog.with_requirements(&names)?;
+        for (required, by) in &closure.added {
+            notes.push(format!("{required} is selected too: {by} requires it"));
+        }
+        names = closure.names;
+    }
     let fixes: Vec<&Fix> = catalog.order(&names)?;
     let trees = discover::discover(global)?;
     let roots = roots(&trees, global);
     let writes = matches!(op, Op::Apply | Op::Revert) && !args.dry_run && !args.check;
-    let mut notes = Vec::new();
 
     let _locks = transaction::lock(&roots, writes)?;
     if writes {
@@ -69,6 +78,9 @@ pub fn run_select(global: &GlobalArgs, args: &SelectArgs, op: Op, command: &str)
                 ));
             }
         }
+    }
+    if op == Op::Revert {
+        refuse_reverting_what_applied_fixes_require(&catalog, &names, &trees, global)?;
     }
     let plan = plan::plan(&fixes, &trees, &global.only_tree, op)?;
     let status = plan.status(op);
@@ -89,6 +101,41 @@ pub fn run_select(global: &GlobalArgs, args: &SelectArgs, op: Op, command: &str)
     Ok(status)
 }
 
+/// A revert of a fix that an applied fix outside the selection requires is an error (exit 3,
+/// nothing written): the dependant would be left applied without what makes it sound.
+fn refuse_reverting_what_applied_fixes_require(
+    catalog: &Catalog,
+    names: &[String],
+    trees: &Trees,
+    global: &GlobalArgs,
+) -> Result<()> {
+    let dependants = catalog.dependants(names);
+    if dependants.is_empty() {
+        return Ok(());
+    }
+    let fixes: Vec<&Fix> = dependants.iter().map(|(fix, _)| *fix).collect();
+    let reports = plan::plan(&fixes, trees, &global.only_tree, Op::Status)?.reports;
+    let applied: Vec<(&str, &str)> = reports
+        .iter()
+        .zip(&dependants)
+        .filter(|(report, _)| report.state == FixState::Applied)
+        .map(|(report, (_, needed))| (report.name.as_str(), needed.as_str()))
+        .collect();
+    if applied.is_empty() {
+        return Ok(());
+    }
+    let why: Vec<String> =
+        applied.iter().map(|(dep, needed)| format!("{dep} is applied and requires {needed}")).collect();
+    let mut both: Vec<&str> = applied.iter().map(|(dep, _)| *dep).collect();
+    both.extend(names.iter().map(String::as_str));
+    both.dedup();
+    anyhow::bail!(
+        "refusing to revert: {}; nothing was written. Revert them together: gaudi-fixes revert {}",
+        why.join("; "),
+        both.join(" ")
+    )
+}
+
 /// Each root's provenance record after this plan is written.
 fn provenance_after(plan: &Plan, trees: &Trees) -> Result<BTreeMap<PathBuf, Provenance>> {
     let mut records: BTreeMap<PathBuf, Provenance> = BTreeMap::new();
@@ -100,6 +147,9 @@ fn provenance_after(plan: &Plan, trees: &Trees) -> Result<BTreeMap<PathBuf, Prov
     let final_bytes: BTreeMap<PathBuf, &[u8]> =
         plan.edits.iter().map(|e| (e.tree_root.join(&e.rel), e.new.as_slice())).collect();
     for report in &plan.reports {
+        if report.state == FixState::Skipped {
+            continue; // its trees were left out: whatever the record says about it stands
+        }
         let keep = report.action == Some("apply") || (report.action.is_none() && report.state == FixState::Applied);
         for record in records.values_mut() {
             record.fixes.remove(&report.name);

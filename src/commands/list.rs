@@ -21,7 +21,10 @@ struct Row<'a> {
     kind: String,
     summary: &'a str,
     releases: Vec<&'a str>,
+    /// Profiles selecting the fix, directly or through `include:`.
     profiles: Vec<&'a str>,
+    requires: &'a [String],
+    after: &'a [String],
     state: Option<FixState>,
     variant: Option<String>,
 }
@@ -47,12 +50,9 @@ pub fn run(global: &GlobalArgs) -> Result<ExitStatus> {
             kind: f.manifest.kind.to_string(),
             summary: &f.manifest.summary,
             releases: f.variants.iter().map(|v| v.release.as_str()).collect(),
-            profiles: catalog
-                .profiles
-                .iter()
-                .filter(|p| p.fixes.contains(&f.manifest.name))
-                .map(|p| p.name.as_str())
-                .collect(),
+            profiles: catalog.profiles_selecting(&f.manifest.name),
+            requires: &f.manifest.requires,
+            after: &f.manifest.after,
             state: reports.as_ref().map(|r| r[i].state),
             variant: reports.as_ref().and_then(|r| r[i].variant.clone()),
         })
@@ -63,7 +63,15 @@ pub fn run(global: &GlobalArgs) -> Result<ExitStatus> {
     let stdout = std::io::stdout();
     let mut out = stdout.lock();
     if global.format == Format::Json {
-        let profiles: Vec<_> = catalog.profiles.iter().collect();
+        let profiles: Vec<_> = catalog
+            .profiles
+            .iter()
+            .map(|p| {
+                let mut v = serde_json::to_value(p).unwrap_or_default();
+                v["selects"] = serde_json::json!(catalog.profile_fixes(&p.name).ok());
+                v
+            })
+            .collect();
         serde_json::to_writer_pretty(
             &mut out,
             &serde_json::json!({"schema": report::json::SCHEMA, "catalog": catalog.files.origin, "fixes": rows, "profiles": profiles, "trees": trees}),
@@ -85,11 +93,23 @@ pub fn run(global: &GlobalArgs) -> Result<ExitStatus> {
             row.releases.join(", "),
             if row.profiles.is_empty() { "-".into() } else { row.profiles.join(", ") }
         )?;
+        let relations: Vec<String> = [("requires", row.requires), ("after", row.after)]
+            .iter()
+            .filter(|(_, names)| !names.is_empty())
+            .map(|(key, names)| format!("{key}: {}", names.join(", ")))
+            .collect();
+        if !relations.is_empty() {
+            writeln!(out, "      {}", relations.join("; "))?;
+        }
     }
     writeln!(out, "\n{}", "profiles".bold())?;
     for p in &catalog.profiles {
         let fixes = if p.fixes.is_empty() { "(no fixes)".to_string() } else { p.fixes.join(", ") };
         writeln!(out, "  {:<26} {}: {fixes}", p.name.bold(), p.description)?;
+        if !p.include.is_empty() {
+            let selects = catalog.profile_fixes(&p.name).map_or_else(|e| format!("{e:#}"), |f| f.join(", "));
+            writeln!(out, "      include: {}; selects: {selects}", p.include.join(", "))?;
+        }
     }
     Ok(ExitStatus::Applied)
 }

@@ -27,7 +27,7 @@ pub fn run(global: &GlobalArgs, name: &str, readme: bool) -> Result<ExitStatus> 
     if global.format == Format::Json {
         serde_json::to_writer_pretty(
             &mut out,
-            &serde_json::json!({"manifest": fix.manifest, "readme": catalog.files.display(&readme_path)}),
+            &serde_json::json!({"manifest": fix.manifest, "required_by": catalog.required_by(name), "profiles": catalog.profiles_selecting(name), "readme": catalog.files.display(&readme_path)}),
         )?;
         writeln!(out)?;
         return Ok(ExitStatus::Applied);
@@ -39,6 +39,13 @@ pub fn run(global: &GlobalArgs, name: &str, readme: bool) -> Result<ExitStatus> 
     let url = m.upstream.url.as_deref().map(|u| format!(" {u}")).unwrap_or_default();
     let rel = m.upstream.release.as_deref().map(|r| format!(" in {r}")).unwrap_or_default();
     writeln!(out, "  upstream: {upstream}{url}{rel}")?;
+    if !m.requires.is_empty() {
+        writeln!(out, "  requires: {} (selected with it, applied first)", m.requires.join(", "))?;
+    }
+    let required_by = catalog.required_by(&m.name);
+    if !required_by.is_empty() {
+        writeln!(out, "  required by: {} (not reverted while they are applied)", required_by.join(", "))?;
+    }
     if !m.after.is_empty() {
         writeln!(out, "  after: {}", m.after.join(", "))?;
     }

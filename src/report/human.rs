@@ -36,6 +36,7 @@ pub fn state_word(state: FixState) -> colored::ColoredString {
         FixState::Drifted => "drifted".red().bold(),
         FixState::Upstreamed => "upstreamed".cyan(),
         FixState::Error => "error".red().bold(),
+        FixState::Skipped => "skipped (--only-tree)".dimmed(),
     }
 }
 

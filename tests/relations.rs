@@ -1,0 +1,203 @@
+//! `requires:` and profile `include:`, through the real binary on temp trees: selecting a fix
+//! selects what it requires (applied first), a required fix is not reverted while its dependant
+//! is applied, profiles include profiles, lint checks both graphs, list/show display them, and
+//! a fix whose every file is in a left-out tree is skipped.
+
+mod common;
+
+use common::{fixture, with_fixture, Dir, PRISTINE};
+
+/// fix-b `requires: [fix-a]` instead of `after: [fix-a]` (requires orders too).
+fn requiring_fixture() -> Dir {
+    let d = fixture();
+    let y = d.read_string("cat/fixes/fix-b/fix.yaml").replace("after: [fix-a]", "requires: [fix-a]");
+    d.write("cat/fixes/fix-b/fix.yaml", y);
+    d
+}
+
+fn names(json: &str) -> Vec<String> {
+    let v: serde_json::Value = serde_json::from_str(json).unwrap();
+    v["fixes"].as_array().unwrap().iter().map(|f| f["name"].as_str().unwrap().to_string()).collect()
+}
+
+#[test]
+fn selecting_a_fix_selects_what_it_requires_first() {
+    let d = requiring_fixture();
+    let (out, _) = d.cmd().args(with_fixture(&["apply", "--check", "fix-b", "--format", "json"])).expect(1);
+    assert_eq!(names(&out), ["fix-a", "fix-b"], "{out}");
+    let (out, _) = d.cmd().args(with_fixture(&["apply", "fix-b", "--format", "json"])).expect(0);
+    assert_eq!(names(&out), ["fix-a", "fix-b"], "{out}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(v["notes"].to_string().contains("fix-a is selected too: fix-b requires it"), "{out}");
+    assert!(
+        d.read_string("root/vllm/mod.py").contains("# fix-a: triple")
+            && d.read_string("root/vllm/mod.py").contains("# fix-b was here")
+    );
+    d.cmd().args(with_fixture(&["apply", "--check", "fix-a", "fix-b"])).expect(0);
+}
+
+#[test]
+fn a_required_fix_is_not_reverted_while_its_dependant_is_applied() {
+    let d = requiring_fixture();
+    d.cmd().args(with_fixture(&["apply", "fix-b"])).expect(0);
+    let before = d.snapshot("root");
+    let (_, err) = d.cmd().args(with_fixture(&["revert", "fix-a"])).expect(3);
+    assert!(
+        err.contains("fix-b is applied and requires fix-a") && err.contains("gaudi-fixes revert fix-b fix-a"),
+        "{err}"
+    );
+    assert_eq!(d.snapshot("root"), before, "a refused revert wrote something");
+    // The default profile holds fix-a only: refused the same way; --dry-run too.
+    d.cmd().args(with_fixture(&["revert"])).expect(3);
+    d.cmd().args(with_fixture(&["revert", "--dry-run", "fix-a"])).expect(3);
+    assert_eq!(d.snapshot("root"), before);
+    // Reverting the dependant alone keeps what it required; then the required one goes.
+    d.cmd().args(with_fixture(&["revert", "fix-b"])).expect(0);
+    d.cmd().args(with_fixture(&["apply", "--check", "fix-a"])).expect(0);
+    d.cmd().args(with_fixture(&["revert", "fix-a"])).expect(0);
+    assert_eq!(d.read_string("root/vllm/mod.py"), PRISTINE);
+    // Both together, in reverse order.
+    d.cmd().args(with_fixture(&["apply", "fix-b"])).expect(0);
+    let (out, _) = d.cmd().args(with_fixture(&["revert", "fix-a", "fix-b", "--format", "json"])).expect(0);
+    assert_eq!(names(&out), ["fix-a", "fix-b"], "{out}");
+    assert_eq!(d.read_string("root/vllm/mod.py"), PRISTINE);
+}
+
+#[test]
+fn a_profile_selects_the_fixes_of_the_profiles_it_includes() {
+    let d = fixture();
+    d.write(
+        "cat/profiles/performance.yaml",
+        "name: performance\ndescription: more\ninclude: [default]\nfixes: [fix-b]\n",
+    );
+    let (out, _) = d.cmd().args(with_fixture(&["apply", "--profile", "performance", "--format", "json"])).expect(0);
+    assert_eq!(names(&out), ["fix-a", "fix-b"], "{out}");
+    let (out, _) = d.cmd().args(with_fixture(&["list"])).expect(0);
+    assert!(out.contains("include: default; selects: fix-b, fix-a"), "{out}");
+    // fix-a is in performance through default.
+    assert!(out.contains("profiles: default, performance"), "{out}");
+    let (out, _) = d.cmd().args(["--catalog", "cat", "list", "--format", "json"]).expect(0);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let perf = v["profiles"].as_array().unwrap().iter().find(|p| p["name"] == "performance").unwrap();
+    assert_eq!(perf["include"], serde_json::json!(["default"]));
+    assert_eq!(perf["selects"], serde_json::json!(["fix-b", "fix-a"]));
+}
+
+#[test]
+fn list_and_show_display_requires_and_required_by() {
+    let d = requiring_fixture();
+    let (out, _) = d.cmd().args(["--catalog", "cat", "list"]).expect(0);
+    assert!(out.contains("requires: fix-a"), "{out}");
+    let (out, _) = d.cmd().args(["--catalog", "cat", "show", "fix-b"]).expect(0);
+    assert!(out.contains("requires: fix-a"), "{out}");
+    let (out, _) = d.cmd().args(["--catalog", "cat", "show", "fix-a"]).expect(0);
+    assert!(out.contains("required by: fix-b"), "{out}");
+    let (out, _) = d.cmd().args(["--catalog", "cat", "show", "fix-a", "--format", "json"]).expect(0);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["required_by"], serde_json::json!(["fix-b"]), "{out}");
+    let (out, _) = d.cmd().args(["--catalog", "cat", "show", "fix-b", "--format", "json"]).expect(0);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["manifest"]["requires"], serde_json::json!(["fix-a"]), "{out}");
+}
+
+#[test]
+fn unknown_names_are_load_errors_with_file_and_line() {
+    let d = fixture();
+    let y = d.read_string("cat/fixes/fix-b/fix.yaml").replace("after: [fix-a]", "after: [fix-a]\nrequires: [ghost]");
+    d.write("cat/fixes/fix-b/fix.yaml", y);
+    let (_, err) = d.cmd().args(["--catalog", "cat", "lint"]).expect(3);
+    assert!(err.contains("fix-b/fix.yaml:6") && err.contains("`ghost` is not a fix"), "{err}");
+
+    let d = fixture();
+    d.write(
+        "cat/profiles/performance.yaml",
+        "name: performance\ndescription: the default and more\ninclude:\n  - defualt\nfixes: [fix-b]\n",
+    );
+    let (_, err) = d.cmd().args(["--catalog", "cat", "lint"]).expect(3);
+    assert!(err.contains("performance.yaml:4") && err.contains("`defualt` is not another profile"), "{err}");
+}
+
+#[test]
+fn lint_finds_cycles_in_both_graphs() {
+    let d = requiring_fixture();
+    let y = d.read_string("cat/fixes/fix-a/fix.yaml").replace("releases:", "requires: [fix-b]\nreleases:");
+    d.write("cat/fixes/fix-a/fix.yaml", y);
+    let (out, _) = d.cmd().args(["--catalog", "cat", "lint"]).expect(1);
+    assert!(out.contains("`requires:` cycle: fix-a → fix-b → fix-a"), "{out}");
+
+    let d = fixture();
+    d.write("cat/profiles/default.yaml", "name: default\ndescription: c\ninclude: [performance]\nfixes: [fix-a]\n");
+    d.write("cat/profiles/performance.yaml", "name: performance\ndescription: p\ninclude: [default]\nfixes: [fix-b]\n");
+    let (out, _) = d.cmd().args(["--catalog", "cat", "lint"]).expect(1);
+    assert!(out.contains("`include:` cycle: default → performance → default"), "{out}");
+    let (_, err) = d.cmd().args(with_fixture(&["apply", "--profile", "performance"])).expect(3);
+    assert!(err.contains("profiles include each other in a cycle"), "{err}");
+}
+
+#[test]
+fn lint_finds_profiles_without_what_their_fixes_require() {
+    let d = requiring_fixture();
+    // performance selects fix-b alone, without fix-a that it requires.
+    d.write("cat/profiles/performance.yaml", "name: performance\ndescription: p\nfixes: [fix-b]\n");
+    let (out, _) = d.cmd().args(["--catalog", "cat", "lint"]).expect(1);
+    assert!(out.contains("profile `performance` selects fix-b, which needs fix-a"), "{out}");
+    // default holds correctness fixes only; fix-b is a performance fix.
+    d.write("cat/profiles/default.yaml", "name: default\ndescription: c\nfixes: [fix-a, fix-b]\n");
+    d.write("cat/profiles/performance.yaml", "name: performance\ndescription: p\ninclude: [default]\n");
+    let (out, _) = d.cmd().args(["--catalog", "cat", "lint"]).expect(1);
+    assert!(out.contains("profile `default` holds correctness fixes only; fix-b is a performance fix"), "{out}");
+}
+
+#[test]
+fn lint_upstream_checks_a_patch_on_top_of_what_its_fix_requires() {
+    // fix-b's context holds fix-a's line: it applies only after fix-a, as `requires:` ensures.
+    let d = requiring_fixture();
+    d.write(
+        "cat/fixes/fix-b/v0.26.0/mod.patch",
+        "--- a/vllm/mod.py\n+++ b/vllm/mod.py\n@@ -10,3 +10,4 @@ def sample(x):\n     # fix-a: triple instead of double\n     b = a * 3\n+    # fix-b: after fix-a\n     return b\n",
+    );
+    d.write("up/v0.26.0/vllm/mod.py", PRISTINE);
+    let (out, _) = d.cmd().args(["--catalog", "cat", "lint", "--upstream", "up"]).expect(0);
+    assert!(out.contains("fix-b v0.26.0: vllm/mod.py applies to pristine + fix-a"), "{out}");
+    d.cmd().args(with_fixture(&["apply", "fix-b"])).expect(0);
+    assert!(d.read_string("root/vllm/mod.py").contains("    b = a * 3\n    # fix-b: after fix-a\n"));
+    // Without the requirement the same patch meets the pristine file, and does not apply.
+    let y = d.read_string("cat/fixes/fix-b/fix.yaml").replace("requires: [fix-a]", "after: [fix-a]");
+    d.write("cat/fixes/fix-b/fix.yaml", y);
+    let (out, _) = d.cmd().args(["--catalog", "cat", "lint", "--upstream", "up"]).expect(1);
+    assert!(out.contains("does not apply to pristine v0.26.0"), "{out}");
+}
+
+#[test]
+fn a_fix_whose_every_file_is_in_a_left_out_tree_is_skipped() {
+    let d = fixture();
+    d.write("root/vllm_gaudi/__init__.py", "");
+    let (out, _) =
+        d.cmd().args(with_fixture(&["--only-tree", "vllm_gaudi", "apply", "--check", "--format", "json"])).expect(0);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["fixes"][0]["state"], "skipped", "{out}");
+    let before = d.snapshot("root");
+    d.cmd().args(with_fixture(&["--only-tree", "vllm_gaudi", "apply"])).expect(0);
+    assert_eq!(d.snapshot("root"), before);
+}
+
+#[test]
+fn overlap_lint_reads_a_later_fix_in_the_earlier_ones_post_image() {
+    // fix-a turns one line into three; fix-b (requires fix-a, so patched on top of it) rewrites
+    // the last of them. Read against the pristine file, fix-b's line 12 lies past fix-a's
+    // change (line 10); in fix-a's post-image (lines 10-12) it is one of fix-a's own lines.
+    let d = requiring_fixture();
+    d.write(
+        "cat/fixes/fix-a/v0.26.0/mod.patch",
+        "--- a/vllm/mod.py\n+++ b/vllm/mod.py\n@@ -9,3 +9,5 @@ def sample(x):\n     a = x + 1\n-    b = a * 2\n+    # fix-a: one\n+    # fix-a: two\n+    b = a * 3\n     return b\n",
+    );
+    d.write(
+        "cat/fixes/fix-b/v0.26.0/mod.patch",
+        "--- a/vllm/mod.py\n+++ b/vllm/mod.py\n@@ -11,3 +11,3 @@ def sample(x):\n     # fix-a: two\n-    b = a * 3\n+    b = a * 4\n     return b\n",
+    );
+    let (out, _) = d.cmd().args(["--catalog", "cat", "lint"]).expect(1);
+    assert!(out.contains("touch the same lines of vllm/mod.py"), "{out}");
+    // Applied in order, fix-b's edit indeed lands on fix-a's line.
+    d.cmd().args(with_fixture(&["apply", "fix-b"])).expect(0);
+    assert!(d.read_string("root/vllm/mod.py").contains("    # fix-a: two\n    b = a * 4\n"));
+}
