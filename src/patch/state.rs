@@ -1,21 +1,22 @@
 //! The state of one file against one file patch: per hunk applied / not applied / drifted,
 //! then the file's verdict, and the edited text when the verdict allows an edit.
 //!
-//! One position per hunk, decided once. A file's hunks are placed in order with one offset
-//! model: hunk i is expected where the previous hunk was found, plus the lines the headers
-//! put between them (for the first hunk: its header line). At the expected position the pre-
-//! image means not applied and the post-image applied (both: ambiguous). A hunk found anywhere
-//! else is accepted only if it is found exactly once in the whole file — pre- and post-images
-//! counted together — after the previous hunk, and inside the definition its header names
-//! (when it names one); otherwise it is drifted, with the reason in words. Finally a verdict
-//! must survive its own edit: a not-applied file is applied in memory and must then read as
-//! applied at the same places and revert to identical bytes; an applied file is reverted in
-//! memory and must read as not applied. So `--check`, `apply`, a second `apply` and `revert`
-//! always agree.
+//! One position per hunk, decided once, in order. A hunk is placed where its pre-image (not
+//! applied) or its post-image (applied) is found exactly, and only if that place is the one
+//! place: counted over the whole file, pre- and post-images together (both at one position
+//! is ambiguous too), among the places inside the definition the hunk header names when it
+//! names one (`@@ … @@ def forward_native(`: the enclosing `def`/`class`, see
+//! [`super::locate::anchors_at`]), and after the previous hunk of the file. The offset from
+//! the header line is reported. Anything else is drifted, with the reason in words
+//! ("ambiguous: found at lines 140 and 193", "found only inside `forward_cpu` (line 185); the
+//! fix targets `forward_native`"). Finally a verdict must survive its own edit: a not-applied
+//! file is applied in memory and must then read as applied at the same places and revert to
+//! identical bytes; an applied file is reverted in memory and must read as not applied. So
+//! `--check`, `apply`, a second `apply` and `revert` always agree.
 
 use serde::Serialize;
 
-use super::locate::{anchor_matches, definition_name, enclosing_name, matches_at, nearest, occurrences, Image};
+use super::locate::{anchor_matches, definition_name, enclosing_name, nearest, occurrences, Image};
 use super::parse::{FilePatch, Hunk, HunkLine};
 use super::text::SourceText;
 
@@ -281,42 +282,15 @@ enum Placed {
 
 /// Place each hunk in order (see the module docs) and give the file's verdict.
 fn place(patch: &FilePatch, text: &SourceText) -> FileEval {
-    let n = text.lines.len() as isize;
-    // The last found hunk: where its image ended in the file, and where its pre- and
-    // post-images end by the headers.
-    let (mut prev_end, mut prev_old_end, mut prev_new_end) = (0usize, 0isize, 0isize);
+    // Where the last found hunk's image ended in the file: the next one must start after it.
+    let mut prev_end = 0usize;
     let mut hunks = Vec::with_capacity(patch.hunks.len());
     for (i, hunk) in patch.hunks.iter().enumerate() {
         let pre = Image::of(hunk, false);
         let post = Image::of(hunk, true);
-        let expect = |image: &Image, header: usize, prev_header_end: isize| -> usize {
-            if image.at_start {
-                0
-            } else if image.at_end {
-                (n - image.len() as isize).max(0) as usize
-            } else {
-                (prev_end as isize + header.saturating_sub(1) as isize - prev_header_end).max(0) as usize
-            }
-        };
-        let e_pre = expect(&pre, hunk.old_start, prev_old_end);
-        let e_post = expect(&post, hunk.new_start, prev_new_end);
-        let pre_here = e_pre >= prev_end && matches_at(text, &pre, e_pre);
-        let post_here = e_post >= prev_end && matches_at(text, &post, e_post);
-        let placed = match (pre_here, post_here) {
-            (true, false) => Placed::Found { start: e_pre, applied: false },
-            (false, true) => Placed::Found { start: e_post, applied: true },
-            (true, true) => Placed::Drift(format!(
-                "ambiguous: at line {} the file reads both as applied and as not applied",
-                e_pre + 1
-            )),
-            (false, false) => search(hunk, text, &pre, &post, prev_end, i),
-        };
-        let state = match placed {
+        let state = match locate(hunk, text, &pre, &post, prev_end, i) {
             Placed::Found { start, applied } => {
-                let len = if applied { post.len() } else { pre.len() };
-                prev_end = start + len;
-                prev_old_end = (hunk.old_start.saturating_sub(1) + pre.len()) as isize;
-                prev_new_end = (hunk.new_start.saturating_sub(1) + post.len()) as isize;
+                prev_end = start + if applied { post.len() } else { pre.len() };
                 let line = start + 1;
                 if applied {
                     HunkState::Applied { line, offset: offset(start, hunk.new_start) }
@@ -340,10 +314,10 @@ fn place(patch: &FilePatch, text: &SourceText) -> FileEval {
     FileEval { state, partial: state == FileState::Drifted && !any_drift, hunks }
 }
 
-/// The hunk is not at its expected position: accept it elsewhere only if it is found exactly
-/// once (pre- and post-images together, among the places inside the definition its header
-/// names, when it names one), after the previous hunk.
-fn search(hunk: &Hunk, text: &SourceText, pre: &Image, post: &Image, min_start: usize, index: usize) -> Placed {
+/// One hunk's one place: where its pre- or post-image is found exactly once in the whole file
+/// (pre and post counted together, both at one position included), among the places inside
+/// the definition its header names when it names one, and after the previous hunk.
+fn locate(hunk: &Hunk, text: &SourceText, pre: &Image, post: &Image, min_start: usize, index: usize) -> Placed {
     let mut found: Vec<(usize, bool)> = occurrences(text, pre).into_iter().map(|s| (s, false)).collect();
     found.extend(occurrences(text, post).into_iter().map(|s| (s, true)));
     found.sort_unstable();
@@ -352,6 +326,7 @@ fn search(hunk: &Hunk, text: &SourceText, pre: &Image, post: &Image, min_start: 
     }
     let lines_list = |places: &[(usize, bool)]| {
         let mut v: Vec<String> = places.iter().map(|(s, _)| (s + 1).to_string()).collect();
+        v.dedup();
         if v.len() > 6 {
             let more = v.len() - 5;
             v.truncate(5);
@@ -391,6 +366,10 @@ fn search(hunk: &Hunk, text: &SourceText, pre: &Image, post: &Image, min_start: 
             "found only at line {}, above where hunk {} was found: out of order",
             start + 1,
             index
+        )),
+        [(a, _), (b, _)] if a == b => Placed::Drift(format!(
+            "ambiguous: at line {} the file reads both as applied and as not applied",
+            a + 1
         )),
         many => Placed::Drift(format!("ambiguous: found at lines {}", lines_list(many))),
     }
