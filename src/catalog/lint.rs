@@ -198,7 +198,13 @@ fn against_upstream(catalog: &Catalog, fix: &Fix, dir: &Path, report: &mut LintR
 /// post-image once in the patched file — or once among the places inside the definition its
 /// header names — and that anchor is a definition enclosing it (git's Python diff driver
 /// writes it); a hunk inside a definition must name one.
-fn uniqueness(diff: &FilePatch, pristine: &SourceText, before: &FileEval, patched: &SourceText, after: &FileEval) -> Vec<String> {
+fn uniqueness(
+    diff: &FilePatch,
+    pristine: &SourceText,
+    before: &FileEval,
+    patched: &SourceText,
+    after: &FileEval,
+) -> Vec<String> {
     let mut out = Vec::new();
     for (i, hunk) in diff.hunks.iter().enumerate() {
         let n = i + 1;

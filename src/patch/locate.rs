@@ -222,8 +222,10 @@ mod tests {
         assert_eq!(enclosing_name(&lines, 6).as_deref(), Some("g"));
         assert_eq!(definition_name("async def h(a):"), "h");
         // A multi-line signature's `) -> T:` is not the scope.
-        let lines: Vec<String> =
-            ["class C:", "    def f(", "        self,", "    ) -> int:", "        x = 1"].iter().map(|s| s.to_string()).collect();
+        let lines: Vec<String> = ["class C:", "    def f(", "        self,", "    ) -> int:", "        x = 1"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
         assert_eq!(enclosing_name(&lines, 4).as_deref(), Some("f"));
     }
 

@@ -134,11 +134,8 @@ fn edit(patch: &FilePatch, text: &SourceText, eval: &FileEval, want: FileState) 
 /// added line of a change for its k-th removed line), else of the line before it; a hunk that
 /// reaches the end of the file leaves it ending as the target image says.
 fn replace(text: &mut SourceText, start: usize, hunk: &Hunk, forward: bool) {
-    let (to_no_eol, body): (bool, Vec<HunkLine>) = if forward {
-        (hunk.post_no_eol, hunk.lines.clone())
-    } else {
-        (hunk.pre_no_eol, hunk.reversed().lines)
-    };
+    let (to_no_eol, body): (bool, Vec<HunkLine>) =
+        if forward { (hunk.post_no_eol, hunk.lines.clone()) } else { (hunk.pre_no_eol, hunk.reversed().lines) };
     let from_len = body.iter().filter(|l| !matches!(l, HunkLine::Add(_))).count();
     let ends_file = start + from_len == text.lines.len();
     let region_eol = text.eols[start..start + from_len].iter().copied().find(|e| !e.is_empty());
@@ -217,7 +214,8 @@ fn verify_apply(patch: &FilePatch, text: &SourceText, eval: &FileEval) -> Result
     }
     let reverted = revert(patch, &patched, &again).ok_or((0, "once applied, it could not be reverted".to_string()))?;
     if reverted != *text {
-        let line = reverted.lines.iter().zip(&reverted.eols).zip(text.lines.iter().zip(&text.eols)).position(|(a, b)| a != b);
+        let line =
+            reverted.lines.iter().zip(&reverted.eols).zip(text.lines.iter().zip(&text.eols)).position(|(a, b)| a != b);
         let line = line.unwrap_or(text.lines.len().min(reverted.lines.len()));
         let hunk = hunk_at(patch, eval, line);
         return Err((
@@ -367,10 +365,9 @@ fn locate(hunk: &Hunk, text: &SourceText, pre: &Image, post: &Image, min_start: 
             start + 1,
             index
         )),
-        [(a, _), (b, _)] if a == b => Placed::Drift(format!(
-            "ambiguous: at line {} the file reads both as applied and as not applied",
-            a + 1
-        )),
+        [(a, _), (b, _)] if a == b => {
+            Placed::Drift(format!("ambiguous: at line {} the file reads both as applied and as not applied", a + 1))
+        }
         many => Placed::Drift(format!("ambiguous: found at lines {}", lines_list(many))),
     }
 }
@@ -414,7 +411,8 @@ mod tests {
     use super::*;
     use crate::patch::parse::parse;
 
-    const PATCH: &str = "--- a/m.py\n+++ b/m.py\n@@ -2,3 +2,3 @@\n b\n-c\n+C\n d\n@@ -8,4 +8,5 @@\n h\n i\n+I\n j\n k\n";
+    const PATCH: &str =
+        "--- a/m.py\n+++ b/m.py\n@@ -2,3 +2,3 @@\n b\n-c\n+C\n d\n@@ -8,4 +8,5 @@\n h\n i\n+I\n j\n k\n";
 
     fn text(s: &str) -> SourceText {
         SourceText::decode(s.as_bytes(), Path::new("m.py")).unwrap()
