@@ -4,7 +4,8 @@
 //! An image matches at a position only if every line is equal and its edges agree with the
 //! file's: an image that the diff shows at the start (less leading context than trailing) must
 //! start the file, one it shows at the end must end it, and an image whose last line has no line
-//! ending (`\ No newline at end of file`) must end a file that ends the same way.
+//! ending (`\ No newline at end of file`) must end the file — and, when the hunk adds or
+//! removes that final newline, a file that ends the same way.
 
 use std::collections::HashMap;
 
@@ -17,6 +18,10 @@ pub struct Image<'h> {
     pub lines: Vec<&'h str>,
     /// The last line has no line ending.
     pub no_eol: bool,
+    /// The hunk adds or removes the final newline (its images disagree about it): then the
+    /// file's last line must end as this image says. Otherwise the hunk keeps whatever the file
+    /// has there, and a patch made on a file with a final newline fits one without.
+    pub eol_matters: bool,
     /// Must start at the file's first line.
     pub at_start: bool,
     /// Must end at the file's last line.
@@ -31,7 +36,13 @@ impl<'h> Image<'h> {
             if post { (hunk.post_image(), hunk.post_no_eol) } else { (hunk.pre_image(), hunk.pre_no_eol) };
         // A diff cuts context short only at the file's edges; a hunk with less context on
         // one side than the other sits at that edge (as GNU patch reads it).
-        Image { lines, no_eol, at_start: lead < trail, at_end: trail < lead || no_eol }
+        Image {
+            lines,
+            no_eol,
+            eol_matters: hunk.pre_no_eol != hunk.post_no_eol,
+            at_start: lead < trail,
+            at_end: trail < lead || no_eol,
+        }
     }
 
     pub fn len(&self) -> usize {
@@ -54,7 +65,7 @@ pub fn matches_at(text: &SourceText, image: &Image, start: usize) -> bool {
     if (image.at_start && start != 0) || ((image.at_end || image.no_eol) && !ends_file) {
         return false;
     }
-    if ends_file && (text.eols[n - 1].is_empty() != image.no_eol) {
+    if ends_file && image.eol_matters && (text.eols[n - 1].is_empty() != image.no_eol) {
         return false;
     }
     image.lines.iter().enumerate().all(|(i, l)| text.lines[start + i] == *l)
@@ -176,7 +187,7 @@ mod tests {
     }
 
     fn image<'a>(lines: &[&'a str]) -> Image<'a> {
-        Image { lines: lines.to_vec(), no_eol: false, at_start: false, at_end: false }
+        Image { lines: lines.to_vec(), no_eol: false, eol_matters: true, at_start: false, at_end: false }
     }
 
     #[test]

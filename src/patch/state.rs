@@ -132,7 +132,8 @@ fn edit(patch: &FilePatch, text: &SourceText, eval: &FileEval, want: FileState) 
 /// Replace the hunk's `from` image at `start` with its other image. Context lines keep their
 /// own bytes; an added line takes the ending of the removed line it stands in for (the k-th
 /// added line of a change for its k-th removed line), else of the line before it; a hunk that
-/// reaches the end of the file leaves it ending as the target image says.
+/// reaches the end of the file leaves it ending as the target image says when the hunk changes
+/// the final newline, and as it was otherwise.
 fn replace(text: &mut SourceText, start: usize, hunk: &Hunk, forward: bool) {
     let (to_no_eol, body): (bool, Vec<HunkLine>) =
         if forward { (hunk.post_no_eol, hunk.lines.clone()) } else { (hunk.pre_no_eol, hunk.reversed().lines) };
@@ -173,6 +174,9 @@ fn replace(text: &mut SourceText, start: usize, hunk: &Hunk, forward: bool) {
             prev = Some(e);
         }
     }
+    // The final newline is the hunk's to change only when its images disagree about it;
+    // otherwise the file keeps what it has.
+    let to_no_eol = if hunk.pre_no_eol != hunk.post_no_eol { to_no_eol } else { text.eols.last() == Some(&"") };
     if ends_file {
         if let Some(last) = new.last_mut() {
             last.1 = if to_no_eol {
@@ -280,7 +284,8 @@ enum Placed {
 
 /// Place each hunk in order (see the module docs) and give the file's verdict.
 fn place(patch: &FilePatch, text: &SourceText) -> FileEval {
-    // Where the last found hunk's image ended in the file: the next one must start after it.
+    // Where the last found hunk's changes ended in the file: the next one must start there or
+    // after.
     let mut prev_end = 0usize;
     let mut hunks = Vec::with_capacity(patch.hunks.len());
     for (i, hunk) in patch.hunks.iter().enumerate() {
@@ -288,7 +293,8 @@ fn place(patch: &FilePatch, text: &SourceText) -> FileEval {
         let post = Image::of(hunk, true);
         let state = match locate(hunk, text, &pre, &post, prev_end, i) {
             Placed::Found { start, applied } => {
-                prev_end = start + if applied { post.len() } else { pre.len() };
+                // Hunks may share context lines, not changed ones.
+                prev_end = start + if applied { post.len() } else { pre.len() } - hunk.context_edges().1;
                 let line = start + 1;
                 if applied {
                     HunkState::Applied { line, offset: offset(start, hunk.new_start) }
