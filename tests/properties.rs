@@ -332,8 +332,13 @@ fn bytes(lines: &[Line]) -> Vec<u8> {
     lines.iter().flat_map(|l| format!("{}{}", l.0, l.1).into_bytes()).collect()
 }
 
-/// The origins a hunk's pre- and post-image lines may have: (old index, new index) each.
-fn regions(fp: &FilePatch) -> Vec<(Vec<(usize, Option<usize>)>, Vec<(Option<usize>, usize)>)> {
+/// Per pre-image line: its line in the original, and in the edited file if it is context.
+type PreRegion = Vec<(usize, Option<usize>)>;
+/// Per post-image line: its line in the original if it is context, and in the edited file.
+type PostRegion = Vec<(Option<usize>, usize)>;
+
+/// The origins a hunk's pre- and post-image lines may have.
+fn regions(fp: &FilePatch) -> Vec<(PreRegion, PostRegion)> {
     fp.hunks
         .iter()
         .map(|h| {
