@@ -477,4 +477,46 @@ mod tests {
             other => panic!("{other:?}"),
         }
     }
+
+    /// A hunk with less trailing than leading context sits at the end of the file: the
+    /// pre-image being a prefix of the post-image must not make an applied file ambiguous.
+    #[test]
+    fn appending_at_the_end_of_the_file_reads_applied() {
+        let fp =
+            parse("--- a/m.py\n+++ b/m.py\n@@ -9,3 +9,4 @@\n i\n j\n k\n+l\n", Path::new("p")).unwrap().files.remove(0);
+        let t = text(PRISTINE);
+        let e = evaluate(&fp, &t);
+        assert_eq!(e.state, FileState::NotApplied);
+        let patched = apply(&fp, &t, &e).unwrap();
+        let e2 = evaluate(&fp, &patched);
+        assert_eq!(e2.state, FileState::Applied, "{:?}", e2.hunks);
+        assert_eq!(revert(&fp, &patched, &e2).unwrap().encode(), PRISTINE.as_bytes());
+    }
+
+    #[test]
+    fn two_places_are_ambiguous_and_say_where() {
+        let fp =
+            parse("--- a/m.py\n+++ b/m.py\n@@ -2,3 +2,3 @@\n b\n-c\n+C\n d\n", Path::new("p")).unwrap().files.remove(0);
+        let t = text("a\nb\nc\nd\nx\nb\nc\nd\n");
+        let e = evaluate(&fp, &t);
+        assert_eq!(e.state, FileState::Drifted);
+        assert_eq!(e.hunks[0].reason(), Some("ambiguous: found at lines 2 and 6"));
+        assert!(apply(&fp, &t, &e).is_none());
+    }
+
+    #[test]
+    fn a_hunk_found_only_above_the_previous_one_is_out_of_order() {
+        let fp = parse(
+            "--- a/m.py\n+++ b/m.py\n@@ -2,3 +2,3 @@\n b\n-c\n+C\n d\n@@ -8,3 +8,3 @@\n h\n-i\n+I\n j\n",
+            Path::new("p"),
+        )
+        .unwrap()
+        .files
+        .remove(0);
+        // The second hunk's lines moved above the first's.
+        let t = text("h\ni\nj\nx\nb\nc\nd\n");
+        let e = evaluate(&fp, &t);
+        assert_eq!(e.state, FileState::Drifted);
+        assert_eq!(e.hunks[1].reason(), Some("found only at line 1, above where hunk 1 was found: out of order"));
+    }
 }
