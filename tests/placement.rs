@@ -223,3 +223,21 @@ fn one_file_under_two_names_is_one_edit_stream() {
     assert!(out.contains("conflict: vllm/alias.py is also patched by `fix-r` (as vllm/real.py)"), "{out}");
     assert_eq!(d.read_string("root/vllm/real.py"), pristine);
 }
+
+#[test]
+fn lint_upstream_requires_anchors_and_one_place() {
+    let d = Dir::new();
+    d.write("up/v0.26.0/vllm/twins.py", twins(true));
+    d.write("up/v0.26.0/vllm/__init__.py", "");
+    catalogue(&d, &[("drop-sync", "vllm/twins.py", DROP_SYNC, &twins(true), &[])]);
+    let (out, _) = d.cmd().args(["--catalog", "cat", "lint", "--upstream", "up"]).expect(0);
+    assert!(out.contains("every hunk anchored and found once"), "{out}");
+    // The same hunk without its anchor: inside `def g`, and found twice.
+    d.write("cat/fixes/drop-sync/v0.26.0/p.patch", DROP_SYNC.replace(" @@ def g(state):", " @@"));
+    let (out, _) = d.cmd().args(["--catalog", "cat", "lint", "--upstream", "up"]).expect(1);
+    assert!(out.contains("the header names no anchor, but the hunk lies in `def g(state):`"), "{out}");
+    // A wrong anchor puts the hunk into the twin: lint sees it away from its header line.
+    d.write("cat/fixes/drop-sync/v0.26.0/p.patch", DROP_SYNC.replace("def g(state):", "def f(state):"));
+    let (out, _) = d.cmd().args(["--catalog", "cat", "lint", "--upstream", "up"]).expect(1);
+    assert!(out.contains("found at line 6 of the pristine file, but its header says line 16"), "{out}");
+}

@@ -11,8 +11,8 @@ use serde::Serialize;
 use super::catalog::{Catalog, Fix};
 use crate::patch::locate::{anchor_matches, anchors_at, occurrences, Image};
 use crate::patch::state::{self, FileEval, FileState, HunkState};
-use crate::patch::FilePatch;
 use crate::patch::SourceText;
+use crate::patch::{FilePatch, Hunk};
 use crate::plan::sha256_hex;
 
 /// One lint finding (data, not an error).
@@ -162,6 +162,21 @@ fn against_upstream(catalog: &Catalog, fix: &Fix, dir: &Path, report: &mut LintR
                     variant.release,
                     eval.state
                 ));
+                for h in &eval.hunks {
+                    if let Some(reason) = h.reason() {
+                        bad(format!("{}: hunk {} (patch line {}): {reason}", path.display(), h.index, h.patch_line));
+                    }
+                }
+                // Where the hunks say they are: is each anchored as the rule asks?
+                for (i, hunk) in vp.diff.hunks.iter().enumerate() {
+                    let at = match eval.hunks[i].state {
+                        HunkState::NotApplied { line, .. } | HunkState::Applied { line, .. } => line - 1,
+                        HunkState::Drifted { .. } => hunk.old_start.saturating_sub(1),
+                    };
+                    if let Some(finding) = anchor_finding(i + 1, hunk, &text, at) {
+                        bad(format!("{}: {finding}", path.display()));
+                    }
+                }
                 continue;
             };
             let after = state::evaluate(&vp.diff, &patched);
@@ -197,7 +212,8 @@ fn against_upstream(catalog: &Catalog, fix: &Fix, dir: &Path, report: &mut LintR
 /// The uniqueness rule: each hunk's pre-image occurs once in the pristine file and its
 /// post-image once in the patched file — or once among the places inside the definition its
 /// header names — and that anchor is a definition enclosing it (git's Python diff driver
-/// writes it); a hunk inside a definition must name one.
+/// writes it); a hunk inside a definition must name one; and in the pristine file each hunk is
+/// found at the line its header names.
 fn uniqueness(
     diff: &FilePatch,
     pristine: &SourceText,
@@ -213,21 +229,15 @@ fn uniqueness(
         else {
             continue;
         };
-        let at = pre_at - 1;
-        match hunk.anchor() {
-            Some(anchor) if !anchor_matches(anchor, &pristine.lines, at) => out.push(format!(
-                "hunk {n} (patch line {}): its header's anchor `{anchor}` is not a definition enclosing line {pre_at}",
-                hunk.patch_line
-            )),
-            None => {
-                if let Some(def) = anchors_at(&pristine.lines, at).first() {
-                    out.push(format!(
-                        "hunk {n} (patch line {}): the header names no anchor, but the hunk lies in `{def}`; make the patch with git's Python diff driver (see fixes/README.md)",
-                        hunk.patch_line
-                    ));
-                }
-            }
-            Some(_) => {}
+        if let Some(finding) = anchor_finding(n, hunk, pristine, pre_at - 1) {
+            out.push(finding);
+        }
+        // In the file it was made from, a hunk sits where its header says.
+        if *pre_at != hunk.old_start.max(1) {
+            out.push(format!(
+                "hunk {n} (patch line {}): found at line {pre_at} of the pristine file, but its header says line {}",
+                hunk.patch_line, hunk.old_start
+            ));
         }
         for (text, post, image_name, file_name) in
             [(pristine, false, "pre-image", "pristine file"), (patched, true, "post-image", "patched file")]
@@ -251,4 +261,23 @@ fn uniqueness(
         }
     }
     out
+}
+
+/// Whether hunk `n`, placed at `at` (0-based) in the pristine file, carries the anchor the rule
+/// asks for: a definition enclosing it, and one whenever it lies inside a definition.
+fn anchor_finding(n: usize, hunk: &Hunk, pristine: &SourceText, at: usize) -> Option<String> {
+    match hunk.anchor() {
+        Some(anchor) if !anchor_matches(anchor, &pristine.lines, at) => Some(format!(
+            "hunk {n} (patch line {}): its header's anchor `{anchor}` is not a definition enclosing line {}",
+            hunk.patch_line,
+            at + 1
+        )),
+        None => anchors_at(&pristine.lines, at).first().map(|def| {
+            format!(
+                "hunk {n} (patch line {}): the header names no anchor, but the hunk lies in `{def}`; make the patch with git's Python diff driver (see fixes/README.md)",
+                hunk.patch_line
+            )
+        }),
+        Some(_) => None,
+    }
 }
