@@ -326,6 +326,19 @@ fn locate(hunk: &Hunk, text: &SourceText, pre: &Image, post: &Image, min_start: 
     found.extend(occurrences(text, post).into_iter().map(|s| (s, true)));
     found.sort_unstable();
     if found.is_empty() {
+        // Say so when only the edge rule stands in the way (a hand-made hunk with uneven context).
+        let (loose_pre, loose_post) = (
+            Image { at_start: false, at_end: false, ..pre.clone() },
+            Image { at_start: false, at_end: false, ..post.clone() },
+        );
+        if let Some(at) = occurrences(text, &loose_pre).into_iter().chain(occurrences(text, &loose_post)).min() {
+            let edge = if pre.at_start { "start" } else { "end" };
+            return Placed::Drift(format!(
+                "found at line {}, but it has less context on one side, which a diff writes only at the {edge} of a file, and line {} is not there",
+                at + 1,
+                at + 1
+            ));
+        }
         return Placed::Drift("not found: its lines are not in the file as the fix expects them or leaves them".into());
     }
     let lines_list = |places: &[(usize, bool)]| {
@@ -518,5 +531,19 @@ mod tests {
         let e = evaluate(&fp, &t);
         assert_eq!(e.state, FileState::Drifted);
         assert_eq!(e.hunks[1].reason(), Some("found only at line 1, above where hunk 1 was found: out of order"));
+    }
+
+    #[test]
+    fn uneven_context_away_from_the_edge_says_why() {
+        // Two lines of leading context, one trailing: a diff writes that only at the end.
+        let fp =
+            parse("--- a/m.py\n+++ b/m.py\n@@ -8,3 +8,4 @@\n h\n i\n+I\n j\n", Path::new("p")).unwrap().files.remove(0);
+        let e = evaluate(&fp, &text(PRISTINE));
+        assert_eq!(e.state, FileState::Drifted);
+        assert!(
+            e.hunks[0].reason().unwrap().starts_with("found at line 8, but it has less context on one side"),
+            "{:?}",
+            e.hunks
+        );
     }
 }
