@@ -239,5 +239,5 @@ fn lint_upstream_requires_anchors_and_one_place() {
     // A wrong anchor puts the hunk into the twin: lint sees it away from its header line.
     d.write("cat/fixes/drop-sync/v0.26.0/p.patch", DROP_SYNC.replace("def g(state):", "def f(state):"));
     let (out, _) = d.cmd().args(["--catalog", "cat", "lint", "--upstream", "up"]).expect(1);
-    assert!(out.contains("found at line 6 of the pristine file, but its header says line 16"), "{out}");
+    assert!(out.contains("found at line 6 of the file the patch is made on, but its header says line 16"), "{out}");
 }

@@ -235,7 +235,7 @@ fn uniqueness(
         // In the file it was made from, a hunk sits where its header says.
         if *pre_at != hunk.old_start.max(1) {
             out.push(format!(
-                "hunk {n} (patch line {}): found at line {pre_at} of the pristine file, but its header says line {}",
+                "hunk {n} (patch line {}): found at line {pre_at} of the file the patch is made on, but its header says line {}",
                 hunk.patch_line, hunk.old_start
             ));
         }
