@@ -133,6 +133,34 @@ for rel in $RELEASES; do
   else bad "$rel: tree differs from pristine after revert"; diff -rq "$swp" "$swt" | head; fi
 done
 # --- end swap-states-sampling-params ---------------------------------------------------------
+# Issue 8 (exact placement), its own block: on a copy of each pristine release, reword
+# forward_native's docstring ("may be updated in-place" -> "may be modified in-place"). The
+# hunk's context then occurs only in forward_cpu: --check must say drifted (2) and name the
+# reason, apply must refuse (2) and write nothing — never put the fix into forward_cpu.
+for rel in $RELEASES; do
+  step "real vLLM $rel: forward_native's docstring reworded -> drift, never forward_cpu"
+  pristine=$(bash scripts/fetch-upstream.sh "$rel" | tail -n 1) || { bad "fetch vLLM $rel"; continue; }
+  doc=$WORK/docstring-$rel
+  mkdir -p "$doc" && cp -a "$pristine/vllm" "$doc/"
+  python3 - "$doc/vllm/v1/sample/ops/topk_topp_sampler.py" <<'PY'
+import sys
+path = sys.argv[1]
+src = open(path).read()
+start = src.index("def forward_native(")
+old = "may be updated in-place"
+i = src.index(old, start)
+assert i < src.index("def forward_cpu("), "the docstring belongs to forward_native"
+open(path, "w").write(src[:i] + "may be modified in-place" + src[i + len(old):])
+PY
+  snap() { (cd "$doc" && find . -type f -print0 | sort -z | xargs -0 sha256sum | sha256sum); }
+  before=$(snap)
+  "$BIN" --root "$doc" --only-tree vllm apply --check --profile performance >"$WORK/doc.out"; code=$?
+  if [ "$code" = 2 ] && grep -q 'found only inside `forward_cpu`.*the fix targets `forward_native`' "$WORK/doc.out"; then
+    ok "$rel: reworded docstring: --check exits 2 and names the reason"
+  else bad "$rel: reworded docstring: --check exit $code"; cat "$WORK/doc.out"; fi
+  expect 2 "$rel: reworded docstring: apply refuses" "$BIN" --root "$doc" --only-tree vllm apply --profile performance
+  if [ "$before" = "$(snap)" ]; then ok "$rel: refused apply wrote nothing"; else bad "$rel: refused apply changed the tree"; fi
+done
 
 step "gaudi-fixes lint --upstream (every variant against its pristine release)"
 expect 0 "lint --upstream" "$BIN" lint --upstream "$CACHE/upstream"

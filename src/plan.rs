@@ -148,15 +148,22 @@ pub fn sha256_hex(bytes: &[u8]) -> String {
     digest.iter().map(|b| format!("{b:02x}")).collect()
 }
 
-/// In-memory copies of the files a run looks at.
+/// In-memory copies of the files a run looks at, one per real file: a file reached under two
+/// names (a symlink inside the tree, or both trees under one root) is one edit stream, so two
+/// fixes patching it apply in `after:` order to the same content.
 struct Workspace {
-    files: BTreeMap<(TreeName, String), Loaded>,
+    files: BTreeMap<PathBuf, Loaded>,
 }
 
 struct Loaded {
+    /// The tree and relative path it was first reached by (what reports and edits name).
+    tree: TreeName,
+    rel: String,
     path: PathBuf,
     original: Vec<u8>,
     text: SourceText,
+    /// Fixes that edited it in this run, with the name each reached it by.
+    edited_by: Vec<(String, String)>,
 }
 
 impl Workspace {
@@ -164,25 +171,25 @@ impl Workspace {
         Workspace { files: BTreeMap::new() }
     }
 
-    /// The file, read once; `None` when it does not exist.
+    /// The file, read once per real file; `None` when it does not exist.
     fn get(&mut self, tree: &Tree, rel: &str) -> Result<Option<&mut Loaded>> {
-        let key = (tree.name, rel.to_string());
-        if !self.files.contains_key(&key) {
-            match read_tree_file(tree, rel)? {
-                None => return Ok(None),
-                Some((path, bytes)) => {
-                    let text = SourceText::decode(&bytes, &path)?;
-                    self.files.insert(key.clone(), Loaded { path, original: bytes, text });
-                }
-            }
+        let Some((real, path)) = resolve_tree_file(tree, rel)? else { return Ok(None) };
+        if !self.files.contains_key(&real) {
+            let bytes = read_real_file(&tree.root.join(rel), &real)?;
+            let text = SourceText::decode(&bytes, &path)?;
+            self.files.insert(
+                real.clone(),
+                Loaded { tree: tree.name, rel: rel.to_string(), path, original: bytes, text, edited_by: Vec::new() },
+            );
         }
-        Ok(self.files.get_mut(&key))
+        Ok(self.files.get_mut(&real))
     }
 }
 
-/// Read `rel` inside `tree`, refusing anything that resolves outside the tree, is not a
-/// regular file, or is too large.
-fn read_tree_file(tree: &Tree, rel: &str) -> Result<Option<(PathBuf, Vec<u8>)>> {
+/// The real (canonical) path of `rel` inside `tree`, and the path to write it by (the link's
+/// target when the file itself is a symlink), refusing anything that resolves outside the
+/// tree; `None` when it does not exist.
+fn resolve_tree_file(tree: &Tree, rel: &str) -> Result<Option<(PathBuf, PathBuf)>> {
     let path = tree.root.join(rel);
     let meta = match fs::symlink_metadata(&path) {
         Ok(meta) => meta,
@@ -198,8 +205,13 @@ fn read_tree_file(tree: &Tree, rel: &str) -> Result<Option<(PathBuf, Vec<u8>)>> 
             if meta.file_type().is_symlink() { "symlink points" } else { "a symlinked directory on its path leads" };
         bail!("{}: {through} outside the tree (to {}); refusing to touch it", path.display(), real.display());
     }
-    let real = if meta.file_type().is_symlink() { real } else { path.clone() };
-    let meta = fs::metadata(&real).with_context(|| format!("reading {}", real.display()))?;
+    let write = if meta.file_type().is_symlink() { real.clone() } else { path };
+    Ok(Some((real, write)))
+}
+
+/// Read the real file `real` (reached as `path`), refusing non-regular and too large files.
+fn read_real_file(path: &Path, real: &Path) -> Result<Vec<u8>> {
+    let meta = fs::metadata(real).with_context(|| format!("reading {}", real.display()))?;
     if !meta.is_file() {
         bail!("{}: not a regular file", path.display());
     }
@@ -211,8 +223,7 @@ fn read_tree_file(tree: &Tree, rel: &str) -> Result<Option<(PathBuf, Vec<u8>)>> 
             MAX_FILE_BYTES >> 20
         );
     }
-    let bytes = fs::read(&real).with_context(|| format!("reading {}", real.display()))?;
-    Ok(Some((real, bytes)))
+    fs::read(real).with_context(|| format!("reading {}", real.display()))
 }
 
 /// Evaluate and (for apply/revert) simulate `fixes`, in the order given.
@@ -222,6 +233,11 @@ pub fn plan(fixes: &[&Fix], trees: &Trees, only: &[TreeName], op: Op) -> Result<
     let ordered: Vec<&Fix> = if op == Op::Revert { fixes.iter().rev().copied().collect() } else { fixes.to_vec() };
     for fix in ordered {
         let (mut report, chosen) = evaluate(fix, trees, only, &mut ws)?;
+        if report.state == FixState::Drifted {
+            if let Some(conflict) = shared_file_conflict(fix, &report, trees, &mut ws)? {
+                report.message = Some(conflict);
+            }
+        }
         let simulate = match (op, report.state) {
             (Op::Apply | Op::Check, FixState::NotApplied) => Some(true),
             (Op::Revert, FixState::Applied) => Some(false),
@@ -231,7 +247,7 @@ pub fn plan(fixes: &[&Fix], trees: &Trees, only: &[TreeName], op: Op) -> Result<
             if op != Op::Check {
                 report.action = Some(if forward { "apply" } else { "revert" });
             }
-            edit_variant(variant, trees, only, &mut ws, forward)?;
+            edit_variant(variant, trees, only, &mut ws, forward, &fix.manifest.name)?;
         }
         reports.push(report);
     }
@@ -240,14 +256,14 @@ pub fn plan(fixes: &[&Fix], trees: &Trees, only: &[TreeName], op: Op) -> Result<
     }
     let mut edits = Vec::new();
     if matches!(op, Op::Apply | Op::Revert) {
-        for ((tree, rel), loaded) in &ws.files {
+        for loaded in ws.files.values() {
             let new = loaded.text.encode();
             if new != loaded.original {
-                let tree_root = trees.get(*tree).expect("loaded files come from found trees").root.clone();
+                let tree_root = trees.get(loaded.tree).expect("loaded files come from found trees").root.clone();
                 edits.push(Edit {
-                    tree: *tree,
+                    tree: loaded.tree,
                     tree_root,
-                    rel: rel.clone(),
+                    rel: loaded.rel.clone(),
                     path: loaded.path.clone(),
                     old: loaded.original.clone(),
                     new,
@@ -425,8 +441,39 @@ fn evaluate<'f>(
     Ok((report, None))
 }
 
+/// When a drifted fix patches a file an earlier fix of this run already edited (under this
+/// name or another), the two conflict: say so, naming both.
+fn shared_file_conflict(fix: &Fix, report: &FixReport, trees: &Trees, ws: &mut Workspace) -> Result<Option<String>> {
+    for file in report.files.iter().filter(|f| f.state == FileOutcome::Drifted) {
+        let Some(tree) = trees.get(file.tree) else { continue };
+        let Some(loaded) = ws.get(tree, &file.path)? else { continue };
+        let others: Vec<String> = loaded
+            .edited_by
+            .iter()
+            .filter(|(name, _)| *name != fix.manifest.name)
+            .map(|(name, rel)| if *rel == file.path { format!("`{name}`") } else { format!("`{name}` (as {rel})") })
+            .collect();
+        if !others.is_empty() {
+            return Ok(Some(format!(
+                "conflict: {} is also patched by {}, applied before `{}` in after: order, and its hunks do not apply on top of that; select one of them, or make one patch the other's result",
+                file.path,
+                others.join(" and "),
+                fix.manifest.name
+            )));
+        }
+    }
+    Ok(None)
+}
+
 /// Apply (`forward`) or revert a variant's patches to the in-memory copies.
-fn edit_variant(variant: &Variant, trees: &Trees, only: &[TreeName], ws: &mut Workspace, forward: bool) -> Result<()> {
+fn edit_variant(
+    variant: &Variant,
+    trees: &Trees,
+    only: &[TreeName],
+    ws: &mut Workspace,
+    forward: bool,
+    fix: &str,
+) -> Result<()> {
     for vp in &variant.patches {
         if !(only.is_empty() || only.contains(&vp.tree)) {
             continue;
@@ -440,6 +487,7 @@ fn edit_variant(variant: &Variant, trees: &Trees, only: &[TreeName], ws: &mut Wo
             state::revert(&vp.diff, &loaded.text, &eval)
         };
         loaded.text = edited.with_context(|| format!("{}: state changed while planning", loaded.path.display()))?;
+        loaded.edited_by.push((fix.to_string(), vp.file.clone()));
     }
     Ok(())
 }

@@ -154,7 +154,7 @@ fn lint_upstream_checks_a_patch_on_top_of_what_its_fix_requires() {
     let d = requiring_fixture();
     d.write(
         "cat/fixes/fix-b/v0.26.0/mod.patch",
-        "--- a/vllm/mod.py\n+++ b/vllm/mod.py\n@@ -10,3 +10,4 @@ def sample(x):\n     # fix-a: triple instead of double\n     b = a * 3\n+    # fix-b: after fix-a\n     return b\n",
+        "--- a/vllm/mod.py\n+++ b/vllm/mod.py\n@@ -10,4 +10,5 @@ def sample(x):\n     # fix-a: triple instead of double\n     b = a * 3\n+    # fix-b: after fix-a\n     return b\n \n",
     );
     d.write("up/v0.26.0/vllm/mod.py", PRISTINE);
     let (out, _) = d.cmd().args(["--catalog", "cat", "lint", "--upstream", "up"]).expect(0);

@@ -10,8 +10,10 @@ use anyhow::Result;
 use serde::Serialize;
 
 use super::catalog::{Catalog, Fix};
-use crate::patch::state::{self, FileState};
+use crate::patch::locate::{anchor_matches, anchors_at, occurrences, Image};
+use crate::patch::state::{self, FileEval, FileState, HunkState};
 use crate::patch::SourceText;
+use crate::patch::{FilePatch, Hunk};
 use crate::plan::sha256_hex;
 
 /// One lint finding (data, not an error).
@@ -201,6 +203,21 @@ fn against_upstream(catalog: &Catalog, fix: &Fix, dir: &Path, report: &mut LintR
                     variant.release,
                     eval.state
                 ));
+                for h in &eval.hunks {
+                    if let Some(reason) = h.reason() {
+                        bad(format!("{}: hunk {} (patch line {}): {reason}", path.display(), h.index, h.patch_line));
+                    }
+                }
+                // Where the hunks say they are: is each anchored as the rule asks?
+                for (i, hunk) in vp.diff.hunks.iter().enumerate() {
+                    let at = match eval.hunks[i].state {
+                        HunkState::NotApplied { line, .. } | HunkState::Applied { line, .. } => line - 1,
+                        HunkState::Drifted { .. } => hunk.old_start.saturating_sub(1),
+                    };
+                    if let Some(finding) = anchor_finding(i + 1, hunk, &text, at) {
+                        bad(format!("{}: {finding}", path.display()));
+                    }
+                }
                 continue;
             };
             let after = state::evaluate(&vp.diff, &patched);
@@ -208,14 +225,22 @@ fn against_upstream(catalog: &Catalog, fix: &Fix, dir: &Path, report: &mut LintR
                 bad(format!("{}: after applying, the patch is not found applied ({:?})", path.display(), after.state));
                 continue;
             }
+            let not_unique = uniqueness(&vp.diff, &text, &eval, &patched, &after);
+            let unique = not_unique.is_empty();
+            for finding in not_unique {
+                bad(format!("{}: {finding}", path.display()));
+            }
             let reverted = state::revert(&vp.diff, &patched, &after).map(|t| t.encode());
             if reverted.as_deref() != Some(base.as_slice()) {
                 bad(format!("{}: apply then revert does not give back the pristine bytes", path.display()));
                 continue;
             }
+            if !unique {
+                continue;
+            }
             let on = if required.is_empty() { String::new() } else { format!(" + {}", required.join(" + ")) };
             report.checked.push(format!(
-                "{} {}: {} applies to pristine{on}, is then applied, reverts to sha256 {}…",
+                "{} {}: {} applies to pristine{on}, is then applied, reverts to sha256 {}…; every hunk anchored and found once",
                 fix.manifest.name,
                 variant.release,
                 vp.file,
@@ -224,4 +249,77 @@ fn against_upstream(catalog: &Catalog, fix: &Fix, dir: &Path, report: &mut LintR
         }
     }
     Ok(())
+}
+
+/// The uniqueness rule: each hunk's pre-image occurs once in the pristine file and its
+/// post-image once in the patched file — or once among the places inside the definition its
+/// header names — and that anchor is a definition enclosing it (git's Python diff driver
+/// writes it); a hunk inside a definition must name one; and in the pristine file each hunk is
+/// found at the line its header names.
+fn uniqueness(
+    diff: &FilePatch,
+    pristine: &SourceText,
+    before: &FileEval,
+    patched: &SourceText,
+    after: &FileEval,
+) -> Vec<String> {
+    let mut out = Vec::new();
+    for (i, hunk) in diff.hunks.iter().enumerate() {
+        let n = i + 1;
+        let (HunkState::NotApplied { line: pre_at, .. }, HunkState::Applied { line: post_at, .. }) =
+            (&before.hunks[i].state, &after.hunks[i].state)
+        else {
+            continue;
+        };
+        if let Some(finding) = anchor_finding(n, hunk, pristine, pre_at - 1) {
+            out.push(finding);
+        }
+        // In the file it was made from, a hunk sits where its header says.
+        if *pre_at != hunk.old_start.max(1) {
+            out.push(format!(
+                "hunk {n} (patch line {}): found at line {pre_at} of the file the patch is made on, but its header says line {}",
+                hunk.patch_line, hunk.old_start
+            ));
+        }
+        for (text, post, image_name, file_name) in
+            [(pristine, false, "pre-image", "pristine file"), (patched, true, "post-image", "patched file")]
+        {
+            let image = Image::of(hunk, post);
+            let mut places = occurrences(text, &image);
+            if let Some(anchor) = hunk.anchor() {
+                places.retain(|s| anchor_matches(anchor, &text.lines, *s));
+            }
+            if places.len() != 1 {
+                let lines: Vec<String> = places.iter().map(|s| (s + 1).to_string()).collect();
+                let at = if post { *post_at } else { *pre_at };
+                out.push(format!(
+                    "hunk {n} (patch line {}): its {image_name} occurs {} times in the {file_name}{} (lines {}); widen its context (diff -U5 …) until it is found once (expected at line {at})",
+                    hunk.patch_line,
+                    places.len(),
+                    if hunk.anchor().is_some() { " inside its anchor" } else { "" },
+                    lines.join(", ")
+                ));
+            }
+        }
+    }
+    out
+}
+
+/// Whether hunk `n`, placed at `at` (0-based) in the pristine file, carries the anchor the rule
+/// asks for: a definition enclosing it, and one whenever it lies inside a definition.
+fn anchor_finding(n: usize, hunk: &Hunk, pristine: &SourceText, at: usize) -> Option<String> {
+    match hunk.anchor() {
+        Some(anchor) if !anchor_matches(anchor, &pristine.lines, at) => Some(format!(
+            "hunk {n} (patch line {}): its header's anchor `{anchor}` is not a definition enclosing line {}",
+            hunk.patch_line,
+            at + 1
+        )),
+        None => anchors_at(&pristine.lines, at).first().map(|def| {
+            format!(
+                "hunk {n} (patch line {}): the header names no anchor, but the hunk lies in `{def}`; make the patch with git's Python diff driver (see fixes/README.md)",
+                hunk.patch_line
+            )
+        }),
+        Some(_) => None,
+    }
 }

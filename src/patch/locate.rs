@@ -1,37 +1,146 @@
-//! Exact hunk location: an image (a run of lines) is found only where every line is equal.
-//! No fuzz, ever. The search starts at the line the hunk header names (shifted by the offset
-//! earlier hunks of the file were found at) and moves outwards, so the nearest exact match wins,
-//! as GNU patch does without its fuzz.
+//! Exact hunk images: where a run of lines matches a file exactly (no fuzz, ever), how often,
+//! and which definition encloses a position — the evidence [`super::state`] places hunks by.
+//!
+//! An image matches at a position only if every line is equal and its edges agree with the
+//! file's: an image that the diff shows at the start (less leading context than trailing) must
+//! start the file, one it shows at the end must end it, and an image whose last line has no line
+//! ending (`\ No newline at end of file`) must end the file — and, when the hunk adds or
+//! removes that final newline, a file that ends the same way.
 
 use std::collections::HashMap;
 
-/// Find `image` in `lines` at or nearest to `expected` (0-based), at or after `min_start`.
-pub fn find_exact(lines: &[String], image: &[&str], expected: usize, min_start: usize) -> Option<usize> {
-    if image.is_empty() {
-        return None;
+use super::parse::Hunk;
+use super::text::SourceText;
+
+/// One side of a hunk as the file must show it.
+#[derive(Debug, Clone)]
+pub struct Image<'h> {
+    pub lines: Vec<&'h str>,
+    /// The last line has no line ending.
+    pub no_eol: bool,
+    /// The hunk adds or removes the final newline (its images disagree about it): then the
+    /// file's last line must end as this image says. Otherwise the hunk keeps whatever the file
+    /// has there, and a patch made on a file with a final newline fits one without.
+    pub eol_matters: bool,
+    /// Must start at the file's first line.
+    pub at_start: bool,
+    /// Must end at the file's last line.
+    pub at_end: bool,
+}
+
+impl<'h> Image<'h> {
+    /// The pre-image (`post == false`) or post-image of `hunk`.
+    pub fn of(hunk: &'h Hunk, post: bool) -> Image<'h> {
+        let (lead, trail) = hunk.context_edges();
+        let (lines, no_eol) =
+            if post { (hunk.post_image(), hunk.post_no_eol) } else { (hunk.pre_image(), hunk.pre_no_eol) };
+        // A diff cuts context short only at the file's edges; a hunk with less context on
+        // one side than the other sits at that edge (as GNU patch reads it).
+        Image {
+            lines,
+            no_eol,
+            eol_matters: hunk.pre_no_eol != hunk.post_no_eol,
+            at_start: lead < trail,
+            at_end: trail < lead || no_eol,
+        }
     }
-    if image.len() > lines.len() {
-        return None;
+
+    pub fn len(&self) -> usize {
+        self.lines.len()
     }
-    let last = lines.len() - image.len();
-    let matches_at = |start: usize| image.iter().enumerate().all(|(i, l)| lines[start + i] == *l);
-    let expected = expected.clamp(min_start.min(last), last);
-    let span = expected.max(last - expected);
-    for delta in 0..=span {
-        if let Some(start) = expected.checked_add(delta).filter(|s| *s <= last) {
-            if start >= min_start && matches_at(start) {
-                return Some(start);
+
+    pub fn is_empty(&self) -> bool {
+        self.lines.is_empty()
+    }
+}
+
+/// Whether `image` matches `text` exactly at `start` (0-based), edges included.
+pub fn matches_at(text: &SourceText, image: &Image, start: usize) -> bool {
+    let n = text.lines.len();
+    let len = image.len();
+    if len == 0 || start + len > n {
+        return false;
+    }
+    let ends_file = start + len == n;
+    if (image.at_start && start != 0) || ((image.at_end || image.no_eol) && !ends_file) {
+        return false;
+    }
+    if ends_file && image.eol_matters && (text.eols[n - 1].is_empty() != image.no_eol) {
+        return false;
+    }
+    image.lines.iter().enumerate().all(|(i, l)| text.lines[start + i] == *l)
+}
+
+/// Every start (0-based) where `image` matches, in order.
+pub fn occurrences(text: &SourceText, image: &Image) -> Vec<usize> {
+    let n = text.lines.len();
+    if image.is_empty() || image.len() > n {
+        return Vec::new();
+    }
+    (0..=n - image.len()).filter(|&s| text.lines[s] == image.lines[0] && matches_at(text, image, s)).collect()
+}
+
+/// Whether a line opens a Python definition (`def`, `async def`, `class`).
+fn opens_definition(line: &str) -> bool {
+    let t = line.trim_start();
+    let t = t.strip_prefix("async").map_or(t, |r| if r.starts_with([' ', '\t']) { r.trim_start() } else { t });
+    ["def", "class"].iter().any(|kw| t.strip_prefix(kw).is_some_and(|r| r.starts_with([' ', '\t'])))
+}
+
+fn indent(line: &str) -> usize {
+    line.len() - line.trim_start().len()
+}
+
+/// The definitions that can anchor a hunk whose image starts at `start`, trimmed: the enclosing
+/// ones (the nearest preceding line of smaller indentation than the first non-blank line that
+/// opens a `def`/`class`, then its own enclosing ones, outwards), then the nearest preceding
+/// `def`/`class` line of any indentation (what `git diff` writes with the Python diff driver).
+pub fn anchors_at(lines: &[String], start: usize) -> Vec<&str> {
+    let mut out = Vec::new();
+    let first = lines[start.min(lines.len())..].iter().find(|l| !l.trim().is_empty());
+    let mut bound = first.map_or(usize::MAX, |l| indent(l));
+    for line in lines[..start.min(lines.len())].iter().rev() {
+        // Blank lines, and the closing bracket of a multi-line signature or call (as deep as
+        // its `def`), say nothing about scope.
+        if line.trim().is_empty() || line.trim_start().starts_with([')', ']', '}']) {
+            continue;
+        }
+        let ind = indent(line);
+        if ind < bound {
+            bound = ind;
+            if opens_definition(line) {
+                out.push(line.trim());
+            }
+            if ind == 0 {
+                break;
             }
         }
-        if delta > 0 {
-            if let Some(start) = expected.checked_sub(delta) {
-                if start >= min_start && matches_at(start) {
-                    return Some(start);
-                }
-            }
-        }
     }
-    None
+    if let Some(line) = lines[..start.min(lines.len())].iter().rev().find(|l| opens_definition(l)) {
+        out.push(line.trim());
+    }
+    out
+}
+
+/// The innermost enclosing definition at `start`, for messages (`forward_cpu`, or `None` at
+/// module level).
+pub fn enclosing_name(lines: &[String], start: usize) -> Option<String> {
+    anchors_at(lines, start).first().map(|l| definition_name(l))
+}
+
+/// `forward_native` from `def forward_native(self, …)`, `class Foo(Base):`, `async def f():`.
+pub fn definition_name(line: &str) -> String {
+    let t = line.trim();
+    let t = t.strip_prefix("async").map_or(t, str::trim_start);
+    let t = t.strip_prefix("def").or_else(|| t.strip_prefix("class")).unwrap_or(t).trim_start();
+    t.split(|c: char| !(c.is_alphanumeric() || c == '_')).next().unwrap_or(t).to_string()
+}
+
+/// Whether the header's anchor names one of the definitions at `start`. git writes the line
+/// trimmed and cuts it at 80 bytes, so a long header may be a prefix of the line.
+pub fn anchor_matches(anchor: &str, lines: &[String], start: usize) -> bool {
+    let anchor = anchor.trim();
+    anchors_at(lines, start).iter().any(|l| *l == anchor || (anchor.len() >= 70 && l.starts_with(anchor)))
 }
 
 /// Where the file looks most like `image`: the alignment where the most lines agree (ties go
@@ -69,32 +178,71 @@ pub fn nearest(lines: &[String], image: &[&str], expected: usize) -> Option<(usi
 
 #[cfg(test)]
 mod tests {
+    use std::path::Path;
+
     use super::*;
 
-    fn lines(s: &str) -> Vec<String> {
-        s.split(' ').map(str::to_string).collect()
+    fn text(s: &str) -> SourceText {
+        SourceText::decode(s.replace(' ', "\n").as_bytes(), Path::new("f")).unwrap()
+    }
+
+    fn image<'a>(lines: &[&'a str]) -> Image<'a> {
+        Image { lines: lines.to_vec(), no_eol: false, eol_matters: true, at_start: false, at_end: false }
     }
 
     #[test]
-    fn finds_nearest_exact_match() {
-        let l = lines("x a b x a b x");
-        assert_eq!(find_exact(&l, &["a", "b"], 0, 0), Some(1));
-        assert_eq!(find_exact(&l, &["a", "b"], 4, 0), Some(4));
-        assert_eq!(find_exact(&l, &["a", "b"], 6, 0), Some(4));
-        assert_eq!(find_exact(&l, &["a", "b"], 0, 2), Some(4));
-        assert_eq!(find_exact(&l, &["a", "c"], 0, 0), None);
+    fn finds_every_exact_occurrence() {
+        let t = text("x a b x a b x ");
+        assert_eq!(occurrences(&t, &image(&["a", "b"])), vec![1, 4]);
+        assert_eq!(occurrences(&t, &image(&["a", "c"])), Vec::<usize>::new());
+        assert_eq!(occurrences(&t, &image(&["a", "B"])), Vec::<usize>::new());
     }
 
     #[test]
-    fn no_fuzz() {
-        let l = lines("a b c d");
-        assert_eq!(find_exact(&l, &["a", "B", "c"], 0, 0), None);
-        assert_eq!(find_exact(&l, &["a", "b", "c", "d", "e"], 0, 0), None);
+    fn edges_and_final_newline_are_part_of_the_match() {
+        let t = text("a b a b");
+        let mut im = image(&["a", "b"]);
+        // The last "b" has no line ending: only an image that says so matches there.
+        assert_eq!(occurrences(&t, &im), vec![0]);
+        im.no_eol = true;
+        assert_eq!(occurrences(&t, &im), vec![2]);
+        let mut start = image(&["a", "b"]);
+        start.at_start = true;
+        assert_eq!(occurrences(&text("a b a b "), &start), vec![0]);
+    }
+
+    #[test]
+    fn anchors_are_the_enclosing_definitions_and_gits_choice() {
+        let lines: Vec<String> = [
+            "class C:",
+            "    def f(self):",
+            "        def inner():",
+            "            pass",
+            "        x = 1",
+            "    def g(self):",
+            "        y = 2",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        assert_eq!(anchors_at(&lines, 4), vec!["def f(self):", "class C:", "def inner():"]);
+        assert!(anchor_matches("def f(self):", &lines, 4));
+        assert!(anchor_matches("def inner():", &lines, 4));
+        assert!(!anchor_matches("def g(self):", &lines, 4));
+        assert!(anchor_matches("def g(self):", &lines, 6));
+        assert_eq!(enclosing_name(&lines, 6).as_deref(), Some("g"));
+        assert_eq!(definition_name("async def h(a):"), "h");
+        // A multi-line signature's `) -> T:` is not the scope.
+        let lines: Vec<String> = ["class C:", "    def f(", "        self,", "    ) -> int:", "        x = 1"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect();
+        assert_eq!(enclosing_name(&lines, 4).as_deref(), Some("f"));
     }
 
     #[test]
     fn nearest_prefers_most_agreeing_lines() {
-        let l = lines("q a b c d q");
+        let l: Vec<String> = "q a b c d q".split(' ').map(str::to_string).collect();
         assert_eq!(nearest(&l, &["a", "b", "X", "d"], 0), Some((1, 3)));
     }
 }

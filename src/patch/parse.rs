@@ -41,6 +41,11 @@ pub struct Hunk {
     pub section: String,
     /// The body, in order.
     pub lines: Vec<HunkLine>,
+    /// The pre-image's last line has no line ending (`\ No newline at end of file` after it):
+    /// that image can only sit at the very end of a file that ends the same way.
+    pub pre_no_eol: bool,
+    /// The same for the post-image.
+    pub post_no_eol: bool,
 }
 
 impl Hunk {
@@ -65,7 +70,30 @@ impl Hunk {
                 HunkLine::Add(t) => HunkLine::Remove(t.clone()),
             })
             .collect();
-        Hunk { old_start: self.new_start, new_start: self.old_start, lines, ..self.clone() }
+        Hunk {
+            old_start: self.new_start,
+            new_start: self.old_start,
+            lines,
+            pre_no_eol: self.post_no_eol,
+            post_no_eol: self.pre_no_eol,
+            ..self.clone()
+        }
+    }
+
+    /// Context lines before the first change, and after the last.
+    pub fn context_edges(&self) -> (usize, usize) {
+        let lead = self.lines.iter().take_while(|l| matches!(l, HunkLine::Context(_))).count();
+        let trail = self.lines.iter().rev().take_while(|l| matches!(l, HunkLine::Context(_))).count();
+        (lead, trail)
+    }
+
+    /// The anchor the header carries (`def forward_native(` in `@@ -1,2 +1,3 @@ def
+    /// forward_native(`): the section text when it opens a `def` or `class`, else `None`.
+    pub fn anchor(&self) -> Option<&str> {
+        let s = self.section.trim();
+        let opens = |kw: &str| s.strip_prefix(kw).is_some_and(|r| r.starts_with([' ', '\t']));
+        (opens("def") || opens("class") || s.strip_prefix("async").is_some_and(|r| r.trim_start().starts_with("def ")))
+            .then_some(s)
     }
 }
 
@@ -169,8 +197,28 @@ fn parse_hunk(lines: &[&str], count: usize, start: usize, origin: &Path) -> Resu
 
     let (mut seen_old, mut seen_new) = (0, 0);
     let mut body = Vec::new();
+    let (mut pre_no_eol, mut post_no_eol) = (false, false);
     let mut i = start + 1;
-    while seen_old < old_len || seen_new < new_len {
+    loop {
+        // A `\ No newline at end of file` marker speaks of the line just before it.
+        if i < count && lines[i].starts_with('\\') {
+            let (pre_last, post_last) = match body.last() {
+                Some(HunkLine::Context(_)) => (true, true),
+                Some(HunkLine::Remove(_)) => (true, false),
+                Some(HunkLine::Add(_)) => (false, true),
+                None => bail!("{}: `\\` marker before any line of the hunk", at(i)),
+            };
+            if (pre_last && pre_no_eol) || (post_last && post_no_eol) {
+                bail!("{}: second `\\ No newline at end of file` for the same image", at(i));
+            }
+            pre_no_eol |= pre_last;
+            post_no_eol |= post_last;
+            i += 1;
+            continue;
+        }
+        if seen_old >= old_len && seen_new >= new_len {
+            break;
+        }
         if i >= count {
             bail!(
                 "{}: hunk truncated: header says -{old_len} +{new_len} lines, found -{seen_old} +{seen_new} before end of file",
@@ -184,15 +232,15 @@ fn parse_hunk(lines: &[&str], count: usize, start: usize, origin: &Path) -> Resu
             None => ('c', ""),
             Some('-') => ('-', &line[1..]),
             Some('+') => ('+', &line[1..]),
-            Some('\\') => {
-                i += 1;
-                continue;
-            }
             _ => bail!(
                 "{}: unexpected line in hunk (header says -{old_len} +{new_len}, found -{seen_old} +{seen_new} so far)",
                 at(i)
             ),
         };
+        // After a `\` marker its image has ended: more of it means the marker lied.
+        if (pre_no_eol && kind != '+') || (post_no_eol && kind != '-') {
+            bail!("{}: line after `\\ No newline at end of file` in the same image", at(i));
+        }
         match kind {
             'c' => {
                 seen_old += 1;
@@ -213,14 +261,25 @@ fn parse_hunk(lines: &[&str], count: usize, start: usize, origin: &Path) -> Resu
         }
         i += 1;
     }
-    // A `\ No newline at end of file` marker may follow the last line.
-    while i < count && lines[i].starts_with('\\') {
-        i += 1;
-    }
-    if body.iter().all(|l| matches!(l, HunkLine::Context(_))) {
+    if body.iter().all(|l| matches!(l, HunkLine::Context(_))) && pre_no_eol == post_no_eol {
         bail!("{}: hunk changes nothing", at(start));
     }
-    Ok((Hunk { old_start, new_start, patch_line: start + 1, section, lines: body }, i))
+    let hunk = Hunk { old_start, new_start, patch_line: start + 1, section, lines: body, pre_no_eol, post_no_eol };
+    // An image of no lines is found everywhere and nowhere: a zero-context hunk that only adds
+    // (or only removes) lines could never tell applied from not applied, nor where it goes.
+    if hunk.pre_image().is_empty() {
+        bail!(
+            "{}: hunk only adds lines and has no context: where it goes, and whether it is applied, cannot be told from the file; make the patch with context (diff -U1 or more)",
+            at(start)
+        );
+    }
+    if hunk.post_image().is_empty() {
+        bail!(
+            "{}: hunk only removes lines and has no context: once applied nothing in the file shows it, so every apply would remove more; make the patch with context (diff -U1 or more)",
+            at(start)
+        );
+    }
+    Ok((hunk, i))
 }
 
 /// The largest line number or count a hunk header may give.
@@ -249,7 +308,10 @@ pub fn print(patch: &Patch) -> String {
             let new_len = hunk.post_image().len();
             let section = if hunk.section.is_empty() { String::new() } else { format!(" {}", hunk.section) };
             out.push_str(&format!("@@ -{},{old_len} +{},{new_len} @@{section}\n", hunk.old_start, hunk.new_start));
-            for line in &hunk.lines {
+            // The `\` marker follows the last line of the image that lacks a line ending.
+            let last_pre = hunk.lines.iter().rposition(|l| !matches!(l, HunkLine::Add(_)));
+            let last_post = hunk.lines.iter().rposition(|l| !matches!(l, HunkLine::Remove(_)));
+            for (i, line) in hunk.lines.iter().enumerate() {
                 let (marker, text) = match line {
                     HunkLine::Context(t) => (' ', t),
                     HunkLine::Remove(t) => ('-', t),
@@ -258,6 +320,9 @@ pub fn print(patch: &Patch) -> String {
                 out.push(marker);
                 out.push_str(text);
                 out.push('\n');
+                if (hunk.pre_no_eol && last_pre == Some(i)) || (hunk.post_no_eol && last_post == Some(i)) {
+                    out.push_str("\\ No newline at end of file\n");
+                }
             }
         }
     }

@@ -1,5 +1,6 @@
-//! A source file as lines, keeping each line's ending, so edits preserve CRLF files and a
-//! missing final newline, and a revert gives back identical bytes.
+//! A source file as lines, keeping each line's own ending (LF, CRLF, or none on a last line),
+//! so edits preserve mixed line endings and a missing final newline, and a revert gives back
+//! identical bytes. How edits assign endings is in [`super::state`].
 
 use std::path::Path;
 
@@ -74,23 +75,6 @@ impl SourceText {
             "\n"
         }
     }
-
-    /// Replace `len` lines at `start` with `new`, giving new lines the file's line ending and
-    /// keeping a missing final newline missing.
-    pub fn splice(&mut self, start: usize, len: usize, new: &[&str]) {
-        let eol = self.dominant_eol();
-        let ends_file = start + len == self.lines.len();
-        let last_eol = if ends_file { self.eols.last().copied() } else { None };
-        // Lines kept as context keep their own ending where positions line up.
-        let old_eols: Vec<&'static str> = self.eols[start..start + len].to_vec();
-        let mut new_eols: Vec<&'static str> =
-            (0..new.len()).map(|i| old_eols.get(i).copied().filter(|e| !e.is_empty()).unwrap_or(eol)).collect();
-        if let (Some(last), Some(slot)) = (last_eol, new_eols.last_mut()) {
-            *slot = last;
-        }
-        self.lines.splice(start..start + len, new.iter().map(|s| s.to_string()));
-        self.eols.splice(start..start + len, new_eols);
-    }
 }
 
 #[cfg(test)]
@@ -103,13 +87,6 @@ mod tests {
             let t = SourceText::decode(s.as_bytes(), Path::new("f")).unwrap();
             assert_eq!(t.encode(), s.as_bytes(), "{s:?}");
         }
-    }
-
-    #[test]
-    fn splice_keeps_crlf_and_missing_final_newline() {
-        let mut t = SourceText::decode(b"a\r\nb\r\nc", Path::new("f")).unwrap();
-        t.splice(1, 2, &["B", "X", "c"]);
-        assert_eq!(t.encode(), b"a\r\nB\r\nX\r\nc");
     }
 
     #[test]

@@ -24,14 +24,14 @@ pub fn print(out: &mut dyn Write, reports: &[FixReport], check: bool) -> Result<
                         )?;
                     }
                     for h in &f.hunks {
-                        if let HunkState::Drifted { nearest_line, .. } = &h.state {
+                        if let HunkState::Drifted { nearest_line, reason, .. } = &h.state {
                             let line = nearest_line.unwrap_or(h.header_line);
                             writeln!(
                                 out,
                                 "::error file={},line={line}::{}",
                                 escape_prop(&file),
                                 escape(&format!(
-                                    "{}: hunk {} ({}:{}) drifted; run `gaudi-fixes diff {}`",
+                                    "{}: hunk {} ({}:{}) drifted: {reason}; run `gaudi-fixes diff {}`",
                                     r.name, h.index, f.patch, h.patch_line, r.name
                                 ))
                             )?;

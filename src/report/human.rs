@@ -83,17 +83,19 @@ fn file_block(out: &mut dyn Write, file: &FileReport, show_drift: bool) -> Resul
                     writeln!(out, "    hunk {} found at line {line} (offset {offset:+})", hunk.index)?;
                 }
             }
-            HunkState::Drifted { expected_image, expected_line, expected, nearest_line, nearest } if show_drift => {
+            HunkState::Drifted { reason, expected_image, expected_line, expected, nearest_line, nearest }
+                if show_drift =>
+            {
                 writeln!(
                     out,
-                    "    {} hunk {} ({}:{}), expected near line {}: its {}-image is not in the file",
+                    "    {} hunk {} ({}:{}), expected near line {}: {reason}",
                     "drift:".red().bold(),
                     hunk.index,
                     file.patch,
                     hunk.patch_line,
                     expected_line,
-                    expected_image
                 )?;
+                writeln!(out, "    (shown against its {expected_image}-image)")?;
                 match nearest_line {
                     Some(line) => {
                         writeln!(out, "    nearest lines at {line} ({} expected, {} actual):", "-".red(), "+".green())?
