@@ -20,6 +20,7 @@ pub mod discover;
 pub mod exit_status;
 pub mod patch;
 pub mod plan;
+pub mod reason;
 #[cfg(feature = "reference")]
 pub mod reference;
 pub mod report;
