@@ -11,6 +11,10 @@ pub mod list;
 pub mod revert;
 pub mod show;
 pub mod status;
+pub mod test;
+pub mod matrix;
+pub mod port;
+pub mod record;
 
 /// The error for `equiv` / `bench` in a build without libtorch.
 #[cfg(not(feature = "reference"))]
