@@ -321,6 +321,10 @@ impl ScratchTree {
 impl Drop for ScratchTree {
     fn drop(&mut self) {
         let _ = std::fs::remove_dir_all(&self.0);
+        // The scratch/ directory itself goes when it is empty (another run may be using it).
+        if let Some(parent) = self.0.parent() {
+            let _ = std::fs::remove_dir(parent);
+        }
     }
 }
 

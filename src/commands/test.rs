@@ -116,6 +116,14 @@ pub fn run_tests(
         bail!("{name} has no tests (its fix.yaml lists no `tests:`)");
     }
     let root = vllm_root.or(gaudi_root).context("no vllm or vllm_gaudi tree to test against")?;
+    // pytest runs in another directory: a relative interpreter path must not change meaning.
+    let resolved;
+    let python = if python.contains('/') && Path::new(python).is_relative() {
+        resolved = std::path::absolute(python).with_context(|| format!("resolving {python}"))?;
+        resolved.to_str().unwrap_or(python)
+    } else {
+        python
+    };
     check_python(python)?;
     let scratch = Scratch::new("test")?;
     let dir = materialize(catalog, fix, &scratch.0)?;
