@@ -149,6 +149,10 @@ mod tests {
         let new = lines(&text.replace("b = 2", "b = 20"));
         let p = file_patch("pkg/m.py", &old, &new).unwrap();
         assert!(p.contains("@@ -6,6 +6,6 @@ class A:\n"), "{p}");
+        // The nearest one wins, not the first (git prints `def f(self):` here).
+        let deep = "class A:\n    x = 0\n\n    def f(self):\n        a = 1\n        b = 2\n        c = 3\n        d = 4\n        e = 5\n        return a\n";
+        let p = file_patch("pkg/m.py", &lines(deep), &lines(&deep.replace("e = 5", "e = 50"))).unwrap();
+        assert!(p.contains("@@ -6,5 +6,5 @@ def f(self):\n"), "{p}");
         // Above the first def/class there is no anchor.
         let new2 = lines(&text.replace("import os", "import sys"));
         let p = file_patch("pkg/m.py", &old, &new2).unwrap();

@@ -133,6 +133,15 @@ mod tests {
     }
 
     #[test]
+    fn adjacent_changes_conflict_like_git() {
+        // Changed lines next to each other, or insertions at one place, may depend on each
+        // other: shown, not guessed.
+        let base = l("a b c d");
+        assert!(merge3(&base, &l("a B c d"), &l("a b C d")).is_err());
+        assert!(merge3(&base, &l("a b X c d"), &l("a b Y c d")).is_err());
+    }
+
+    #[test]
     fn identical_changes_merge_once() {
         let base = l("a b c");
         let both = l("a B c");
