@@ -264,3 +264,38 @@ fn matrix_without_a_cached_tree_or_pip_reports_an_error_for_that_release() {
         .expect(3);
     assert!(out.contains("v0.50.0: cannot prepare") && out.contains("v0.26.0  fix-a  applies"), "{out}");
 }
+
+#[test]
+fn matrix_extracts_a_downloaded_wheel_into_the_cache_layout() {
+    let python = "python3";
+    if !std::process::Command::new(python).args(["-c", "import zipfile"]).status().is_ok_and(|s| s.success()) {
+        eprintln!("skipped: no python3");
+        return;
+    }
+    let d = with_tests();
+    // A wheel as `pip download` leaves it in <cache>/wheels: the package, and dist-info that
+    // is not extracted.
+    std::fs::create_dir_all(d.path().join("cache/wheels")).unwrap();
+    let made = std::process::Command::new(python)
+        .args([
+            "-c",
+            "import sys, zipfile\nz = zipfile.ZipFile(sys.argv[1], 'w')\nz.writestr('vllm/__init__.py', '')\n\
+             z.writestr('vllm/_version.py', \"__version__ = version = '0.26.0'\\n\")\nz.writestr('vllm/mod.py', sys.argv[2])\n\
+             z.writestr('vllm-0.26.0.dist-info/METADATA', 'x')\nz.close()",
+        ])
+        .arg(d.path().join("cache/wheels/vllm-0.26.0-py3-none-any.whl"))
+        .arg(PRISTINE)
+        .status()
+        .unwrap();
+    assert!(made.success());
+    let (out, _) = d
+        .cmd()
+        .args(["--catalog", "cat", "--python", python, "matrix", "--releases", "v0.26.0", "--fix", "fix-a", "--no-tests"])
+        .args(["--format", "json"])
+        .env("GAUDI_FIXES_CACHE", d.path().join("cache"))
+        .expect(0);
+    assert_eq!(json(&out)["cells"][0]["state"], "applies", "{out}");
+    assert_eq!(d.read_string("cache/upstream/v0.26.0/vllm/mod.py"), PRISTINE);
+    assert!(d.read_string("cache/upstream/v0.26.0/.gaudi-fixes-upstream").contains("release: v0.26.0"));
+    assert!(!d.path().join("cache/upstream/v0.26.0/vllm-0.26.0.dist-info").exists());
+}

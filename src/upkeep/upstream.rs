@@ -83,16 +83,18 @@ pub fn vllm_tree(python: &str, release: &str, mut progress: impl FnMut(&str)) ->
     let tmp = parent.join(format!(".{release}.{}", std::process::id()));
     let _ = std::fs::remove_dir_all(&tmp);
     std::fs::create_dir_all(&tmp)?;
-    const EXTRACT: &str = "import os, sys, zipfile\n\
-wheel, out = sys.argv[1], sys.argv[2]\n\
-with zipfile.ZipFile(wheel) as zf:\n\
-    for info in zf.infolist():\n\
-        parts = info.filename.split('/')\n\
-        if parts[0] != 'vllm' or '..' in parts or os.path.isabs(info.filename):\n\
-            continue\n\
-        zf.extract(info, out)\n\
-if not os.path.isfile(os.path.join(out, 'vllm', '__init__.py')):\n\
-    sys.exit(wheel + ': no vllm/__init__.py in the wheel')\n";
+    const EXTRACT: &str = r#"
+import os, sys, zipfile
+wheel, out = sys.argv[1], sys.argv[2]
+with zipfile.ZipFile(wheel) as zf:
+    for info in zf.infolist():
+        parts = info.filename.split('/')
+        if parts[0] != 'vllm' or '..' in parts or os.path.isabs(info.filename):
+            continue
+        zf.extract(info, out)
+if not os.path.isfile(os.path.join(out, 'vllm', '__init__.py')):
+    sys.exit(wheel + ': no vllm/__init__.py in the wheel')
+"#;
     let out = Command::new(python).arg("-c").arg(EXTRACT).arg(&wheel).arg(&tmp).output()?;
     if !out.status.success() {
         let _ = std::fs::remove_dir_all(&tmp);
