@@ -81,7 +81,10 @@ fn verified_must_name_releases() {
 
 /// fix-a gains a vllm_gaudi file; the fixture has no vllm_gaudi tree.
 fn with_gaudi_half(d: &Dir) {
-    d.write("cat/fixes/fix-a/v0.26.0/g.patch", "--- a/vllm_gaudi/x.py\n+++ b/vllm_gaudi/x.py\n@@ -1,1 +1,1 @@\n-x = 1\n+x = 2\n");
+    d.write(
+        "cat/fixes/fix-a/v0.26.0/g.patch",
+        "--- a/vllm_gaudi/x.py\n+++ b/vllm_gaudi/x.py\n@@ -1,1 +1,1 @@\n-x = 1\n+x = 2\n",
+    );
     let y = d.read_string("cat/fixes/fix-a/fix.yaml")
         + &format!(
             "      - tree: vllm_gaudi\n        file: vllm_gaudi/x.py\n        patch: v0.26.0/g.patch\n        pristine_sha256: {}\n",

@@ -57,8 +57,11 @@ fn test_passes_on_the_patched_tree_and_fails_on_the_pristine_one() {
 #[test]
 fn test_without_pytest_or_torch_is_a_clear_error() {
     let d = with_tests();
-    let (_, err) =
-        d.cmd().args(with_fixture(&["--python", "./py", "test", "fix-a"])).env("FAKE_MISSING", "pytest torch").expect(3);
+    let (_, err) = d
+        .cmd()
+        .args(with_fixture(&["--python", "./py", "test", "fix-a"]))
+        .env("FAKE_MISSING", "pytest torch")
+        .expect(3);
     assert!(err.contains("has no pytest torch") && err.contains("--python"), "{err}");
     let (_, err) = d.cmd().args(with_fixture(&["--python", "./no-such-python", "test", "fix-a"])).expect(3);
     assert!(err.contains("cannot run `") && err.contains("no-such-python`"), "{err}");
@@ -110,14 +113,23 @@ fn record_writes_a_variant_that_reproduces_the_edited_bytes() {
     let edited = patched_a().replace("    return 2\n", "    # hand edit\n    return 2\n");
     d.write("edited/vllm/mod.py", &edited);
     let before = d.snapshot("cat");
-    let (_, err) = d
-        .cmd()
-        .args(["record", "fix-a", "--release", "v0.27.0", "--pristine", "root", "--edited", "edited"])
-        .expect(3);
+    let (_, err) =
+        d.cmd().args(["record", "fix-a", "--release", "v0.27.0", "--pristine", "root", "--edited", "edited"]).expect(3);
     assert!(err.contains("built-in catalogue"), "{err}");
     let (out, _) = d
         .cmd()
-        .args(["--catalog", "cat", "record", "fix-a", "--release", "v0.27.0", "--pristine", "root", "--edited", "edited"])
+        .args([
+            "--catalog",
+            "cat",
+            "record",
+            "fix-a",
+            "--release",
+            "v0.27.0",
+            "--pristine",
+            "root",
+            "--edited",
+            "edited",
+        ])
         .expect(0);
     assert!(out.contains("v0.27.0/mod.patch"), "{out}");
     assert_ne!(d.snapshot("cat"), before);
@@ -144,7 +156,17 @@ fn record_writes_a_variant_that_reproduces_the_edited_bytes() {
 fn port(d: &Dir) -> (std::process::Output, String) {
     d.cmd()
         .args([
-            "--catalog", "cat", "port", "fix-a", "--from", "v0.26.0", "--from-tree", "root", "--to", "new", "--release",
+            "--catalog",
+            "cat",
+            "port",
+            "fix-a",
+            "--from",
+            "v0.26.0",
+            "--from-tree",
+            "root",
+            "--to",
+            "new",
+            "--release",
             "v0.27.0",
         ])
         .output()
@@ -199,7 +221,10 @@ fn port_stops_on_a_conflict_and_writes_nothing() {
     let (out, shown) = port(&d);
     let stdout = String::from_utf8_lossy(&out.stdout);
     assert_eq!(out.status.code(), Some(2), "{shown}: {stdout}");
-    assert!(stdout.contains("conflict") && stdout.contains("+    b = a * 4") && stdout.contains("+    b = a * 3"), "{stdout}");
+    assert!(
+        stdout.contains("conflict") && stdout.contains("+    b = a * 4") && stdout.contains("+    b = a * 3"),
+        "{stdout}"
+    );
     assert!(stdout.contains("record fix-a --release v0.27.0"), "{stdout}");
     assert_eq!(d.snapshot("cat"), before);
 }
@@ -226,7 +251,8 @@ fn matrix_reports_every_release_and_records_verified() {
     cache(&d);
     let cache_dir = d.path().join("cache");
     let pristine_cache = d.snapshot("cache");
-    let args = ["--catalog", "cat", "--python", "./py", "matrix", "--releases", "v0.26.0,0.27.0,v0.99.0", "--fix", "fix-a"];
+    let args =
+        ["--catalog", "cat", "--python", "./py", "matrix", "--releases", "v0.26.0,0.27.0,v0.99.0", "--fix", "fix-a"];
     let (out, _) = d.cmd().args(args).args(["--format", "json"]).env("GAUDI_FIXES_CACHE", &cache_dir).expect(0);
     let v = json(&out);
     let cells = v["cells"].as_array().unwrap();
@@ -259,7 +285,18 @@ fn matrix_without_a_cached_tree_or_pip_reports_an_error_for_that_release() {
     // The stand-in python has no pip: fetching v0.50.0 fails, the other release is still shown.
     let (out, _) = d
         .cmd()
-        .args(["--catalog", "cat", "--python", "./py", "matrix", "--releases", "v0.26.0,v0.50.0", "--fix", "fix-a", "--no-tests"])
+        .args([
+            "--catalog",
+            "cat",
+            "--python",
+            "./py",
+            "matrix",
+            "--releases",
+            "v0.26.0,v0.50.0",
+            "--fix",
+            "fix-a",
+            "--no-tests",
+        ])
         .env("GAUDI_FIXES_CACHE", d.path().join("cache"))
         .expect(3);
     assert!(out.contains("v0.50.0: cannot prepare") && out.contains("v0.26.0  fix-a  applies"), "{out}");
@@ -290,7 +327,18 @@ fn matrix_extracts_a_downloaded_wheel_into_the_cache_layout() {
     assert!(made.success());
     let (out, _) = d
         .cmd()
-        .args(["--catalog", "cat", "--python", python, "matrix", "--releases", "v0.26.0", "--fix", "fix-a", "--no-tests"])
+        .args([
+            "--catalog",
+            "cat",
+            "--python",
+            python,
+            "matrix",
+            "--releases",
+            "v0.26.0",
+            "--fix",
+            "fix-a",
+            "--no-tests",
+        ])
         .args(["--format", "json"])
         .env("GAUDI_FIXES_CACHE", d.path().join("cache"))
         .expect(0);

@@ -168,9 +168,10 @@ pub fn run(global: &GlobalArgs, args: &MatrixArgs) -> Result<ExitStatus> {
         let only: Vec<TreeName> = if gaudi.is_some() { Vec::new() } else { vec![TreeName::Vllm] };
         for fix in &fixes {
             progress.draw(&format!("{step}: {}: checking", fix.manifest.name));
-            let cell = evaluate_cell(&catalog, fix, release, &trees, &only, python, tests_unavailable.as_deref(), |s| {
-                progress.draw(&format!("{step}: {}: {s}", fix.manifest.name))
-            });
+            let cell =
+                evaluate_cell(&catalog, fix, release, &trees, &only, python, tests_unavailable.as_deref(), |s| {
+                    progress.draw(&format!("{step}: {}: {s}", fix.manifest.name))
+                });
             cells.push(cell.unwrap_or_else(|e| error_cell(fix, release, &format!("{e:#}"))));
         }
     }
@@ -345,7 +346,8 @@ fn record(dir: &Path, catalog: &Catalog, cells: &mut [Cell]) -> Result<()> {
         list.dedup();
         let path = dir.join(&fix.dir).join("fix.yaml");
         let old = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-        let new = yaml_edit::set_verified(&old, variant, &list).with_context(|| format!("editing {}", path.display()))?;
+        let new =
+            yaml_edit::set_verified(&old, variant, &list).with_context(|| format!("editing {}", path.display()))?;
         upstream::replace_file(&path, new.as_bytes())?;
         if let Err(e) = Catalog::load(Some(dir)) {
             upstream::replace_file(&path, old.as_bytes())?;

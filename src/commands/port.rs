@@ -30,14 +30,16 @@ pub fn run(global: &GlobalArgs, args: &PortArgs) -> Result<ExitStatus> {
     }
     let from: &Variant = match &args.from {
         Some(name) => fix.variants.iter().find(|v| v.release == *name && !v.upstreamed).with_context(|| {
-            let known: Vec<&str> =
-                fix.variants.iter().filter(|v| !v.upstreamed).map(|v| v.release.as_str()).collect();
+            let known: Vec<&str> = fix.variants.iter().filter(|v| !v.upstreamed).map(|v| v.release.as_str()).collect();
             format!("{} has no variant `{name}` with patches (has: {})", fix.manifest.name, known.join(", "))
         })?,
         None => fix.variants.iter().rev().find(|v| !v.upstreamed).context("the fix has no variant with patches")?,
     };
     if from.release == release {
-        bail!("--from {} and --release {release} are the same variant; use `record` to refresh a variant", from.release);
+        bail!(
+            "--from {} and --release {release} are the same variant; use `record` to refresh a variant",
+            from.release
+        );
     }
     let mut new_files = Vec::new();
     let mut conflicts: Vec<(String, Vec<merge::Conflict>)> = Vec::new();
@@ -81,11 +83,15 @@ pub fn run(global: &GlobalArgs, args: &PortArgs) -> Result<ExitStatus> {
             continue;
         }
         let eval = state::evaluate(&vp.diff, &old);
-        let old_patched = state::apply(&vp.diff, &old, &eval)
-            .with_context(|| format!("{}: the {} patch does not apply to its own pristine file", vp.file, from.release))?;
+        let old_patched = state::apply(&vp.diff, &old, &eval).with_context(|| {
+            format!("{}: the {} patch does not apply to its own pristine file", vp.file, from.release)
+        })?;
         let new_eval = state::evaluate(&vp.diff, &new);
         let patched = if new_eval.state == FileState::NotApplied {
-            how.push(format!("{}: the {} patch applies to the new file (at offsets); re-written for it", vp.file, from.release));
+            how.push(format!(
+                "{}: the {} patch applies to the new file (at offsets); re-written for it",
+                vp.file, from.release
+            ));
             state::apply(&vp.diff, &new, &new_eval).expect("not applied evaluates to an edit").encode()
         } else {
             match merge::merge3(&old.lines, &old_patched.lines, &new.lines) {

@@ -63,7 +63,10 @@ pub fn run(global: &GlobalArgs, args: &RecordArgs) -> Result<ExitStatus> {
         new_files.push(NewFile { tree, file, pristine, patched, reuse: None });
     }
     if new_files.is_empty() {
-        bail!("neither --pristine nor --edited holds a tree (vllm/ or vllm_gaudi/) with a file {} patches", fix.manifest.name);
+        bail!(
+            "neither --pristine nor --edited holds a tree (vllm/ or vllm_gaudi/) with a file {} patches",
+            fix.manifest.name
+        );
     }
     let written = upkeep::write_variant(&dir, &catalog, fix, &release, &new_files)?;
     print_written(global, &fix.manifest.name, &written, "record")?;

@@ -22,7 +22,8 @@ pub fn cache_dir() -> Result<PathBuf> {
     if let Some(xdg) = std::env::var_os("XDG_CACHE_HOME").filter(|v| !v.is_empty()) {
         return Ok(PathBuf::from(xdg).join("gaudi-fixes"));
     }
-    let home = std::env::var_os("HOME").filter(|v| !v.is_empty()).context("neither GAUDI_FIXES_CACHE nor HOME is set")?;
+    let home =
+        std::env::var_os("HOME").filter(|v| !v.is_empty()).context("neither GAUDI_FIXES_CACHE nor HOME is set")?;
     Ok(PathBuf::from(home).join(".cache/gaudi-fixes"))
 }
 
@@ -53,9 +54,7 @@ pub fn vllm_tree(python: &str, release: &str, mut progress: impl FnMut(&str)) ->
     let find = || -> Option<PathBuf> {
         let prefix = format!("vllm-{version}-");
         std::fs::read_dir(&wheels).ok()?.flatten().map(|e| e.path()).find(|p| {
-            p.file_name()
-                .and_then(|n| n.to_str())
-                .is_some_and(|n| n.starts_with(&prefix) && n.ends_with(".whl"))
+            p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(&prefix) && n.ends_with(".whl"))
         })
     };
     let wheel = match find() {

@@ -13,7 +13,9 @@ fn indent(line: &str) -> usize {
 /// The line index of `releases:` and the range of lines of its block.
 fn releases_block(lines: &[&str]) -> Result<(usize, usize)> {
     let Some(at) = lines.iter().position(|l| l.trim_end() == "releases:") else {
-        bail!("no block-style `releases:` line (a flow mapping `releases: {{…}}` cannot be edited; write it as a block)");
+        bail!(
+            "no block-style `releases:` line (a flow mapping `releases: {{…}}` cannot be edited; write it as a block)"
+        );
     };
     let mut end = at + 1;
     while end < lines.len() && (lines[end].trim().is_empty() || indent(lines[end]) > 0) {
@@ -71,7 +73,8 @@ pub fn set_verified(text: &str, key: &str, releases: &[String]) -> Result<String
         None => out.insert(start + 1, new_line),
     }
     let result = join(&out, text.ends_with('\n'));
-    let m: Manifest = serde_yaml::from_str(&result).map_err(|e| anyhow::anyhow!("edited fix.yaml does not parse: {e}"))?;
+    let m: Manifest =
+        serde_yaml::from_str(&result).map_err(|e| anyhow::anyhow!("edited fix.yaml does not parse: {e}"))?;
     if m.releases.get(key).map(|r| &r.verified) != Some(&releases.to_vec()) {
         bail!("editing verified: of `{key}` did not give the list asked for");
     }
@@ -106,7 +109,8 @@ pub fn put_release(text: &str, key: &str, patches: &[PatchEntry], verified: &[St
         }
     }
     let result = join(&out, text.ends_with('\n') || text.is_empty());
-    let m: Manifest = serde_yaml::from_str(&result).map_err(|e| anyhow::anyhow!("edited fix.yaml does not parse: {e}"))?;
+    let m: Manifest =
+        serde_yaml::from_str(&result).map_err(|e| anyhow::anyhow!("edited fix.yaml does not parse: {e}"))?;
     let got = m.releases.get(key).map(|r| r.patches.iter().map(|p| (&p.file, &p.patch)).collect::<Vec<_>>());
     let want: Vec<_> = patches.iter().map(|p| (&p.file, &p.patch)).collect();
     if got != Some(want) {
