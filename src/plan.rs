@@ -416,8 +416,11 @@ fn evaluate_found<'f>(
                 reason: None,
             });
         }
-        let judged: Vec<FileOutcome> =
-            files.iter().map(|f| f.state).filter(|s| !matches!(s, FileOutcome::Skipped | FileOutcome::NoTree)).collect();
+        let judged: Vec<FileOutcome> = files
+            .iter()
+            .map(|f| f.state)
+            .filter(|s| !matches!(s, FileOutcome::Skipped | FileOutcome::NoTree))
+            .collect();
         let clean = if !judged.is_empty() && judged.iter().all(|s| *s == FileOutcome::Applied) {
             Some(FixState::Applied)
         } else if !judged.is_empty() && judged.iter().all(|s| *s == FileOutcome::NotApplied) {
