@@ -347,3 +347,21 @@ fn matrix_extracts_a_downloaded_wheel_into_the_cache_layout() {
     assert!(d.read_string("cache/upstream/v0.26.0/.gaudi-fixes-upstream").contains("release: v0.26.0"));
     assert!(!d.path().join("cache/upstream/v0.26.0/vllm-0.26.0.dist-info").exists());
 }
+
+#[test]
+fn port_takes_a_tree_missing_under_to_from_the_cache() {
+    let d = fixture();
+    let new = format!("import sys\n{PRISTINE}");
+    d.write("cache/upstream/v0.27.0/vllm/mod.py", &new);
+    d.write("empty/README", "no trees here\n");
+    let args = ["--catalog", "cat", "port", "fix-a", "--from-tree", "root", "--to", "empty", "--release", "v0.27.0"];
+    let (out, _) = d.cmd().args(args).env("GAUDI_FIXES_CACHE", d.path().join("cache")).expect(0);
+    assert!(out.contains("vllm: not under --to; using"), "{out}");
+    d.write("new/vllm/mod.py", &new);
+    check_ported(&d, &new);
+    // Neither under --to nor in the cache: an error naming both, nothing written.
+    let before = d.snapshot("cat");
+    let (_, err) = d.cmd().args(args).env("GAUDI_FIXES_CACHE", d.path().join("nocache")).expect(3);
+    assert!(err.contains("no vllm/ tree there or in the cache"), "{err}");
+    assert_eq!(d.snapshot("cat"), before);
+}

@@ -45,15 +45,7 @@ pub fn run(global: &GlobalArgs, args: &PortArgs) -> Result<ExitStatus> {
     let mut conflicts: Vec<(String, Vec<merge::Conflict>)> = Vec::new();
     let mut how: Vec<String> = Vec::new();
     for vp in &from.patches {
-        if !args.to.join(vp.tree.as_str()).is_dir() {
-            bail!(
-                "--to {}: no {}/ tree there, and {} patches {}; give a directory holding both trees",
-                args.to.display(),
-                vp.tree,
-                from.release,
-                vp.file
-            );
-        }
+        let new_root = new_root(args, &release, vp.tree, &vp.file, &from.release, &mut how)?;
         let old_root = old_root(args, &from.release, vp.tree)?;
         let old_bytes = upkeep::read_in(&old_root, &vp.file, "old pristine tree")?;
         if sha256_hex(&old_bytes) != vp.pristine_sha256 {
@@ -65,7 +57,7 @@ pub fn run(global: &GlobalArgs, args: &PortArgs) -> Result<ExitStatus> {
                 from.release
             );
         }
-        let new_bytes = upkeep::read_in(&args.to, &vp.file, "--to")?;
+        let new_bytes = upkeep::read_in(&new_root, &vp.file, "--to")?;
         let shown = std::path::Path::new(&vp.file);
         let old = SourceText::decode(&old_bytes, shown)?;
         let new = SourceText::decode(&new_bytes, shown)?;
@@ -128,6 +120,34 @@ pub fn run(global: &GlobalArgs, args: &PortArgs) -> Result<ExitStatus> {
     }
     super::record::print_written(global, &fix.manifest.name, &written, "port")?;
     Ok(ExitStatus::Applied)
+}
+
+/// The new release's pristine root for `tree`: `--to`, else (for a tree `--to` lacks) the cache.
+fn new_root(
+    args: &PortArgs,
+    release: &str,
+    tree: TreeName,
+    file: &str,
+    from: &str,
+    how: &mut Vec<String>,
+) -> Result<PathBuf> {
+    if args.to.join(tree.as_str()).is_dir() {
+        return Ok(args.to.clone());
+    }
+    let cached = match tree {
+        TreeName::Vllm => upstream::cached_vllm(release)?.map(|r| (r, "cache".to_string())),
+        TreeName::VllmGaudi => upstream::gaudi_tree(release)?.map(|g| (g.root, g.source)),
+    };
+    match cached {
+        Some((root, source)) => {
+            how.push(format!("{tree}: not under --to; using {} ({source})", root.display()));
+            Ok(root)
+        }
+        None => bail!(
+            "--to {}: no {tree}/ tree there or in the cache, and {from} patches {file}; give a directory holding both trees",
+            args.to.display()
+        ),
+    }
 }
 
 /// The old release's pristine root for `tree`: `--from-tree`, else the cache.
