@@ -354,7 +354,20 @@ fn port_takes_a_tree_missing_under_to_from_the_cache() {
     let new = format!("import sys\n{PRISTINE}");
     d.write("cache/upstream/v0.27.0/vllm/mod.py", &new);
     d.write("empty/README", "no trees here\n");
-    let args = ["--catalog", "cat", "port", "fix-a", "--from-tree", "root", "--to", "empty", "--release", "v0.27.0"];
+    let args = [
+        "--catalog",
+        "cat",
+        "port",
+        "fix-a",
+        "--from",
+        "v0.26.0",
+        "--from-tree",
+        "root",
+        "--to",
+        "empty",
+        "--release",
+        "v0.27.0",
+    ];
     let (out, _) = d.cmd().args(args).env("GAUDI_FIXES_CACHE", d.path().join("cache")).expect(0);
     assert!(out.contains("vllm: not under --to; using"), "{out}");
     d.write("new/vllm/mod.py", &new);
