@@ -240,12 +240,15 @@ fn evaluate_cell(
         FixState::Upstreamed => "upstreamed",
         FixState::Error => "error",
     };
-    let offsets = report.files.iter().flat_map(|f| &f.hunks).any(|h| match h.state {
-        crate::patch::HunkState::Applied { offset, .. } | crate::patch::HunkState::NotApplied { offset, .. } => {
-            offset != 0
-        }
-        crate::patch::HunkState::Drifted { .. } => false,
-    });
+    // Offsets say something only about a variant that applies; a drifted one has its reason.
+    let applies = matches!(report.state, FixState::NotApplied | FixState::Applied);
+    let offsets = applies
+        && report.files.iter().flat_map(|f| &f.hunks).any(|h| match h.state {
+            crate::patch::HunkState::Applied { offset, .. } | crate::patch::HunkState::NotApplied { offset, .. } => {
+                offset != 0
+            }
+            crate::patch::HunkState::Drifted { .. } => false,
+        });
     let verified = report
         .variant
         .as_deref()
