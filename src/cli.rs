@@ -125,6 +125,14 @@ pub enum Command {
     Equiv(EquivArgs),
     /// Time stock vs subset sampling with the reference sampler (feature `reference`).
     Bench(BenchArgs),
+    /// Run a fix's tests (built into the binary) against the trees found: 0 pass, 1 fail, 3 error.
+    Test(TestArgs),
+    /// Every fix × release: state, variant, whether the fix's tests pass; `--record` writes `verified:`.
+    Matrix(MatrixArgs),
+    /// Carry a fix's variant to a new release's pristine tree (three-way), into a directory catalogue.
+    Port(PortArgs),
+    /// Make or refresh a variant from a hand-edited tree, into a directory catalogue.
+    Record(RecordArgs),
 }
 
 /// Which fixes `apply` / `revert` act on.
@@ -228,4 +236,76 @@ impl Cli {
             }
         })
     }
+}
+
+/// `test` flags.
+#[derive(Debug, Args)]
+pub struct TestArgs {
+    /// The fix whose tests run.
+    pub fix: String,
+    /// Extra pytest arguments, after `--` (e.g. `-- -k "not mutant" -x`).
+    #[arg(last = true, value_name = "PYTEST_ARGS")]
+    pub pytest_args: Vec<String>,
+}
+
+/// `matrix` flags.
+#[derive(Debug, Args)]
+pub struct MatrixArgs {
+    /// Releases to check (comma-separated tags, e.g. v0.26.0,v0.30.0); default: every release
+    /// the catalogue names.
+    #[arg(long, value_delimiter = ',', value_name = "LIST")]
+    pub releases: Vec<String>,
+    /// Only these fixes (default: all).
+    #[arg(long = "fix", value_name = "NAME")]
+    pub fixes: Vec<String>,
+    /// Write `verified:` into the directory catalogue for every cell that applied exactly and
+    /// whose tests passed.
+    #[arg(long)]
+    pub record: bool,
+    /// Do not run the fixes' tests (state only).
+    #[arg(long = "no-tests")]
+    pub no_tests: bool,
+    /// Print the Markdown tables the fix pages embed instead of the human table.
+    #[arg(long)]
+    pub markdown: bool,
+}
+
+/// `port` flags.
+#[derive(Debug, Args)]
+pub struct PortArgs {
+    /// The fix to port.
+    pub fix: String,
+    /// The new release's pristine tree (a directory holding vllm/ and/or vllm_gaudi/).
+    #[arg(long, value_name = "DIR")]
+    pub to: PathBuf,
+    /// The new release's tag, e.g. v0.33.0 (the new variant's key).
+    #[arg(long, value_name = "NAME")]
+    pub release: String,
+    /// The variant to carry (default: the newest one).
+    #[arg(long, value_name = "VARIANT")]
+    pub from: Option<String>,
+    /// The old release's pristine tree (default: ~/.cache/gaudi-fixes/upstream/<VARIANT>/ and
+    /// the vllm_gaudi cache).
+    #[arg(long = "from-tree", value_name = "DIR")]
+    pub from_tree: Option<PathBuf>,
+}
+
+/// `record` flags.
+#[derive(Debug, Args)]
+pub struct RecordArgs {
+    /// The fix to make or refresh a variant of.
+    pub fix: String,
+    /// The release tag of the variant, e.g. v0.33.0.
+    #[arg(long, value_name = "NAME")]
+    pub release: String,
+    /// The pristine tree (a directory holding vllm/ and/or vllm_gaudi/).
+    #[arg(long, value_name = "DIR")]
+    pub pristine: PathBuf,
+    /// The same tree edited by hand.
+    #[arg(long, value_name = "DIR")]
+    pub edited: PathBuf,
+    /// Files to record (relative to the tree root, e.g. vllm/v1/sample/ops/topk_topp_sampler.py);
+    /// default: the files the fix's existing variants patch.
+    #[arg(long = "file", value_name = "PATH")]
+    pub files: Vec<String>,
 }

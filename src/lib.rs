@@ -20,10 +20,12 @@ pub mod discover;
 pub mod exit_status;
 pub mod patch;
 pub mod plan;
+pub mod reason;
 #[cfg(feature = "reference")]
 pub mod reference;
 pub mod report;
 pub mod transaction;
+pub mod upkeep;
 
 pub use exit_status::ExitStatus;
 
@@ -44,6 +46,10 @@ pub fn run(cli: Cli) -> Result<ExitStatus> {
         Command::Lint(args) => commands::lint::run(&cli.global, args),
         Command::Equiv(args) => commands::equiv::run(&cli.global, args),
         Command::Bench(args) => commands::bench::run(&cli.global, args),
+        Command::Test(args) => commands::test::run(&cli.global, args),
+        Command::Matrix(args) => commands::matrix::run(&cli.global, args),
+        Command::Port(args) => commands::port::run(&cli.global, args),
+        Command::Record(args) => commands::record::run(&cli.global, args),
     }
 }
 

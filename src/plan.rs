@@ -63,6 +63,8 @@ pub enum FileOutcome {
     Missing,
     /// Its tree was left out with `--only-tree`.
     Skipped,
+    /// Its tree was not found (the fix's state is then `error`; the other tree is still judged).
+    NoTree,
 }
 
 /// One file of the chosen (or nearest) variant.
@@ -81,6 +83,10 @@ pub struct FileReport {
     /// The patch file, as the catalogue names it.
     pub patch: String,
     pub hunks: Vec<HunkReport>,
+    /// sha256 of the file as found (null when it was not read).
+    pub sha256: Option<String>,
+    /// Why this file is in its state, with the next step (see [`crate::reason`]).
+    pub reason: Option<crate::reason::Reason>,
 }
 
 /// A fix's full report.
@@ -95,6 +101,8 @@ pub struct FixReport {
     pub action: Option<&'static str>,
     /// Why the state is what it is, when a sentence helps (missing tree, upstreamed, …).
     pub message: Option<String>,
+    /// Why, with the next step: unsupported release, locally modified, unverified release, …
+    pub reason: Option<crate::reason::Reason>,
     pub files: Vec<FileReport>,
 }
 
@@ -274,8 +282,50 @@ pub fn plan(fixes: &[&Fix], trees: &Trees, only: &[TreeName], op: Op) -> Result<
     Ok(Plan { reports, edits })
 }
 
-/// Judge one fix: try each variant, keep the first clean one.
+/// Judge one fix on the trees found, explain the verdict, and when a tree it needs is
+/// missing, make it an error that still shows what the other tree holds.
 fn evaluate<'f>(
+    fix: &'f Fix,
+    trees: &Trees,
+    only: &[TreeName],
+    ws: &mut Workspace,
+) -> Result<(FixReport, Option<&'f Variant>)> {
+    let (mut report, chosen) = evaluate_found(fix, trees, only, ws)?;
+    crate::reason::explain(fix, &mut report, trees);
+    let missing: Vec<String> = fix
+        .variants
+        .iter()
+        .flat_map(|v| v.patches.iter().map(|p| p.tree))
+        .filter(|t| (only.is_empty() || only.contains(t)) && trees.get(*t).is_none())
+        .map(|t| t.to_string())
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    if missing.is_empty() {
+        return Ok((report, chosen));
+    }
+    let checked = report.files.iter().any(|f| !matches!(f.state, FileOutcome::NoTree | FileOutcome::Skipped));
+    let mut message = format!(
+        "needs the {} tree, which was not found (give --root DIR holding {}/, or --{} DIR; or leave it out with --only-tree)",
+        missing.join(" and "),
+        missing[0],
+        missing[0].replace('_', "-")
+    );
+    if checked {
+        let state = serde_json::to_value(report.state).ok().and_then(|v| v.as_str().map(str::to_string));
+        message.push_str(&format!(
+            "; the trees found were checked: {}{}",
+            state.unwrap_or_default().replace('-', " "),
+            report.variant.as_deref().map_or(String::new(), |v| format!(" [{v}]"))
+        ));
+    }
+    report.message = Some(message);
+    report.state = FixState::Error;
+    Ok((report, None))
+}
+
+/// Judge one fix: try each variant, keep the first clean one.
+fn evaluate_found<'f>(
     fix: &'f Fix,
     trees: &Trees,
     only: &[TreeName],
@@ -288,6 +338,7 @@ fn evaluate<'f>(
         variant: None,
         action: None,
         message: None,
+        reason: None,
         files: Vec::new(),
     };
     let selected = |t: TreeName| only.is_empty() || only.contains(&t);
@@ -303,14 +354,9 @@ fn evaluate<'f>(
         report.message = Some("every file of this fix is in a tree left out with --only-tree".into());
         return Ok((report, None));
     }
-    let missing: Vec<String> = needed.iter().filter(|t| trees.get(**t).is_none()).map(|t| t.to_string()).collect();
-    if !missing.is_empty() {
-        report.message = Some(format!(
-            "needs the {} tree, which was not found (give --root DIR holding {}/, or --{} DIR; or leave it out with --only-tree)",
-            missing.join(" and "),
-            missing[0],
-            missing[0].replace('_', "-")
-        ));
+    // A tree that is missing makes the fix an error (in `evaluate`), but the trees found are
+    // still judged, so one missing tree does not hide the other's state.
+    if needed.iter().all(|t| trees.get(*t).is_none()) {
         return Ok((report, None));
     }
 
@@ -336,10 +382,26 @@ fn evaluate<'f>(
                     partial: false,
                     patch,
                     hunks: Vec::new(),
+                    sha256: None,
+                    reason: None,
                 });
                 continue;
             }
-            let tree = trees.get(vp.tree).expect("checked above");
+            let Some(tree) = trees.get(vp.tree) else {
+                files.push(FileReport {
+                    tree: vp.tree,
+                    path: vp.file.clone(),
+                    tree_root: None,
+                    state: FileOutcome::NoTree,
+                    pristine: false,
+                    partial: false,
+                    patch,
+                    hunks: Vec::new(),
+                    sha256: None,
+                    reason: None,
+                });
+                continue;
+            };
             let Some(loaded) = ws.get(tree, &vp.file)? else {
                 files.push(FileReport {
                     tree: vp.tree,
@@ -350,11 +412,15 @@ fn evaluate<'f>(
                     partial: false,
                     patch,
                     hunks: Vec::new(),
+                    sha256: None,
+                    reason: None,
                 });
                 continue;
             };
-            let eval: FileEval = state::evaluate(&vp.diff, &loaded.text);
-            let pristine = sha256_hex(&loaded.text.encode()) == vp.pristine_sha256;
+            let mut eval: FileEval = state::evaluate(&vp.diff, &loaded.text);
+            crate::reason::align_excerpts(&loaded.text, &mut eval.hunks);
+            let sha256 = sha256_hex(&loaded.text.encode());
+            let pristine = sha256 == vp.pristine_sha256;
             let state = match eval.state {
                 FileState::Applied => FileOutcome::Applied,
                 FileState::NotApplied => FileOutcome::NotApplied,
@@ -369,9 +435,15 @@ fn evaluate<'f>(
                 partial: eval.partial,
                 patch,
                 hunks: eval.hunks,
+                sha256: Some(sha256),
+                reason: None,
             });
         }
-        let judged: Vec<FileOutcome> = files.iter().map(|f| f.state).filter(|s| *s != FileOutcome::Skipped).collect();
+        let judged: Vec<FileOutcome> = files
+            .iter()
+            .map(|f| f.state)
+            .filter(|s| !matches!(s, FileOutcome::Skipped | FileOutcome::NoTree))
+            .collect();
         let clean = if !judged.is_empty() && judged.iter().all(|s| *s == FileOutcome::Applied) {
             Some(FixState::Applied)
         } else if !judged.is_empty() && judged.iter().all(|s| *s == FileOutcome::NotApplied) {
@@ -379,7 +451,8 @@ fn evaluate<'f>(
         } else {
             None
         };
-        let pristine = files.iter().filter(|f| f.state != FileOutcome::Skipped).all(|f| f.pristine);
+        let pristine =
+            files.iter().filter(|f| !matches!(f.state, FileOutcome::Skipped | FileOutcome::NoTree)).all(|f| f.pristine);
         let drifted_hunks = files
             .iter()
             .map(|f| match f.state {
@@ -435,7 +508,7 @@ fn evaluate<'f>(
         } else if c.files.iter().any(|f| f.state == FileOutcome::Missing) {
             "a file this fix patches is missing from the tree".into()
         } else {
-            format!("no release variant matches this tree exactly; showing the nearest ({})", c.variant.release)
+            format!("no release variant applies exactly to this tree; showing the nearest ({})", c.variant.release)
         });
     }
     Ok((report, None))

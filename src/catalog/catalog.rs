@@ -40,6 +40,8 @@ pub struct Variant {
     pub release: String,
     pub upstreamed: bool,
     pub patches: Vec<VariantPatch>,
+    /// Releases this variant was verified on (applied, tests passed).
+    pub verified: Vec<String>,
 }
 
 /// One file patch of a variant.
@@ -283,6 +285,11 @@ fn load_variant(
         (false, true) => bail!("{shown}:{rel_line}: release {release}: needs `patches:` or `upstreamed: true`"),
         _ => {}
     }
+    for v in &body.verified {
+        if !super::manifest::is_release_name(v) {
+            bail!("{shown}:{}: release {release}: verified: `{v}` is not a release tag like v0.26.0", line_of(text, v));
+        }
+    }
     let mut patches = Vec::new();
     let mut seen = BTreeSet::new();
     for entry in &body.patches {
@@ -333,5 +340,5 @@ fn load_variant(
             diff,
         });
     }
-    Ok(Variant { release: release.to_string(), upstreamed: body.upstreamed, patches })
+    Ok(Variant { release: release.to_string(), upstreamed: body.upstreamed, patches, verified: body.verified.clone() })
 }

@@ -82,6 +82,19 @@ pub struct Release {
     pub patches: Vec<PatchEntry>,
     #[serde(default)]
     pub upstreamed: bool,
+    /// Releases (tags, e.g. `v0.26.0`) on which this variant applied and the fix's tests
+    /// passed; written by `gaudi-fixes matrix --record`. Applying to a release not listed is a
+    /// note ("unverified"), never an error.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub verified: Vec<String>,
+}
+
+/// Whether `name` looks like a release tag: `v` then dot-separated numbers, optionally a
+/// pre/post suffix (`v0.26.0`, `v0.10.1.post1`, `v0.11.0rc2`).
+pub fn is_release_name(name: &str) -> bool {
+    static RE: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
+    RE.get_or_init(|| regex::Regex::new(r"^v[0-9]+(\.[0-9]+)+((\.post|rc|\.dev)[0-9]+)?$").expect("valid regex"))
+        .is_match(name)
 }
 
 /// One file a variant patches.

@@ -56,14 +56,14 @@ pub fn run(global: &GlobalArgs, name: &str) -> Result<ExitStatus> {
         report::human::trees(&mut out, &trees)?;
         report::human::fix(&mut out, r, true)?;
     }
+    // The matched variant, or when drifted the nearest one (the excerpts above are against
+    // it); every variant only when no tree was judged.
     let variants: Vec<_> = match report.as_ref().and_then(|r| r.variant.clone()) {
-        Some(v) if report.as_ref().is_some_and(|r| r.state != FixState::Drifted) => {
-            fix.variants.iter().filter(|x| x.release == v).collect()
-        }
-        _ => fix.variants.iter().collect(),
+        Some(v) => fix.variants.iter().filter(|x| x.release == v).collect(),
+        None => fix.variants.iter().collect(),
     };
     for v in variants {
-        for p in &v.patches {
+        for p in v.patches.iter().filter(|p| global.only_tree.is_empty() || global.only_tree.contains(&p.tree)) {
             writeln!(out, "{}", format!("# {} {} ({})", v.release, p.file, p.patch_path.display()).bold())?;
             let text = catalog.files.text(&p.patch_path)?;
             for line in text.lines() {

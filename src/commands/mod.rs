@@ -8,9 +8,13 @@ pub mod diff;
 pub mod equiv;
 pub mod lint;
 pub mod list;
+pub mod matrix;
+pub mod port;
+pub mod record;
 pub mod revert;
 pub mod show;
 pub mod status;
+pub mod test;
 
 /// The error for `equiv` / `bench` in a build without libtorch.
 #[cfg(not(feature = "reference"))]

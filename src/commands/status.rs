@@ -71,7 +71,16 @@ pub fn run(global: &GlobalArgs) -> Result<ExitStatus> {
             }
             for r in reports {
                 let variant = r.variant.as_deref().unwrap_or("-");
-                writeln!(out, "  {:<28} {:<12} {:<9} {}", r.name, report::human::state_word(r.state), variant, r.kind)?;
+                let why =
+                    r.reason.as_ref().map_or(String::new(), |x| format!("  ({})", report::human::reason_word(x.code)));
+                writeln!(
+                    out,
+                    "  {:<28} {:<12} {:<9} {}{why}",
+                    r.name,
+                    report::human::state_word(r.state),
+                    variant,
+                    r.kind
+                )?;
             }
         }
     }

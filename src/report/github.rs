@@ -10,6 +10,21 @@ use crate::plan::{FileOutcome, FixReport, FixState};
 /// Annotations for every finding in `reports`; `check` makes not-applied a warning.
 pub fn print(out: &mut dyn Write, reports: &[FixReport], check: bool) -> Result<()> {
     for r in reports {
+        // The reason first, with its next step: on a PR it says why before the details.
+        if let Some(reason) = &r.reason {
+            let level = if reason.note { "notice" } else { "error" };
+            let file = r
+                .files
+                .iter()
+                .find(|f| f.reason.is_some())
+                .and_then(|f| f.tree_root.as_ref().map(|root| root.join(&f.path).display().to_string()));
+            let at = file.map_or(String::new(), |f| format!(" file={}", escape_prop(&f)));
+            writeln!(
+                out,
+                "::{level}{at}::{}",
+                escape(&format!("{}: {} Next: {}", r.name, reason.message, reason.next_step))
+            )?;
+        }
         match r.state {
             FixState::Drifted => {
                 for f in &r.files {

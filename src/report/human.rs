@@ -9,6 +9,7 @@ use colored::Colorize;
 use crate::discover::Trees;
 use crate::patch::HunkState;
 use crate::plan::{FileOutcome, FileReport, FixReport, FixState};
+use crate::reason::{Reason, ReasonCode};
 
 /// The trees line(s) at the top of a report.
 pub fn trees(out: &mut dyn Write, trees: &Trees) -> Result<()> {
@@ -47,6 +48,7 @@ fn file_word(state: FileOutcome) -> colored::ColoredString {
         FileOutcome::Drifted => "drifted".red(),
         FileOutcome::Missing => "missing".red(),
         FileOutcome::Skipped => "skipped (--only-tree)".dimmed(),
+        FileOutcome::NoTree => "not checked (tree not found)".red(),
     }
 }
 
@@ -58,13 +60,39 @@ pub fn fix(out: &mut dyn Write, report: &FixReport, verbose: bool) -> Result<()>
         Some("revert") => format!("  → {}", "reverting".bold()),
         _ => String::new(),
     };
-    writeln!(out, "{}  {}{variant}  ({}){action}", report.name.bold(), state_word(report.state), report.kind)?;
+    let why = match &report.reason {
+        Some(r) if !r.note => format!(": {}", reason_word(r.code)).red().bold().to_string(),
+        _ => String::new(),
+    };
+    writeln!(out, "{}  {}{why}{variant}  ({}){action}", report.name.bold(), state_word(report.state), report.kind)?;
     if let Some(msg) = &report.message {
         writeln!(out, "  {msg}")?;
     }
-    for file in &report.files {
-        file_block(out, file, verbose || report.state == FixState::Drifted)?;
+    if let Some(reason) = &report.reason {
+        reason_lines(out, reason, "  ")?;
     }
+    for file in &report.files {
+        file_block(out, file, verbose || report.state == FixState::Drifted || file.state == FileOutcome::Drifted)?;
+    }
+    Ok(())
+}
+
+/// The words for a reason code, as the state line shows them.
+pub fn reason_word(code: ReasonCode) -> &'static str {
+    match code {
+        ReasonCode::UnsupportedRelease => "unsupported release",
+        ReasonCode::LocallyModified => "locally modified",
+        ReasonCode::UnverifiedRelease => "unverified release",
+        ReasonCode::PartiallyApplied => "partially applied",
+        ReasonCode::FileMissing => "file missing",
+    }
+}
+
+/// `why:` / `note:` and `next:` lines of a reason.
+fn reason_lines(out: &mut dyn Write, reason: &Reason, indent: &str) -> Result<()> {
+    let label = if reason.note { "note:".yellow() } else { "why:".red().bold() };
+    writeln!(out, "{indent}{label} {}", reason.message)?;
+    writeln!(out, "{indent}{} {}", "next:".bold(), reason.next_step)?;
     Ok(())
 }
 

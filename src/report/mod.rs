@@ -8,7 +8,6 @@ pub mod equiv;
 pub mod github;
 pub mod human;
 pub mod json;
-#[cfg(feature = "reference")]
 pub mod progress;
 
 use std::io::IsTerminal;

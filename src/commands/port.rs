@@ -1,0 +1,219 @@
+//! `gaudi-fixes port FIX --to DIR --release NAME [--from VARIANT] [--from-tree DIR]`: carry a
+//! variant to a new release. Per file, three-way: the old release's pristine file (from
+//! `--from-tree` or the cache), the old patched file (pristine + the variant's patch), and the
+//! new release's pristine file (under `--to`). When the old patch applies exactly to the new
+//! file it is re-written for it; otherwise the change is merged line by line, and when it
+//! touches lines upstream changed too, the conflicting hunks are shown and nothing is written
+//! (exit 2): edit a copy by hand and use `record`.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::{bail, Context, Result};
+use colored::Colorize;
+
+use crate::catalog::{Catalog, Variant};
+use crate::cli::{Format, GlobalArgs, PortArgs, TreeName};
+use crate::exit_status::ExitStatus;
+use crate::patch::{state, FileState, SourceText};
+use crate::plan::sha256_hex;
+use crate::upkeep::{self, merge, upstream, NewFile};
+
+/// Run `port`.
+pub fn run(global: &GlobalArgs, args: &PortArgs) -> Result<ExitStatus> {
+    let dir = upkeep::writable_catalog(global.catalog.as_deref(), "port")?;
+    let catalog = Catalog::load(Some(&dir))?;
+    let fix = catalog.fix(&args.fix)?;
+    let release = upstream::release_tag(&args.release)?;
+    if !args.to.is_dir() {
+        bail!("--to {}: no such directory", args.to.display());
+    }
+    let from: &Variant = match &args.from {
+        Some(name) => fix.variants.iter().find(|v| v.release == *name && !v.upstreamed).with_context(|| {
+            let known: Vec<&str> = fix.variants.iter().filter(|v| !v.upstreamed).map(|v| v.release.as_str()).collect();
+            format!("{} has no variant `{name}` with patches (has: {})", fix.manifest.name, known.join(", "))
+        })?,
+        None => fix.variants.iter().rev().find(|v| !v.upstreamed).context("the fix has no variant with patches")?,
+    };
+    if from.release == release {
+        bail!(
+            "--from {} and --release {release} are the same variant; use `record` to refresh a variant",
+            from.release
+        );
+    }
+    let mut new_files = Vec::new();
+    let mut conflicts: Vec<(String, Vec<merge::Conflict>)> = Vec::new();
+    let mut how: Vec<String> = Vec::new();
+    for vp in &from.patches {
+        let new_root = new_root(args, &release, vp.tree, &vp.file, &from.release, &mut how)?;
+        let old_root = old_root(args, &from.release, vp.tree)?;
+        let old_bytes = upkeep::read_in(&old_root, &vp.file, "old pristine tree")?;
+        if sha256_hex(&old_bytes) != vp.pristine_sha256 {
+            bail!(
+                "{}: is not the pristine {} file the variant was made on (sha256 differs); give --from-tree DIR \
+                 holding the pristine {} trees",
+                old_root.join(&vp.file).display(),
+                from.release,
+                from.release
+            );
+        }
+        let new_bytes = upkeep::read_in(&new_root, &vp.file, "--to")?;
+        let shown = std::path::Path::new(&vp.file);
+        let old = SourceText::decode(&old_bytes, shown)?;
+        let new = SourceText::decode(&new_bytes, shown)?;
+        if sha256_hex(&new_bytes) == vp.pristine_sha256 {
+            // Same file upstream: the variant's patch is reused as it is.
+            let rel = vp.patch_path.strip_prefix(&fix.dir).unwrap_or(&vp.patch_path).display().to_string();
+            how.push(format!("{}: unchanged upstream, reusing {rel}", vp.file));
+            new_files.push(NewFile {
+                tree: vp.tree,
+                file: vp.file.clone(),
+                pristine: new_bytes.clone(),
+                patched: Vec::new(),
+                reuse: Some(rel),
+            });
+            continue;
+        }
+        let eval = state::evaluate(&vp.diff, &old);
+        let old_patched = state::apply(&vp.diff, &old, &eval).with_context(|| {
+            format!("{}: the {} patch does not apply to its own pristine file", vp.file, from.release)
+        })?;
+        let new_eval = state::evaluate(&vp.diff, &new);
+        let patched = if new_eval.state == FileState::NotApplied {
+            how.push(format!(
+                "{}: the {} patch applies to the new file (at offsets); re-written for it",
+                vp.file, from.release
+            ));
+            state::apply(&vp.diff, &new, &new_eval).expect("not applied evaluates to an edit").encode()
+        } else {
+            match merge::merge3(&old.lines, &old_patched.lines, &new.lines) {
+                Ok(lines) => {
+                    how.push(format!("{}: merged three-way (upstream changed lines near the fix)", vp.file));
+                    let mut t = new.clone();
+                    let eol = new.eols.first().copied().unwrap_or("\n");
+                    t.eols = lines.iter().map(|_| eol).collect();
+                    if new.eols.last() == Some(&"") {
+                        if let Some(last) = t.eols.last_mut() {
+                            *last = "";
+                        }
+                    }
+                    t.lines = lines;
+                    t.encode()
+                }
+                Err(c) => {
+                    conflicts.push((vp.file.clone(), c));
+                    continue;
+                }
+            }
+        };
+        new_files.push(NewFile { tree: vp.tree, file: vp.file.clone(), pristine: new_bytes, patched, reuse: None });
+    }
+    if !conflicts.is_empty() {
+        print_conflicts(global, &fix.manifest.name, &from.release, &release, &conflicts)?;
+        return Ok(ExitStatus::Drifted);
+    }
+    let written = upkeep::write_variant(&dir, &catalog, fix, &release, &new_files)?;
+    if !global.quiet && global.format == Format::Human {
+        for line in &how {
+            println!("{line}");
+        }
+    }
+    super::record::print_written(global, &fix.manifest.name, &written, "port")?;
+    Ok(ExitStatus::Applied)
+}
+
+/// The new release's pristine root for `tree`: `--to`, else (for a tree `--to` lacks) the cache.
+fn new_root(
+    args: &PortArgs,
+    release: &str,
+    tree: TreeName,
+    file: &str,
+    from: &str,
+    how: &mut Vec<String>,
+) -> Result<PathBuf> {
+    if args.to.join(tree.as_str()).is_dir() {
+        return Ok(args.to.clone());
+    }
+    let cached = match tree {
+        TreeName::Vllm => upstream::cached_vllm(release)?.map(|r| (r, "cache".to_string())),
+        TreeName::VllmGaudi => upstream::gaudi_tree(release)?.map(|g| (g.root, g.source)),
+    };
+    match cached {
+        Some((root, source)) => {
+            how.push(format!("{tree}: not under --to; using {} ({source})", root.display()));
+            Ok(root)
+        }
+        None => bail!(
+            "--to {}: no {tree}/ tree there or in the cache, and {from} patches {file}; give a directory holding both trees",
+            args.to.display()
+        ),
+    }
+}
+
+/// The old release's pristine root for `tree`: `--from-tree`, else the cache.
+fn old_root(args: &PortArgs, release: &str, tree: TreeName) -> Result<PathBuf> {
+    if let Some(dir) = &args.from_tree {
+        if !dir.join(tree.as_str()).is_dir() {
+            bail!("--from-tree {}: no {}/ there", dir.display(), tree);
+        }
+        return Ok(dir.clone());
+    }
+    let found = match tree {
+        TreeName::Vllm => upstream::cached_vllm(release)?,
+        TreeName::VllmGaudi => upstream::gaudi_tree(release)?.map(|g| g.root),
+    };
+    found.with_context(|| {
+        format!(
+            "no pristine {release} {tree} tree in the cache ({}); give --from-tree DIR, or fetch it with \
+             `gaudi-fixes matrix --releases {release} --no-tests` / scripts/fetch-upstream.sh {release}",
+            upstream::cache_dir().map(|d| d.display().to_string()).unwrap_or_default()
+        )
+    })
+}
+
+fn print_conflicts(
+    global: &GlobalArgs,
+    fix: &str,
+    from: &str,
+    to: &str,
+    conflicts: &[(String, Vec<merge::Conflict>)],
+) -> Result<()> {
+    if global.quiet {
+        return Ok(());
+    }
+    let mut out = std::io::stdout().lock();
+    if global.format == Format::Json {
+        let files: Vec<_> = conflicts
+            .iter()
+            .map(|(f, cs)| {
+                serde_json::json!({ "file": f, "conflicts": cs.iter().map(|c| serde_json::json!({
+                    "base_line": c.base_line, "base": c.base, "ours": c.ours, "theirs": c.theirs })).collect::<Vec<_>>() })
+            })
+            .collect();
+        let doc = serde_json::json!({ "schema": 1, "command": "port", "exit_code": 2, "fix": fix, "from": from,
+            "release": to, "conflicts": files });
+        serde_json::to_writer_pretty(&mut out, &doc)?;
+        writeln!(out)?;
+        return Ok(());
+    }
+    writeln!(
+        out,
+        "{} {fix} {from} → {to}: the fix changes lines that {to} changed too; nothing was written",
+        "port: conflict:".red().bold()
+    )?;
+    for (file, cs) in conflicts {
+        for c in cs {
+            writeln!(out, "{}", format!("--- {file} near line {} of {from}", c.base_line).bold())?;
+            writeln!(out, "  {from} (pristine) → the fix:")?;
+            crate::report::human::diff_lines(&mut out, &c.base, &c.ours)?;
+            writeln!(out, "  {from} (pristine) → {to} (pristine):")?;
+            crate::report::human::diff_lines(&mut out, &c.base, &c.theirs)?;
+        }
+    }
+    writeln!(
+        out,
+        "next: copy the {to} tree, make the fix's change there by hand, and run \
+         `gaudi-fixes --catalog DIR record {fix} --release {to} --pristine <{to} tree> --edited <copy>`"
+    )?;
+    Ok(())
+}

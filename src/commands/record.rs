@@ -1,0 +1,105 @@
+//! `gaudi-fixes record FIX --release NAME --pristine DIR --edited DIR [--file PATH…]`: make or
+//! refresh a variant from a hand-edited tree (patch-package's and quilt's main workflow). For
+//! each file (default: those the fix's variants patch), the difference between the pristine
+//! and the edited copy becomes the variant's patch, with anchors and unique images, checked to
+//! reproduce the edited bytes exactly; the entry goes into the directory catalogue's fix.yaml.
+
+use std::io::Write;
+
+use anyhow::{bail, Result};
+
+use crate::catalog::Catalog;
+use crate::cli::{Format, GlobalArgs, RecordArgs, TreeName};
+use crate::exit_status::ExitStatus;
+use crate::upkeep::{self, upstream, NewFile};
+
+/// The files a fix's variants patch, with their trees, in manifest order.
+pub fn fix_files(fix: &crate::catalog::Fix) -> Vec<(TreeName, String)> {
+    let mut out: Vec<(TreeName, String)> = Vec::new();
+    for v in &fix.variants {
+        for p in &v.patches {
+            if !out.iter().any(|(_, f)| *f == p.file) {
+                out.push((p.tree, p.file.clone()));
+            }
+        }
+    }
+    out
+}
+
+/// Run `record`.
+pub fn run(global: &GlobalArgs, args: &RecordArgs) -> Result<ExitStatus> {
+    let dir = upkeep::writable_catalog(global.catalog.as_deref(), "record")?;
+    let catalog = Catalog::load(Some(&dir))?;
+    let fix = catalog.fix(&args.fix)?;
+    let release = upstream::release_tag(&args.release)?;
+    for (flag, path) in [("--pristine", &args.pristine), ("--edited", &args.edited)] {
+        if !path.is_dir() {
+            bail!("{flag} {}: no such directory", path.display());
+        }
+    }
+    let files: Vec<(TreeName, String)> = if args.files.is_empty() {
+        fix_files(fix)
+    } else {
+        let mut v = Vec::new();
+        for f in &args.files {
+            crate::catalog::manifest::check_relative(f).map_err(|e| anyhow::anyhow!("--file: {e}"))?;
+            let tree = TreeName::ALL
+                .into_iter()
+                .find(|t| f.starts_with(&format!("{}/", t.as_str())))
+                .ok_or_else(|| anyhow::anyhow!("--file {f}: must start with vllm/ or vllm_gaudi/"))?;
+            v.push((tree, f.clone()));
+        }
+        v
+    };
+    let mut new_files = Vec::new();
+    for (tree, file) in files {
+        let in_pristine = args.pristine.join(tree.as_str()).is_dir();
+        let in_edited = args.edited.join(tree.as_str()).is_dir();
+        if !in_pristine && !in_edited {
+            continue; // That tree is not part of these directories: not recorded.
+        }
+        let pristine = upkeep::read_in(&args.pristine, &file, "--pristine")?;
+        let patched = upkeep::read_in(&args.edited, &file, "--edited")?;
+        new_files.push(NewFile { tree, file, pristine, patched, reuse: None });
+    }
+    if new_files.is_empty() {
+        bail!(
+            "neither --pristine nor --edited holds a tree (vllm/ or vllm_gaudi/) with a file {} patches",
+            fix.manifest.name
+        );
+    }
+    let written = upkeep::write_variant(&dir, &catalog, fix, &release, &new_files)?;
+    print_written(global, &fix.manifest.name, &written, "record")?;
+    Ok(ExitStatus::Applied)
+}
+
+/// Report what `record` / `port` wrote.
+pub fn print_written(global: &GlobalArgs, fix: &str, w: &upkeep::Written, command: &str) -> Result<()> {
+    if global.quiet {
+        return Ok(());
+    }
+    let mut out = std::io::stdout().lock();
+    if global.format == Format::Json {
+        let doc = serde_json::json!({ "schema": 1, "command": command, "exit_code": 0, "fix": fix, "written": w });
+        serde_json::to_writer_pretty(&mut out, &doc)?;
+        writeln!(out)?;
+        return Ok(());
+    }
+    writeln!(out, "{command}: {fix} {}: wrote {}", w.release, w.manifest.display())?;
+    for p in &w.patches {
+        writeln!(out, "  patch {}", p.display())?;
+    }
+    for p in &w.reused {
+        writeln!(out, "  reused {p} (the pristine file is the same)")?;
+    }
+    for f in &w.unchanged {
+        writeln!(out, "  {f}: no change, not part of the variant")?;
+    }
+    writeln!(
+        out,
+        "next: `gaudi-fixes --catalog {} lint --upstream DIR`, then `gaudi-fixes matrix --releases {} --record`",
+        global.catalog.as_deref().map_or(".".into(), |p| p.display().to_string()),
+        w.release
+    )?;
+    Ok(())
+}

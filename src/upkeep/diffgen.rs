@@ -1,0 +1,172 @@
+//! Write a file patch the way the catalogue wants it: a unified diff whose hunk headers carry
+//! the enclosing `def` / `class` as `git diff` writes them with the python diff driver
+//! (`@@ -159,6 +188,9 @@ def forward_native(`), with enough context that every hunk's
+//! pre-image occurs once in the pristine file and its post-image once in the patched file.
+
+use similar::{capture_diff_slices, Algorithm, DiffOp};
+
+/// git's python funcname pattern (userdiff.c): `^[ \t]*((class|(async[ \t]+)?def)[ \t].*)$`.
+fn funcname(line: &str) -> Option<&str> {
+    let trimmed = line.trim_start_matches([' ', '\t']);
+    let is = trimmed.starts_with("class ")
+        || trimmed.starts_with("class\t")
+        || trimmed.starts_with("def ")
+        || trimmed.starts_with("def\t")
+        || trimmed.strip_prefix("async").is_some_and(|r| {
+            let r2 = r.trim_start_matches([' ', '\t']);
+            r2.len() < r.len() && (r2.starts_with("def ") || r2.starts_with("def\t"))
+        });
+    is.then_some(trimmed)
+}
+
+/// The anchor git writes for a hunk whose pre-image starts at 0-based `start` of `old`: the
+/// nearest line above it matching the funcname pattern, trailing space trimmed, at most 80
+/// bytes (git's limit, cut at a character boundary).
+pub fn anchor(old: &[String], start: usize) -> Option<String> {
+    let line = old[..start.min(old.len())].iter().rev().find_map(|l| funcname(l))?;
+    let mut s = line.trim_end().to_string();
+    if s.len() > 80 {
+        let mut cut = 80;
+        while !s.is_char_boundary(cut) {
+            cut -= 1;
+        }
+        s.truncate(cut);
+    }
+    Some(s)
+}
+
+/// One hunk: ranges in old and new (0-based, half-open) and its lines.
+struct Hunk {
+    old: (usize, usize),
+    new: (usize, usize),
+    lines: Vec<(char, String)>,
+}
+
+fn hunks(old: &[String], new: &[String], context: usize) -> Vec<Hunk> {
+    let ops = capture_diff_slices(Algorithm::Myers, old, new);
+    let mut out = Vec::new();
+    for group in similar::group_diff_ops(ops, context) {
+        let (first, last) = (group.first().expect("non-empty group"), group.last().expect("non-empty group"));
+        let old_range = (first.old_range().start, last.old_range().end);
+        let new_range = (first.new_range().start, last.new_range().end);
+        let mut lines = Vec::new();
+        for op in &group {
+            match *op {
+                DiffOp::Equal { old_index, len, .. } => {
+                    lines.extend(old[old_index..old_index + len].iter().map(|l| (' ', l.clone())))
+                }
+                DiffOp::Delete { old_index, old_len, .. } => {
+                    lines.extend(old[old_index..old_index + old_len].iter().map(|l| ('-', l.clone())))
+                }
+                DiffOp::Insert { new_index, new_len, .. } => {
+                    lines.extend(new[new_index..new_index + new_len].iter().map(|l| ('+', l.clone())))
+                }
+                DiffOp::Replace { old_index, old_len, new_index, new_len } => {
+                    lines.extend(old[old_index..old_index + old_len].iter().map(|l| ('-', l.clone())));
+                    lines.extend(new[new_index..new_index + new_len].iter().map(|l| ('+', l.clone())));
+                }
+            }
+        }
+        out.push(Hunk { old: old_range, new: new_range, lines });
+    }
+    out
+}
+
+fn occurrences(haystack: &[String], needle: &[&str]) -> usize {
+    if needle.is_empty() || needle.len() > haystack.len() {
+        return usize::from(needle.is_empty());
+    }
+    haystack.windows(needle.len()).filter(|w| w.iter().zip(needle).all(|(a, b)| a == b)).count()
+}
+
+fn unique(h: &Hunk, old: &[String], new: &[String]) -> bool {
+    let pre: Vec<&str> = h.lines.iter().filter(|(c, _)| *c != '+').map(|(_, l)| l.as_str()).collect();
+    let post: Vec<&str> = h.lines.iter().filter(|(c, _)| *c != '-').map(|(_, l)| l.as_str()).collect();
+    // An empty image (a hunk at an empty file's edge) is placed by its header alone.
+    (pre.is_empty() || occurrences(old, &pre) == 1) && (post.is_empty() || occurrences(new, &post) == 1)
+}
+
+fn range(start: usize, end: usize) -> String {
+    let len = end - start;
+    // git: a zero-length range names the line before it; a length of 1 is written without ",1".
+    match len {
+        0 => format!("{start},0"),
+        1 => format!("{}", start + 1),
+        _ => format!("{},{len}", start + 1),
+    }
+}
+
+/// The patch of `path` from `old` to `new` (lines without endings; the file ends with a
+/// newline), or `None` when they are equal. Context starts at 3 lines and widens until every
+/// hunk's images are unique.
+pub fn file_patch(path: &str, old: &[String], new: &[String]) -> Option<String> {
+    if old == new {
+        return None;
+    }
+    let mut chosen = None;
+    for context in [3, 5, 8, 12, 20, 40] {
+        let hs = hunks(old, new, context);
+        let ok = hs.iter().all(|h| unique(h, old, new));
+        chosen = Some(hs);
+        if ok {
+            break;
+        }
+    }
+    let hs = chosen.expect("at least one try");
+    let mut out = format!("--- a/{path}\n+++ b/{path}\n");
+    for h in &hs {
+        let section = anchor(old, h.old.0).map_or(String::new(), |a| format!(" {a}"));
+        out.push_str(&format!("@@ -{} +{} @@{section}\n", range(h.old.0, h.old.1), range(h.new.0, h.new.1)));
+        for (c, l) in &h.lines {
+            out.push(*c);
+            out.push_str(l);
+            out.push('\n');
+        }
+    }
+    Some(out)
+}
+
+/// Whether every hunk of a generated patch has unique images (after the widening tries).
+pub fn all_unique(old: &[String], new: &[String]) -> bool {
+    [3, 5, 8, 12, 20, 40].iter().any(|&c| hunks(old, new, c).iter().all(|h| unique(h, old, new)))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn lines(s: &str) -> Vec<String> {
+        s.lines().map(str::to_string).collect()
+    }
+
+    #[test]
+    fn headers_carry_the_enclosing_def_like_git() {
+        // What `git diff` prints for these two files with `*.py diff=python`: the anchor is the
+        // nearest def/class above the hunk's first line (here the hunk starts below `class A:`
+        // and above `def f`).
+        let text = "import os\n\n\nclass A:\n    x = 0\n\n    def f(self):\n        a = 1\n        b = 2\n        c = 3\n        return a\n";
+        let old = lines(text);
+        let new = lines(&text.replace("b = 2", "b = 20"));
+        let p = file_patch("pkg/m.py", &old, &new).unwrap();
+        assert!(p.contains("@@ -6,6 +6,6 @@ class A:\n"), "{p}");
+        // The nearest one wins, not the first (git prints `def f(self):` here).
+        let deep = "class A:\n    x = 0\n\n    def f(self):\n        a = 1\n        b = 2\n        c = 3\n        d = 4\n        e = 5\n        return a\n";
+        let p = file_patch("pkg/m.py", &lines(deep), &lines(&deep.replace("e = 5", "e = 50"))).unwrap();
+        assert!(p.contains("@@ -6,5 +6,5 @@ def f(self):\n"), "{p}");
+        // Above the first def/class there is no anchor.
+        let new2 = lines(&text.replace("import os", "import sys"));
+        let p = file_patch("pkg/m.py", &old, &new2).unwrap();
+        assert!(p.contains("@@ -1,4 +1,4 @@\n"), "{p}");
+    }
+
+    #[test]
+    fn context_widens_until_the_images_are_unique() {
+        // A line appended after a block that occurs twice: with three lines of context the
+        // pre-image (blank, blank, `y`) is ambiguous; five reach the unique `q`.
+        let old = lines("a\nx = 1\n\n\ny\nq\nx = 1\n\n\ny\n");
+        let new = lines("a\nx = 1\n\n\ny\nq\nx = 1\n\n\ny\nw\n");
+        let p = file_patch("m.py", &old, &new).unwrap();
+        assert!(p.contains("\n q\n"), "the context reaches the unique line: {p}");
+        assert!(all_unique(&old, &new));
+    }
+}

@@ -1,0 +1,165 @@
+//! Catalogue upkeep: making variants for new releases (`port`, `record`), checking every fix
+//! on every release (`matrix`), and the pieces they share: pristine upstream trees in the
+//! cache ([`upstream`]), patch writing with anchors ([`diffgen`]), a three-way merge
+//! ([`merge`]), and text edits of fix.yaml that keep its layout ([`yaml_edit`]).
+
+pub mod diffgen;
+pub mod merge;
+pub mod upstream;
+pub mod yaml_edit;
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+
+use crate::catalog::manifest::PatchEntry;
+use crate::catalog::{Catalog, Fix};
+use crate::cli::TreeName;
+use crate::patch::{parse, state, SourceText};
+use crate::plan::sha256_hex;
+
+/// One file of a variant to write.
+#[derive(Debug, Clone)]
+pub struct NewFile {
+    pub tree: TreeName,
+    /// Relative to the tree root (`vllm/…`).
+    pub file: String,
+    pub pristine: Vec<u8>,
+    pub patched: Vec<u8>,
+    /// An existing patch (relative to the fix directory) that already turns exactly this
+    /// pristine file into exactly these bytes; it is referenced instead of written again.
+    pub reuse: Option<String>,
+}
+
+/// What was written.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct Written {
+    pub release: String,
+    pub manifest: PathBuf,
+    /// Patch files written (absolute) and reused (relative to the fix directory).
+    pub patches: Vec<PathBuf>,
+    pub reused: Vec<String>,
+    /// Files whose edited copy equals the pristine one (not part of the variant).
+    pub unchanged: Vec<String>,
+}
+
+/// The catalogue directory to write into; the built-in catalogue is refused.
+pub fn writable_catalog(dir: Option<&Path>, command: &str) -> Result<PathBuf> {
+    match dir {
+        Some(dir) => Ok(dir.to_path_buf()),
+        None => bail!(
+            "`{command}` writes a variant into a catalogue directory, and the built-in catalogue is compiled into \
+             this binary (it cannot be changed); give --catalog DIR, e.g. `--catalog .` in a checkout of gaudi-fixes \
+             (the directory holding fixes/), then rebuild to ship it"
+        ),
+    }
+}
+
+/// The patch of one file, checked: it applies exactly to `pristine` and gives `patched`'s bytes.
+pub fn checked_patch(file: &str, pristine: &[u8], patched: &[u8]) -> Result<Option<String>> {
+    let shown = Path::new(file);
+    let old = SourceText::decode(pristine, shown)?;
+    let new = SourceText::decode(patched, shown)?;
+    let Some(text) = diffgen::file_patch(file, &old.lines, &new.lines) else {
+        if pristine != patched {
+            bail!("{file}: the edited file differs from the pristine one only in line endings, which a patch cannot carry");
+        }
+        return Ok(None);
+    };
+    let parsed = parse::parse(&text, Path::new(file)).context("parsing the generated patch")?;
+    let fp = parsed.files.into_iter().next().context("the generated patch has no file")?;
+    let eval = state::evaluate(&fp, &old);
+    let applied = state::apply(&fp, &old, &eval).map(|t| t.encode());
+    if applied.as_deref() != Some(patched) {
+        bail!(
+            "{file}: the generated patch does not reproduce the edited bytes exactly (line endings or a missing final \
+             newline changed?); nothing was written"
+        );
+    }
+    Ok(Some(text))
+}
+
+/// The patch file name of `file` within the variant directory.
+fn patch_name(file: &str, taken: &[String]) -> String {
+    let stem = Path::new(file).file_stem().unwrap_or_default().to_string_lossy().to_string();
+    let plain = format!("{stem}.patch");
+    if !taken.contains(&plain) {
+        return plain;
+    }
+    format!("{}.patch", file.trim_end_matches(".py").replace('/', "__"))
+}
+
+/// Write release `release` of `fix` into the catalogue at `dir`: its patch files and its entry
+/// in fix.yaml (replacing an entry of that name; `verified:` starts empty). The catalogue is
+/// loaded again afterwards; if it does not load, fix.yaml and the patches are put back.
+pub fn write_variant(dir: &Path, catalog: &Catalog, fix: &Fix, release: &str, files: &[NewFile]) -> Result<Written> {
+    let fix_dir = dir.join(&fix.dir);
+    let manifest_path = fix_dir.join("fix.yaml");
+    let old_manifest =
+        std::fs::read_to_string(&manifest_path).with_context(|| format!("reading {}", manifest_path.display()))?;
+    let mut entries = Vec::new();
+    let mut to_write: Vec<(PathBuf, String)> = Vec::new();
+    let mut written = Written {
+        release: release.to_string(),
+        manifest: manifest_path.clone(),
+        patches: Vec::new(),
+        reused: Vec::new(),
+        unchanged: Vec::new(),
+    };
+    let mut taken = Vec::new();
+    for f in files {
+        let pristine_sha256 = sha256_hex(&f.pristine);
+        if let Some(reuse) = &f.reuse {
+            entries.push(PatchEntry { tree: f.tree, file: f.file.clone(), patch: reuse.clone(), pristine_sha256 });
+            written.reused.push(reuse.clone());
+            continue;
+        }
+        let Some(text) = checked_patch(&f.file, &f.pristine, &f.patched)? else {
+            written.unchanged.push(f.file.clone());
+            continue;
+        };
+        let name = patch_name(&f.file, &taken);
+        taken.push(name.clone());
+        let rel = format!("{release}/{name}");
+        to_write.push((fix_dir.join(&rel), text));
+        entries.push(PatchEntry { tree: f.tree, file: f.file.clone(), patch: rel, pristine_sha256 });
+    }
+    if entries.is_empty() {
+        bail!("no file differs from its pristine copy: there is nothing to record for {release}");
+    }
+    let new_manifest = yaml_edit::put_release(&old_manifest, release, &entries, &[])
+        .with_context(|| format!("editing {}", manifest_path.display()))?;
+    let mut backups: Vec<(PathBuf, Option<Vec<u8>>)> = Vec::new();
+    let result = (|| -> Result<()> {
+        for (path, text) in &to_write {
+            backups.push((path.clone(), std::fs::read(path).ok()));
+            std::fs::create_dir_all(path.parent().expect("has a parent"))?;
+            upstream::replace_file(path, text.as_bytes())?;
+        }
+        upstream::replace_file(&manifest_path, new_manifest.as_bytes())?;
+        Catalog::load(Some(dir)).context("the catalogue does not load with the new variant")?;
+        Ok(())
+    })();
+    if let Err(err) = result {
+        let _ = upstream::replace_file(&manifest_path, old_manifest.as_bytes());
+        for (path, old) in backups {
+            match old {
+                Some(bytes) => {
+                    let _ = upstream::replace_file(&path, &bytes);
+                }
+                None => {
+                    let _ = std::fs::remove_file(&path);
+                }
+            }
+        }
+        return Err(err.context(format!("nothing was changed in {}", catalog.files.origin)));
+    }
+    written.patches = to_write.into_iter().map(|(p, _)| p).collect();
+    Ok(written)
+}
+
+/// Read `file` under the tree root `root`, or say which tree lacks it.
+pub fn read_in(root: &Path, file: &str, what: &str) -> Result<Vec<u8>> {
+    let path = root.join(file);
+    std::fs::read(&path).with_context(|| format!("{what}: cannot read {}", path.display()))
+}

@@ -1,0 +1,217 @@
+//! Pristine upstream trees in the user cache, laid out as scripts/fetch-upstream.sh makes them:
+//! - `<cache>/upstream/<release>/vllm/`: the vllm/ package of the vLLM wheel, fetched with
+//!   `pip download --no-deps` into `<cache>/wheels/` and extracted once;
+//! - `<cache>/gaudi/<name>/vllm_gaudi/`: vllm_gaudi, which is on no package index: from
+//!   `GAUDI_FIXES_VLLM_GAUDI_SRC` (a directory holding vllm_gaudi/), else extracted from the
+//!   archives `vllm_gaudi-<release>.tar.gz` / `vllm_gaudi-main-*.tar.gz` under `shared/upstream/`
+//!   beside the repository (found from the current directory up), else absent.
+//!
+//! `<cache>` is `GAUDI_FIXES_CACHE`, else `$XDG_CACHE_HOME/gaudi-fixes`, else
+//! `~/.cache/gaudi-fixes`. Trees there are never modified; users copy them.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use anyhow::{bail, Context, Result};
+
+/// The cache directory.
+pub fn cache_dir() -> Result<PathBuf> {
+    if let Some(dir) = std::env::var_os("GAUDI_FIXES_CACHE").filter(|v| !v.is_empty()) {
+        return Ok(PathBuf::from(dir));
+    }
+    if let Some(xdg) = std::env::var_os("XDG_CACHE_HOME").filter(|v| !v.is_empty()) {
+        return Ok(PathBuf::from(xdg).join("gaudi-fixes"));
+    }
+    let home =
+        std::env::var_os("HOME").filter(|v| !v.is_empty()).context("neither GAUDI_FIXES_CACHE nor HOME is set")?;
+    Ok(PathBuf::from(home).join(".cache/gaudi-fixes"))
+}
+
+/// `v0.26.0` from `0.26.0` or `v0.26.0`; anything else is an error.
+pub fn release_tag(name: &str) -> Result<String> {
+    let tag = format!("v{}", name.trim_start_matches('v'));
+    if !crate::catalog::manifest::is_release_name(&tag) {
+        bail!("`{name}` is not a release like v0.26.0");
+    }
+    Ok(tag)
+}
+
+/// The cached pristine vLLM root for `release` (holding vllm/), if it is there.
+pub fn cached_vllm(release: &str) -> Result<Option<PathBuf>> {
+    let root = cache_dir()?.join("upstream").join(release);
+    Ok(root.join("vllm").is_dir().then_some(root))
+}
+
+/// The pristine vLLM root for `release`, downloading and extracting the wheel if needed.
+pub fn vllm_tree(python: &str, release: &str, mut progress: impl FnMut(&str)) -> Result<PathBuf> {
+    if let Some(root) = cached_vllm(release)? {
+        return Ok(root);
+    }
+    let cache = cache_dir()?;
+    let version = release.trim_start_matches('v');
+    let wheels = cache.join("wheels");
+    std::fs::create_dir_all(&wheels).with_context(|| format!("creating {}", wheels.display()))?;
+    let find = || -> Option<PathBuf> {
+        let prefix = format!("vllm-{version}-");
+        std::fs::read_dir(&wheels).ok()?.flatten().map(|e| e.path()).find(|p| {
+            p.file_name().and_then(|n| n.to_str()).is_some_and(|n| n.starts_with(&prefix) && n.ends_with(".whl"))
+        })
+    };
+    let wheel = match find() {
+        Some(w) => w,
+        None => {
+            progress(&format!("downloading vllm=={version} (pip download --no-deps)"));
+            let out = Command::new(python)
+                .args(["-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--quiet", "--dest"])
+                .arg(&wheels)
+                .arg(format!("vllm=={version}"))
+                .output()
+                .with_context(|| format!("running `{python} -m pip download` (give --python with pip)"))?;
+            if !out.status.success() {
+                bail!(
+                    "`{python} -m pip download vllm=={version}` failed: {}",
+                    String::from_utf8_lossy(&out.stderr).trim().lines().last().unwrap_or("")
+                );
+            }
+            find().with_context(|| format!("pip download left no vllm-{version}-*.whl in {}", wheels.display()))?
+        }
+    };
+    progress(&format!("extracting vllm/ from {}", wheel.display()));
+    let parent = cache.join("upstream");
+    std::fs::create_dir_all(&parent)?;
+    let tmp = parent.join(format!(".{release}.{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&tmp);
+    std::fs::create_dir_all(&tmp)?;
+    const EXTRACT: &str = r#"
+import os, sys, zipfile
+wheel, out = sys.argv[1], sys.argv[2]
+with zipfile.ZipFile(wheel) as zf:
+    for info in zf.infolist():
+        parts = info.filename.split('/')
+        if parts[0] != 'vllm' or '..' in parts or os.path.isabs(info.filename):
+            continue
+        zf.extract(info, out)
+if not os.path.isfile(os.path.join(out, 'vllm', '__init__.py')):
+    sys.exit(wheel + ': no vllm/__init__.py in the wheel')
+"#;
+    let out = Command::new(python).arg("-c").arg(EXTRACT).arg(&wheel).arg(&tmp).output()?;
+    if !out.status.success() {
+        let _ = std::fs::remove_dir_all(&tmp);
+        bail!("extracting {}: {}", wheel.display(), String::from_utf8_lossy(&out.stderr).trim());
+    }
+    let marker = format!(
+        "release: {release}\nwheel: {}\nvllm_gaudi: absent\n",
+        wheel.file_name().unwrap_or_default().to_string_lossy()
+    );
+    std::fs::write(tmp.join(".gaudi-fixes-upstream"), marker)?;
+    let dest = parent.join(release);
+    std::fs::rename(&tmp, &dest).with_context(|| format!("moving the new tree to {}", dest.display()))?;
+    Ok(dest)
+}
+
+/// Where a vllm_gaudi tree came from, for reports.
+#[derive(Debug, Clone, serde::Serialize)]
+pub struct GaudiTree {
+    /// The directory holding vllm_gaudi/.
+    pub root: PathBuf,
+    /// `GAUDI_FIXES_VLLM_GAUDI_SRC`, `cache gaudi/<name>`, or the archive's name.
+    pub source: String,
+}
+
+/// The `shared/upstream/` archive directory beside the repository, searched from the current
+/// directory upwards (`<dir>/shared/upstream` or `<dir>/../shared/upstream`).
+fn archives_dir() -> Option<PathBuf> {
+    let cwd = std::env::current_dir().ok()?;
+    for dir in cwd.ancestors() {
+        for cand in [dir.join("shared/upstream"), dir.join("../shared/upstream")] {
+            if cand.is_dir() {
+                return Some(cand);
+            }
+        }
+    }
+    None
+}
+
+/// The vllm_gaudi tree to pair with vLLM `release`: the env override, the cache, the
+/// release's archive, then main's (newest) archive. `None` when there is none.
+pub fn gaudi_tree(release: &str) -> Result<Option<GaudiTree>> {
+    if let Some(src) = std::env::var_os("GAUDI_FIXES_VLLM_GAUDI_SRC").filter(|v| !v.is_empty()) {
+        let root = PathBuf::from(src);
+        if !root.join("vllm_gaudi").is_dir() {
+            bail!("GAUDI_FIXES_VLLM_GAUDI_SRC={}: no vllm_gaudi/ there", root.display());
+        }
+        return Ok(Some(GaudiTree { root, source: "GAUDI_FIXES_VLLM_GAUDI_SRC".into() }));
+    }
+    let cache = cache_dir()?.join("gaudi");
+    let archives = archives_dir();
+    let archive_for = |name: &str| -> Option<PathBuf> {
+        let dir = archives.as_ref()?;
+        if name == "main" {
+            let mut mains: Vec<PathBuf> = std::fs::read_dir(dir)
+                .ok()?
+                .flatten()
+                .map(|e| e.path())
+                .filter(|p| {
+                    p.file_name()
+                        .and_then(|n| n.to_str())
+                        .is_some_and(|n| n.starts_with("vllm_gaudi-main-") && n.ends_with(".tar.gz"))
+                })
+                .collect();
+            mains.sort();
+            mains.pop()
+        } else {
+            Some(dir.join(format!("vllm_gaudi-{name}.tar.gz"))).filter(|p| p.is_file())
+        }
+    };
+    for name in [release, "main"] {
+        let root = cache.join(name);
+        if root.join("vllm_gaudi").is_dir() {
+            return Ok(Some(GaudiTree { root, source: format!("cache gaudi/{name}") }));
+        }
+        if let Some(archive) = archive_for(name) {
+            std::fs::create_dir_all(&cache)?;
+            let tmp = cache.join(format!(".{name}.{}", std::process::id()));
+            let _ = std::fs::remove_dir_all(&tmp);
+            std::fs::create_dir_all(&tmp)?;
+            let st = Command::new("tar")
+                .arg("-xzf")
+                .arg(&archive)
+                .arg("-C")
+                .arg(&tmp)
+                .status()
+                .context("running tar to extract vllm_gaudi")?;
+            if !st.success() || !tmp.join("vllm_gaudi").is_dir() {
+                let _ = std::fs::remove_dir_all(&tmp);
+                bail!("{}: could not extract vllm_gaudi/ from it", archive.display());
+            }
+            std::fs::rename(&tmp, &root)?;
+            let label = archive.file_name().unwrap_or_default().to_string_lossy().to_string();
+            return Ok(Some(GaudiTree { root, source: label }));
+        }
+    }
+    Ok(None)
+}
+
+/// Copy `src` (a package directory) to `dest` as hard links where the file system allows
+/// (vLLM's package is ~800 MB), else as a copy. Files written later into `dest` must be
+/// replaced (written beside and renamed), never written in place.
+pub fn link_copy(src: &Path, dest: &Path) -> Result<()> {
+    let ok = Command::new("cp").arg("-al").arg(src).arg(dest).status().is_ok_and(|s| s.success());
+    if ok {
+        return Ok(());
+    }
+    let _ = std::fs::remove_dir_all(dest);
+    let st = Command::new("cp").arg("-a").arg(src).arg(dest).status().context("running cp")?;
+    if !st.success() {
+        bail!("cannot copy {} to {}", src.display(), dest.display());
+    }
+    Ok(())
+}
+
+/// Replace `path` with `bytes` without writing through a hard link.
+pub fn replace_file(path: &Path, bytes: &[u8]) -> Result<()> {
+    let tmp = path.with_extension("gaudi-fixes-tmp");
+    std::fs::write(&tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).with_context(|| format!("replacing {}", path.display()))?;
+    Ok(())
+}
