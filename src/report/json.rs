@@ -36,3 +36,28 @@ pub fn print(out: &mut dyn Write, doc: &Document<'_>, status: ExitStatus) -> Res
     writeln!(out)?;
     Ok(())
 }
+
+/// The first file (and line, when given as `path:LINE`) an error message names, for the
+/// `error` object of the JSON document.
+pub fn locate(message: &str) -> (Option<String>, Option<u64>) {
+    static RE: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
+    let re = RE.get_or_init(|| {
+        regex::Regex::new(r"(?:^|[\s(`])((?:/|<built-in>/)[^\s:`)]*[^\s:`).,;])(?::(\d+))?").expect("valid regex")
+    });
+    match re.captures(message) {
+        Some(c) => (Some(c[1].to_string()), c.get(2).and_then(|l| l.as_str().parse().ok())),
+        None => (None, None),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::locate;
+
+    #[test]
+    fn locates_file_and_line() {
+        assert_eq!(locate("/c/fixes/a/fix.yaml:7: unknown field"), (Some("/c/fixes/a/fix.yaml".into()), Some(7)));
+        assert_eq!(locate("reading /t/.gaudi-fixes/journal.json: bad"), (Some("/t/.gaudi-fixes/journal.json".into()), None));
+        assert_eq!(locate("no path here"), (None, None));
+    }
+}
