@@ -28,7 +28,8 @@
 //!
 //! `GAUDI_FIXES_FAULT`, for tests: `after-journal`, `after-rename:N` (after the N-th file
 //! rename, 1-based) and `before-journal-remove` abort the process there; `write-error:N` makes
-//! the N-th file write fail with an I/O error (after the journal); `pause-before-rename:N`
+//! the N-th file write fail with an I/O error (after the journal), and `write-error:rollback`
+//! every write putting a file back; steps combine with commas. `pause-before-rename:N`
 //! creates `$GAUDI_FIXES_FAULT_PAUSE` and waits until it is removed, before the N-th rename.
 
 use std::collections::{BTreeMap, BTreeSet};
@@ -559,7 +560,9 @@ impl Journal {
     fn compute_checksum(&self) -> String {
         let mut copy = self.clone();
         copy.checksum.clear();
-        sha256_hex(&serde_json::to_vec(&copy).expect("journal serialises"))
+        // Through a JSON value, so the form hashed does not depend on field order.
+        let value = serde_json::to_value(&copy).expect("journal serialises");
+        sha256_hex(&serde_json::to_vec(&value).expect("journal serialises"))
     }
 }
 
@@ -1070,7 +1073,7 @@ fn rollback(
     for (i, t) in targets.iter().enumerate() {
         let _ = t.dir.unlink(&temp_name(&t.name));
         if i < renamed {
-            if let Err(e) = replace_checked(t, t.old, t.new, usize::MAX) {
+            if let Err(e) = replace_checked(t, t.old, t.new, ROLLBACK_WRITE) {
                 failed.push((i, format!("{e:#}")));
             }
         }
@@ -1186,15 +1189,21 @@ fn now_nanos() -> u128 {
 
 /// Abort here if `GAUDI_FIXES_FAULT` names this step (crash tests only).
 fn fault(step: &str) {
-    if std::env::var("GAUDI_FIXES_FAULT").is_ok_and(|v| v == step) {
+    if std::env::var("GAUDI_FIXES_FAULT").is_ok_and(|v| v.split(',').any(|f| f == step)) {
         eprintln!("gaudi-fixes: GAUDI_FIXES_FAULT={step}: aborting");
         std::process::abort();
     }
 }
 
+/// Whether `GAUDI_FIXES_FAULT` (comma-separated steps) names `kind:nth`; rollback writes are
+/// numbered `rollback` (`write-error:rollback` makes putting files back fail too).
 fn fault_matches(kind: &str, nth: usize) -> bool {
-    std::env::var("GAUDI_FIXES_FAULT").is_ok_and(|v| v == format!("{kind}:{nth}"))
+    let want = if nth == ROLLBACK_WRITE { format!("{kind}:rollback") } else { format!("{kind}:{nth}") };
+    std::env::var("GAUDI_FIXES_FAULT").is_ok_and(|v| v.split(',').any(|f| f == want))
 }
+
+/// The `nth` of a rollback write, for [`fault_matches`].
+const ROLLBACK_WRITE: usize = usize::MAX;
 
 thread_local! {
     static WRITE_ERROR: std::cell::Cell<bool> = const { std::cell::Cell::new(false) };

@@ -521,3 +521,180 @@ fn concurrent_applies_write_once_and_checks_never_see_drift() {
         eprintln!("round {round}: 8 applies, 1 wrote; {} checks said {:?}", codes.len(), codes);
     }
 }
+
+// ---- issue 9: all or nothing on I/O errors, someone else's save, locks, exit codes ----
+
+/// `apply` or `revert` with an injected I/O error on the N-th file write (after the journal):
+/// exit 3, the files already written put back, nothing left behind.
+#[test]
+fn write_error_after_the_journal_rolls_back_and_exits_3() {
+    let pristine = tree_files(&two_file_fixture());
+    for n in ["1", "2"] {
+        let d = two_file_fixture();
+        let fault = format!("write-error:{n}");
+        let (_, stderr) =
+            d.cmd().args(with_fixture(&["apply", "fix-a", "fix-c"])).env("GAUDI_FIXES_FAULT", &fault).expect(3);
+        assert!(stderr.contains("rolled back: nothing was changed"), "{fault}: {stderr}");
+        assert_same(&tree_files(&d), &pristine, &format!("{fault}: apply"));
+        assert!(!d.path().join("root/.gaudi-fixes").exists(), "{fault}: left .gaudi-fixes/ behind");
+
+        d.cmd().args(with_fixture(&["apply", "fix-a", "fix-c"])).expect(0);
+        let patched = d.snapshot("root");
+        let (_, stderr) =
+            d.cmd().args(with_fixture(&["revert", "fix-a", "fix-c"])).env("GAUDI_FIXES_FAULT", &fault).expect(3);
+        assert!(stderr.contains("rolled back"), "{fault}: {stderr}");
+        assert_same(&d.snapshot("root"), &patched, &format!("{fault}: revert (provenance included)"));
+    }
+}
+
+/// The write fails and so does putting the first file back: exit 4, each file's state named,
+/// the journal kept; the next run finishes the transaction.
+#[test]
+fn failed_rollback_names_each_file_and_exits_4_then_recovers() {
+    let patched = expected_after(&["apply", "fix-a", "fix-c"]);
+    let d = two_file_fixture();
+    let (_, stderr) = d
+        .cmd()
+        .args(with_fixture(&["apply", "fix-a", "fix-c"]))
+        .env("GAUDI_FIXES_FAULT", "write-error:2,write-error:rollback")
+        .expect(4);
+    assert!(stderr.contains("rolling back failed"), "{stderr}");
+    assert!(stderr.contains("vllm/mod.py: NEW content"), "{stderr}");
+    assert!(stderr.contains("vllm/two.py: old content"), "{stderr}");
+    assert!(d.path().join("root/.gaudi-fixes/journal.json").exists());
+    let (stdout, _) = d.cmd().args(with_fixture(&["apply", "fix-a", "fix-c"])).expect(0);
+    assert!(stdout.contains("recovered an interrupted `apply`"), "{stdout}");
+    assert_same(&tree_files(&d), &patched, "after recovery");
+    assert!(leftovers(&d).is_empty(), "left behind {:?}", leftovers(&d));
+}
+
+/// Another process saves the second file while apply is about to rename over it: its save
+/// wins, the first file is put back, exit 3 "changed while applying".
+#[test]
+fn someone_elses_save_wins_and_the_apply_rolls_back() {
+    let d = two_file_fixture();
+    let marker = d.path().join("paused");
+    let child = Command::new(env!("CARGO_BIN_EXE_gaudi-fixes"))
+        .args(with_fixture(&["apply", "fix-a", "fix-c"]))
+        .current_dir(d.path())
+        .env("GAUDI_FIXES_FAULT", "pause-before-rename:2")
+        .env("GAUDI_FIXES_FAULT_PAUSE", &marker)
+        .env("NO_COLOR", "1")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !marker.exists() {
+        assert!(Instant::now() < deadline, "the run never reached its pause");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let theirs = "# saved by someone else\n";
+    d.write("root/vllm/two.py", theirs);
+    std::fs::remove_file(&marker).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(stderr.contains("vllm/two.py: changed while applying"), "{stderr}");
+    assert_eq!(d.read_string("root/vllm/two.py"), theirs, "their save was lost");
+    assert_eq!(d.read_string("root/vllm/mod.py"), PRISTINE, "mod.py was not put back");
+    assert!(!d.path().join("root/.gaudi-fixes").exists(), "left .gaudi-fixes/ behind");
+}
+
+/// Hold the tree's lock from this process; a writer says at once who holds it (this PID) and
+/// goes on once it is released; `--lock-timeout` bounds the wait of a reader.
+#[test]
+fn waiting_for_a_lock_says_who_holds_it() {
+    use std::io::BufRead;
+    let d = two_file_fixture();
+    let root = std::fs::File::open(d.path().join("root")).unwrap();
+    root.lock().unwrap();
+    let me = format!("PID {}", std::process::id());
+
+    let (_, stderr) = d.cmd().args(with_fixture(&["apply", "--check", "fix-a", "--lock-timeout", "0.3"])).expect(3);
+    assert!(stderr.contains("gave up waiting for the lock") && stderr.contains(&me), "{stderr}");
+    let (_, stderr) = d.cmd().args(with_fixture(&["status", "--lock-timeout", "0"])).expect(3);
+    assert!(stderr.contains("gave up waiting") && stderr.contains(&me), "{stderr}");
+
+    let mut child = Command::new(env!("CARGO_BIN_EXE_gaudi-fixes"))
+        .args(with_fixture(&["apply", "fix-a"]))
+        .current_dir(d.path())
+        .env("NO_COLOR", "1")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let first = lines.next().expect("a line while waiting").unwrap();
+    assert!(first.contains("waiting for the lock") && first.contains(&me), "{first}");
+    assert!(first.contains("running since"), "{first}");
+    root.unlock().unwrap();
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+    d.cmd().args(with_fixture(&["apply", "--check", "fix-a"])).expect(0);
+}
+
+/// Run with stdout a pipe whose reader is already gone (`| head -0`, deterministically).
+fn closed_stdout(d: &Dir, args: &[&str]) -> (Option<i32>, String) {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let mut fds = [0; 2];
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    drop(read);
+    let out = Command::new(env!("CARGO_BIN_EXE_gaudi-fixes"))
+        .args(with_fixture(args))
+        .current_dir(d.path())
+        .env("NO_COLOR", "1")
+        .stdout(Stdio::from(write))
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    (out.status.code(), String::from_utf8_lossy(&out.stderr).to_string())
+}
+
+#[test]
+fn exit_codes_do_not_depend_on_a_closed_stdout() {
+    let d = two_file_fixture();
+    for format in ["human", "json", "github"] {
+        let (code, stderr) = closed_stdout(&d, &["--format", format, "apply", "--check", "fix-a"]);
+        assert_eq!(code, Some(1), "{format}: not applied: {stderr}");
+        assert!(stderr.is_empty(), "{format}: a closed stdout is not worth a word: {stderr}");
+    }
+    d.write("root/vllm/mod.py", PRISTINE.replace("b = a * 2", "b = a * 5"));
+    for format in ["human", "json"] {
+        assert_eq!(closed_stdout(&d, &["--format", format, "apply", "--check", "fix-a"]).0, Some(2), "{format}");
+        assert_eq!(closed_stdout(&d, &["--format", format, "apply", "fix-a"]).0, Some(2), "{format}: refused");
+        assert_eq!(closed_stdout(&d, &["--format", format, "diff", "fix-a"]).0, Some(2), "{format}: diff");
+    }
+    // The same through a shell pipeline, as CI writes it.
+    let bin = env!("CARGO_BIN_EXE_gaudi-fixes");
+    for tail in ["head -0", "true"] {
+        let out = Command::new("bash")
+            .arg("-c")
+            .arg(format!("'{bin}' --catalog cat --root root apply --check fix-a | {tail}; exit ${{PIPESTATUS[0]}}"))
+            .current_dir(d.path())
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "| {tail}");
+    }
+}
+
+/// Every `--format json` run prints one JSON document, errors included.
+#[test]
+fn json_errors_are_one_document() {
+    let d = two_file_fixture();
+    let yaml = d.read_string("cat/fixes/fix-a/fix.yaml");
+    d.write("cat/fixes/fix-a/fix.yaml", yaml.replace("kind: correctness\n", "kind: correctness\nkind: performance\n"));
+    for args in [&["--format", "json", "apply", "fix-a"][..], &["--format=json", "status"][..]] {
+        let (stdout, stderr) = d.cmd().args(with_fixture(args)).expect(3);
+        let doc: serde_json::Value = serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"));
+        assert_eq!(doc["exit_code"], 3, "{stdout}");
+        let file = doc["error"]["file"].as_str().unwrap_or_default();
+        assert!(file.ends_with("cat/fixes/fix-a/fix.yaml"), "{stdout}");
+        assert_eq!(doc["error"]["line"], 4, "{stdout}");
+        assert!(doc["error"]["message"].as_str().unwrap().contains("duplicate"), "{stdout}");
+        assert!(stderr.contains("duplicate"), "{stderr}");
+    }
+    let (stdout, _) = d.cmd().args(["--format", "json", "apply", "--no-such-flag"]).expect(3);
+    let doc: serde_json::Value = serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"));
+    assert_eq!(doc["exit_code"], 3);
+}

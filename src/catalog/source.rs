@@ -173,12 +173,28 @@ fn check_yaml(text: &str, shown: &str) -> Result<()> {
         }
     }
     if let Err(e) = serde_yaml::from_str::<serde_yaml::Value>(text) {
-        let line = e.location().map(|l| l.line()).unwrap_or(1);
         let msg = e.to_string();
         let msg = msg.split(" at line ").next().unwrap_or(&msg).to_string();
+        let line = duplicate_line(text, &msg).or(e.location().map(|l| l.line())).unwrap_or(1);
         bail!("{shown}:{line}: {msg}");
     }
     Ok(())
+}
+
+/// The line of the second `key:` at one indentation, for a "duplicate entry with key" error
+/// (the parser reports where the mapping starts).
+fn duplicate_line(text: &str, msg: &str) -> Option<usize> {
+    let key = msg.split("duplicate entry with key ").nth(1)?.trim().trim_matches('"');
+    let mut seen = std::collections::BTreeSet::new();
+    for (i, line) in text.lines().enumerate() {
+        let indent = line.len() - line.trim_start_matches([' ', '-']).len();
+        let rest = line.trim_start_matches([' ', '-']);
+        let name = rest.split(':').next().unwrap_or("").trim().trim_matches(['"', '\'']);
+        if name == key && rest.contains(':') && !seen.insert(indent) {
+            return Some(i + 1);
+        }
+    }
+    None
 }
 
 #[cfg(test)]
@@ -198,6 +214,8 @@ mod tests {
     #[test]
     fn duplicate_keys_are_refused_with_their_line() {
         let err = check_yaml("a: 1\nb:\n  c: 2\n  c: 3\n", "f.yaml").unwrap_err().to_string();
-        assert!(err.starts_with("f.yaml:3: ") && err.contains("duplicate"), "{err}");
+        assert!(err.starts_with("f.yaml:4: ") && err.contains("duplicate"), "{err}");
+        let err = check_yaml("a: 1\nb: 2\na: 3\n", "f.yaml").unwrap_err().to_string();
+        assert!(err.starts_with("f.yaml:3: "), "{err}");
     }
 }
