@@ -174,6 +174,10 @@ fn check_yaml(text: &str, shown: &str) -> Result<()> {
     }
     if let Err(e) = serde_yaml::from_str::<serde_yaml::Value>(text) {
         let msg = e.to_string();
+        if !msg.contains("duplicate entry") {
+            // Any other error is reported by the typed parse, with its own wording.
+            return Ok(());
+        }
         let msg = msg.split(" at line ").next().unwrap_or(&msg).to_string();
         let line = duplicate_line(text, &msg).or(e.location().map(|l| l.line())).unwrap_or(1);
         bail!("{shown}:{line}: {msg}");
