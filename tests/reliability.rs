@@ -617,7 +617,8 @@ fn waiting_for_a_lock_says_who_holds_it() {
     assert!(stderr.contains("gave up waiting") && stderr.contains(&me), "{stderr}");
 
     let mut child = Command::new(env!("CARGO_BIN_EXE_gaudi-fixes"))
-        .args(with_fixture(&["apply", "fix-a"]))
+        // A bound only so a broken build fails this test instead of hanging it.
+        .args(with_fixture(&["apply", "fix-a", "--lock-timeout", "120"]))
         .current_dir(d.path())
         .env("NO_COLOR", "1")
         .stdout(Stdio::null())
@@ -697,4 +698,119 @@ fn json_errors_are_one_document() {
     let (stdout, _) = d.cmd().args(["--format", "json", "apply", "--no-such-flag"]).expect(3);
     let doc: serde_json::Value = serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"));
     assert_eq!(doc["exit_code"], 3);
+}
+
+/// two_file_fixture plus `vllm_gaudi/g.py` and fix-g patching it: `apply fix-a fix-g` writes
+/// into both packages of one root.
+fn gaudi_fixture() -> Dir {
+    let d = two_file_fixture();
+    d.write("root/vllm_gaudi/__init__.py", "");
+    d.write("root/vllm_gaudi/g.py", TWO);
+    d.write(
+        "cat/fixes/fix-g/fix.yaml",
+        format!(
+            "name: fix-g\nsummary: mark gaudi\nkind: correctness\nupstream: {{status: not-filed}}\nreleases:\n  v0.26.0:\n    patches:\n      - tree: vllm_gaudi\n        file: vllm_gaudi/g.py\n        patch: v0.26.0/g.patch\n        pristine_sha256: {}\n",
+            sha256(TWO.as_bytes())
+        ),
+    );
+    d.write("cat/fixes/fix-g/v0.26.0/g.patch", FIX_C_PATCH.replace("vllm/two.py", "vllm_gaudi/g.py"));
+    d
+}
+
+/// A mount made for a test, undone on drop.
+struct Mount(std::path::PathBuf);
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// Bind-mount `at` onto itself read-only.
+fn read_only_bind(at: &Path) -> Option<Mount> {
+    let bind = mount(&["--bind", at.to_str().unwrap()], at)?;
+    let out = Command::new("mount").args(["-o", "remount,ro,bind"]).arg(at).output().ok()?;
+    if !out.status.success() {
+        eprintln!("SKIPPED: cannot remount read-only ({})", String::from_utf8_lossy(&out.stderr).trim());
+        return None;
+    }
+    Some(bind)
+}
+
+fn mount(args: &[&str], at: &Path) -> Option<Mount> {
+    let out = Command::new("mount").args(args).arg(at).output().ok()?;
+    if !out.status.success() {
+        eprintln!("SKIPPED: cannot mount here ({}); run as root with mount rights", String::from_utf8_lossy(&out.stderr).trim());
+        return None;
+    }
+    Some(Mount(at.to_path_buf()))
+}
+
+/// `vllm_gaudi/` on a read-only bind mount: apply exits 3 with `vllm/` untouched too; after a
+/// successful apply, revert exits 3 with the tree still fully patched.
+#[test]
+fn read_only_bind_mount_is_all_or_nothing() {
+    let d = gaudi_fixture();
+    let gaudi = d.path().join("root/vllm_gaudi");
+    let pristine = tree_files(&d);
+    {
+        let Some(_ro) = read_only_bind(&gaudi) else { return };
+        let (_, stderr) = d.cmd().args(with_fixture(&["apply", "fix-a", "fix-g"])).expect(3);
+        eprintln!("apply on a read-only vllm_gaudi: {stderr}");
+        assert!(stderr.contains("vllm_gaudi/g.py") && stderr.contains("nothing was changed"), "{stderr}");
+        assert_same(&tree_files(&d), &pristine, "apply on a read-only vllm_gaudi");
+        assert!(!d.path().join("root/.gaudi-fixes").exists(), "left .gaudi-fixes/ behind");
+    }
+    d.cmd().args(with_fixture(&["apply", "fix-a", "fix-g"])).expect(0);
+    let patched = d.snapshot("root");
+    let Some(_ro) = read_only_bind(&gaudi) else { return };
+    let (_, stderr) = d.cmd().args(with_fixture(&["revert", "fix-a", "fix-g"])).expect(3);
+    eprintln!("revert on a read-only vllm_gaudi: {stderr}");
+    assert_same(&d.snapshot("root"), &patched, "revert on a read-only vllm_gaudi");
+}
+
+/// An immutable file (`chattr +i`; root ignores mode bits): exit 3, nothing changed.
+#[test]
+fn immutable_file_is_all_or_nothing() {
+    let d = gaudi_fixture();
+    let g = d.path().join("root/vllm_gaudi/g.py");
+    let ok = Command::new("chattr").arg("+i").arg(&g).output();
+    if !ok.as_ref().is_ok_and(|o| o.status.success()) {
+        eprintln!("SKIPPED: chattr +i not available here: {ok:?}");
+        return;
+    }
+    struct Undo<'a>(&'a Path);
+    impl Drop for Undo<'_> {
+        fn drop(&mut self) {
+            let _ = Command::new("chattr").arg("-i").arg(self.0).status();
+        }
+    }
+    let _undo = Undo(&g);
+    let pristine = tree_files(&d);
+    let (_, stderr) = d.cmd().args(with_fixture(&["apply", "fix-a", "fix-g"])).expect(3);
+    eprintln!("apply with an immutable file: {stderr}");
+    assert!(stderr.contains("vllm_gaudi/g.py") && stderr.contains("nothing was changed"), "{stderr}");
+    assert_same(&tree_files(&d), &pristine, "apply with an immutable file");
+    assert!(!d.path().join("root/.gaudi-fixes").exists(), "left .gaudi-fixes/ behind");
+}
+
+/// The tree on a full tmpfs: exit 3, nothing changed (whichever check stops it).
+#[test]
+fn full_disk_is_all_or_nothing() {
+    let d = gaudi_fixture();
+    let small = d.path().join("small");
+    std::fs::create_dir(&small).unwrap();
+    let Some(_tmpfs) = mount(&["-t", "tmpfs", "-o", "size=256k", "tmpfs"], &small) else { return };
+    let ok = Command::new("cp").args(["-a", "root/.", "small/"]).current_dir(d.path()).status().unwrap();
+    assert!(ok.success());
+    // Fill it up.
+    let mut filler = std::fs::File::create(small.join("filler")).unwrap();
+    let block = vec![b'x'; 4096];
+    while std::io::Write::write_all(&mut filler, &block).is_ok() {}
+    drop(filler);
+    let before = d.snapshot("small");
+    let (_, stderr) = d.cmd().args(["--catalog", "cat", "--root", "small", "apply", "fix-a", "fix-g"]).expect(3);
+    eprintln!("apply on a full disk: {stderr}");
+    assert!(stderr.contains("nothing was changed"), "{stderr}");
+    assert_same(&d.snapshot("small"), &before, "apply on a full disk");
 }
