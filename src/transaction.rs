@@ -989,13 +989,9 @@ fn preflight(targets: &[Target<'_>], involved: &[&Root]) -> Result<()> {
         if now != t.old {
             bail!("{}: changed while applying (someone else saved it); nothing was changed", shown.display());
         }
-        match t.dir.raw_open(&t.name, libc::O_WRONLY | libc::O_NONBLOCK, 0) {
-            Ok(_) => {}
-            Err(e) => {
-                return Err(e).with_context(|| {
-                    format!("{}: cannot be written ({}); nothing was changed", shown.display(), why(&shown))
-                })
-            }
+        if let Err(e) = t.dir.raw_open(&t.name, libc::O_WRONLY | libc::O_NONBLOCK, 0) {
+            let why = why(&e);
+            return Err(e).with_context(|| format!("{}: cannot be written ({why}); nothing was changed", shown.display()));
         }
         let probe = temp_name(&t.name);
         t.dir.create_exclusive(&probe, b"", t.mode, Some(t.owner)).with_context(|| {
@@ -1030,12 +1026,13 @@ fn preflight(targets: &[Target<'_>], involved: &[&Root]) -> Result<()> {
 }
 
 /// A short reason for a failed open, in words.
-fn why(path: &Path) -> String {
-    match std::fs::OpenOptions::new().write(true).open(path) {
-        Err(e) if e.raw_os_error() == Some(libc::EROFS) => "read-only file system".into(),
-        Err(e) if e.raw_os_error() == Some(libc::EPERM) => "not permitted: immutable?".into(),
-        Err(e) => e.to_string(),
-        Ok(_) => "unknown".into(),
+fn why(e: &std::io::Error) -> &'static str {
+    match e.raw_os_error() {
+        Some(libc::EROFS) => "read-only file system",
+        Some(libc::EPERM) => "not permitted: immutable (chattr +i)?",
+        Some(libc::EACCES) => "permission denied",
+        Some(libc::ETXTBSY) => "busy",
+        _ => "open for writing failed",
     }
 }
 

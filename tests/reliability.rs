@@ -627,7 +627,7 @@ fn waiting_for_a_lock_says_who_holds_it() {
         .unwrap();
     let mut lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
     let first = lines.next().expect("a line while waiting").unwrap();
-    assert!(first.contains("waiting for the lock") && first.contains(&me), "{first}");
+    assert!(first.starts_with("gaudi-fixes: waiting for the lock") && first.contains(&me), "{first}");
     assert!(first.contains("running since"), "{first}");
     root.unlock().unwrap();
     assert_eq!(child.wait().unwrap().code(), Some(0));
@@ -813,4 +813,35 @@ fn full_disk_is_all_or_nothing() {
     eprintln!("apply on a full disk: {stderr}");
     assert!(stderr.contains("nothing was changed"), "{stderr}");
     assert_same(&d.snapshot("small"), &before, "apply on a full disk");
+}
+
+/// `--check` and `status` do not wait forever by default (a stopped writer holding the lock
+/// would otherwise hang them): they give up after the default reader timeout, naming the holder.
+#[test]
+fn readers_give_up_waiting_by_default() {
+    let d = two_file_fixture();
+    let root = std::fs::File::open(d.path().join("root")).unwrap();
+    root.lock().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_gaudi-fixes"))
+        .args(with_fixture(&["apply", "--check", "fix-a"]))
+        .current_dir(d.path())
+        .env("NO_COLOR", "1")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // A watchdog far beyond the default, so a build that waits forever fails instead of hanging.
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("`apply --check` waited for the lock for 300 s");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(stderr.contains("gave up waiting for the lock"), "{stderr}");
+    assert!(stderr.contains(&format!("PID {}", std::process::id())), "{stderr}");
 }
