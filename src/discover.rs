@@ -205,11 +205,8 @@ fn read_small_regular(path: &Path) -> Option<String> {
     if !meta.is_file() || meta.len() > 64 * 1024 {
         return None;
     }
-    let mut file = std::fs::OpenOptions::new()
-        .read(true)
-        .custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK)
-        .open(path)
-        .ok()?;
+    let mut file =
+        std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK).open(path).ok()?;
     if !file.metadata().ok()?.is_file() {
         return None;
     }

@@ -417,7 +417,11 @@ fn acquire(file: &File, path: &Path, id: (u64, u64), exclusive: bool, timeout: O
                 Some(t) => format!("up to {} s (--lock-timeout)", t.as_secs_f64()),
                 None => "until it is released (--lock-timeout SECONDS bounds this)".to_string(),
             };
-            eprintln!("gaudi-fixes: waiting for the lock on {}: held by {}; waiting {limit}", path.display(), holders(id));
+            eprintln!(
+                "gaudi-fixes: waiting for the lock on {}: held by {}; waiting {limit}",
+                path.display(),
+                holders(id)
+            );
             said = true;
         }
         if timeout.is_some_and(|t| started.elapsed() >= t) {
@@ -703,7 +707,7 @@ pub fn recover(roots: &[PathBuf]) -> Result<Vec<String>> {
 /// a tree this run has not locked.
 fn journal_roots<'r>(journal: &Journal, here: &Root, locked: &'r [Root], state: &Dir) -> Result<Vec<&'r Root>> {
     let path = state.path(OsStr::new(JOURNAL));
-    if !journal.trees.iter().any(|t| *t == here.id) {
+    if !journal.trees.contains(&here.id) {
         let named: Vec<String> =
             journal.trees.iter().map(|t| format!("{} (device {}, inode {})", t.path.display(), t.dev, t.ino)).collect();
         bail!(
@@ -787,7 +791,7 @@ fn roll_forward(journal: &Journal, trees: &[&Root]) -> Result<()> {
     let provenance: Vec<(&Root, &Provenance)> = journal.provenance.iter().map(|(i, p)| (trees[*i], p)).collect();
     write_provenance(&provenance)?;
     fault("before-journal-remove");
-    finish(&trees.iter().copied().collect::<Vec<_>>())
+    finish(trees)
 }
 
 // ---------------------------------------------------------------------------------------------
@@ -991,7 +995,8 @@ fn preflight(targets: &[Target<'_>], involved: &[&Root]) -> Result<()> {
         }
         if let Err(e) = t.dir.raw_open(&t.name, libc::O_WRONLY | libc::O_NONBLOCK, 0) {
             let why = why(&e);
-            return Err(e).with_context(|| format!("{}: cannot be written ({why}); nothing was changed", shown.display()));
+            return Err(e)
+                .with_context(|| format!("{}: cannot be written ({why}); nothing was changed", shown.display()));
         }
         let probe = temp_name(&t.name);
         t.dir.create_exclusive(&probe, b"", t.mode, Some(t.owner)).with_context(|| {
@@ -1006,7 +1011,8 @@ fn preflight(targets: &[Target<'_>], involved: &[&Root]) -> Result<()> {
     }
     for root in involved {
         let st = root.dir.stat_self()?;
-        let saved: u64 = targets.iter().filter(|t| t.root.id == root.id).map(|t| (t.old.len() + t.new.len()) as u64).sum();
+        let saved: u64 =
+            targets.iter().filter(|t| t.root.id == root.id).map(|t| (t.old.len() + t.new.len()) as u64).sum();
         let entry = need.entry(st.dev).or_insert((0, root.dir.free_bytes().unwrap_or(u64::MAX), root.path.clone()));
         entry.0 += saved + 64 * 1024;
         // The state directory must be a real directory (or absent).

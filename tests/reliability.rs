@@ -740,7 +740,10 @@ fn read_only_bind(at: &Path) -> Option<Mount> {
 fn mount(args: &[&str], at: &Path) -> Option<Mount> {
     let out = Command::new("mount").args(args).arg(at).output().ok()?;
     if !out.status.success() {
-        eprintln!("SKIPPED: cannot mount here ({}); run as root with mount rights", String::from_utf8_lossy(&out.stderr).trim());
+        eprintln!(
+            "SKIPPED: cannot mount here ({}); run as root with mount rights",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
         return None;
     }
     Some(Mount(at.to_path_buf()))

@@ -60,7 +60,10 @@ mod tests {
     #[test]
     fn locates_file_and_line() {
         assert_eq!(locate("/c/fixes/a/fix.yaml:7: unknown field"), (Some("/c/fixes/a/fix.yaml".into()), Some(7)));
-        assert_eq!(locate("reading /t/.gaudi-fixes/journal.json: bad"), (Some("/t/.gaudi-fixes/journal.json".into()), None));
+        assert_eq!(
+            locate("reading /t/.gaudi-fixes/journal.json: bad"),
+            (Some("/t/.gaudi-fixes/journal.json".into()), None)
+        );
         assert_eq!(locate("no path here"), (None, None));
         assert_eq!(locate("cat/fixes/a/fix.yaml:3: dup"), (Some("cat/fixes/a/fix.yaml".into()), Some(3)));
     }
