@@ -777,11 +777,29 @@ fn roll_forward(journal: &Journal, trees: &[&Root]) -> Result<()> {
         let owner = dir.lstat(&name)?.map(|st| (st.uid, st.gid));
         todo.push((dir, name, post, f.mode, owner));
     }
-    for (dir, name, post, mode, owner) in &todo {
+    for (k, (dir, name, post, mode, owner)) in todo.iter().enumerate() {
         let tmp = temp_name(name);
-        dir.create_exclusive(&tmp, post, *mode, *owner)?;
-        dir.rename(&tmp, name)?;
-        dir.sync()?;
+        let written = dir.create_exclusive(&tmp, post, *mode, *owner).and_then(|()| dir.rename(&tmp, name));
+        if let Err(err) = written.and_then(|()| dir.sync()) {
+            let _ = dir.unlink(&tmp);
+            // Some files may be finished already: not "nothing changed", so not exit 3.
+            let states: Vec<String> = todo
+                .iter()
+                .enumerate()
+                .map(|(j, (d, n, _, _, _))| {
+                    let state = if j < k { "NEW content (finished)" } else { "old content" };
+                    format!("  {}: {state}", d.path(n).display())
+                })
+                .collect();
+            return Err(anyhow::Error::new(RollbackFailed {
+                message: format!(
+                    "{err:#}; while finishing an interrupted run, so the tree is half-written:\n{}\nthe journal \
+                     stays in {}; fix the cause, and the next `gaudi-fixes apply` or `revert` finishes it (exit 4)",
+                    states.join("\n"),
+                    shown_journal.display()
+                ),
+            }));
+        }
     }
     for f in &journal.files {
         let (dir, name) = parent_of(&trees[f.tree].dir, &f.path)?;
@@ -798,8 +816,9 @@ fn roll_forward(journal: &Journal, trees: &[&Root]) -> Result<()> {
 // Commit.
 // ---------------------------------------------------------------------------------------------
 
-/// A write failed, and so did putting the tree back: exit 4. Each file's state is named; the
-/// journal stays, so the next `apply` / `revert` finishes the transaction.
+/// A write failed, and so did putting the tree back (or finishing an interrupted run failed
+/// half-way): exit 4. Each file's state is named; the journal stays, so the next `apply` /
+/// `revert` finishes the transaction.
 #[derive(Debug)]
 pub struct RollbackFailed {
     pub message: String,

@@ -848,3 +848,28 @@ fn readers_give_up_waiting_by_default() {
     assert!(stderr.contains("gave up waiting for the lock"), "{stderr}");
     assert!(stderr.contains(&format!("PID {}", std::process::id())), "{stderr}");
 }
+
+/// Finishing an interrupted run fails on its second file: exit 4 (not 3: the first file is
+/// finished), each file's state named, the journal kept; the run after that finishes it.
+#[test]
+fn recovery_failing_half_way_exits_4_and_the_next_run_finishes() {
+    let patched = expected_after(&["apply", "fix-a", "fix-c"]);
+    let d = two_file_fixture();
+    let (out, shown) =
+        d.cmd().args(with_fixture(&["apply", "fix-a", "fix-c"])).env("GAUDI_FIXES_FAULT", "after-journal").output();
+    assert_aborted(&out, &shown);
+    let two = d.path().join("root/vllm/two.py");
+    let ok = Command::new("chattr").arg("+i").arg(&two).output();
+    if !ok.as_ref().is_ok_and(|o| o.status.success()) {
+        eprintln!("SKIPPED: chattr +i not available here: {ok:?}");
+        return;
+    }
+    let (_, stderr) = d.cmd().args(with_fixture(&["apply", "fix-a", "fix-c"])).expect(4);
+    let _ = Command::new("chattr").arg("-i").arg(&two).status();
+    assert!(stderr.contains("while finishing an interrupted run"), "{stderr}");
+    assert!(stderr.contains("vllm/mod.py: NEW content") && stderr.contains("vllm/two.py: old content"), "{stderr}");
+    assert!(d.path().join("root/.gaudi-fixes/journal.json").exists());
+    d.cmd().args(with_fixture(&["apply", "fix-a", "fix-c"])).expect(0);
+    assert_same(&tree_files(&d), &patched, "after the second recovery");
+    assert!(leftovers(&d).is_empty(), "left behind {:?}", leftovers(&d));
+}
