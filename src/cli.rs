@@ -47,6 +47,17 @@ pub struct GlobalArgs {
     /// Print nothing; only the exit code tells.
     #[arg(short, long, global = true)]
     pub quiet: bool,
+    /// Give up (exit 3) after waiting this long for another run's lock on a tree. Default:
+    /// writers wait as long as it takes, readers (`--check`, `status`, …) 30 s.
+    #[arg(long = "lock-timeout", global = true, value_name = "SECONDS", value_parser = parse_seconds)]
+    pub lock_timeout: Option<f64>,
+}
+
+fn parse_seconds(s: &str) -> Result<f64, String> {
+    match s.parse::<f64>() {
+        Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
+        _ => Err(format!("`{s}` is not a number of seconds (0 or more)")),
+    }
 }
 
 /// The two source trees a fix may patch.

@@ -99,11 +99,25 @@ fn tree(name: TreeName, root: PathBuf, found_by: &str) -> Tree {
     Tree { name, root, found_by: found_by.to_string(), version }
 }
 
+/// The directory, canonical: one directory however it is spelled (`T/vllm/..`, symlinks), so
+/// it is locked once. A path that is not UTF-8 is refused (paths go into reports and journals).
 fn existing_dir(path: &Path, what: &str) -> Result<PathBuf> {
     if !path.is_dir() {
         bail!("{what} {}: no such directory", path.display());
     }
-    std::path::absolute(path).with_context(|| format!("{what} {}", path.display()))
+    let real = std::fs::canonicalize(path).with_context(|| format!("{what} {}", path.display()))?;
+    utf8_path(&real, what)?;
+    Ok(real)
+}
+
+fn utf8_path(path: &Path, what: &str) -> Result<()> {
+    if path.to_str().is_none() {
+        bail!(
+            "{what} {}: the path is not valid UTF-8; gaudi-fixes only works on UTF-8 paths (rename the directory)",
+            path.display()
+        );
+    }
+    Ok(())
 }
 
 /// Accept either the directory holding the package or the package directory itself.
@@ -157,6 +171,7 @@ fn from_python(python: &str) -> Result<Trees> {
         match found.get(name.as_str()).cloned().flatten() {
             Some(pkg) => {
                 let root = Path::new(&pkg).parent().map(Path::to_path_buf).unwrap_or_default();
+                let root = std::fs::canonicalize(&root).unwrap_or(root);
                 set(&mut trees, tree(name, root, python));
             }
             None => trees.notes.push(format!("`{python}` has no `{name}` package installed")),
@@ -167,7 +182,7 @@ fn from_python(python: &str) -> Result<Trees> {
 
 /// `vllm/_version.py`, else a `<pkg>-<version>.dist-info` beside the package.
 pub fn version_hint(name: TreeName, root: &Path) -> Option<String> {
-    if let Ok(text) = std::fs::read_to_string(root.join(name.as_str()).join("_version.py")) {
+    if let Some(text) = read_small_regular(&root.join(name.as_str()).join("_version.py")) {
         let re =
             regex::Regex::new(r#"(?m)^(?:__version__\s*=\s*)?version\s*=\s*['"]([^'"]+)['"]"#).expect("valid regex");
         if let Some(c) = re.captures(&text) {
@@ -179,6 +194,25 @@ pub fn version_hint(name: TreeName, root: &Path) -> Option<String> {
         let file = e.file_name().to_string_lossy().to_string();
         file.strip_prefix(&prefix)?.strip_suffix(".dist-info").map(str::to_string)
     })
+}
+
+/// A regular file's text, or `None`: a FIFO, device or directory there is never opened (it
+/// would block), a symlink is not followed, and anything over 64 KiB is not a version file.
+fn read_small_regular(path: &Path) -> Option<String> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let meta = std::fs::symlink_metadata(path).ok()?;
+    if !meta.is_file() || meta.len() > 64 * 1024 {
+        return None;
+    }
+    let mut file =
+        std::fs::OpenOptions::new().read(true).custom_flags(libc::O_NOFOLLOW | libc::O_NONBLOCK).open(path).ok()?;
+    if !file.metadata().ok()?.is_file() {
+        return None;
+    }
+    let mut text = String::new();
+    file.by_ref().take(64 * 1024).read_to_string(&mut text).ok()?;
+    Some(text)
 }
 
 #[cfg(test)]

@@ -33,6 +33,11 @@ impl From<ExitStatus> for ExitCode {
     }
 }
 
+/// Exit code of a run whose write failed *and* whose rollback failed: the tree is half-written,
+/// the error names each file's state, and the journal stays so the next `apply` / `revert`
+/// finishes the transaction first. Not an [`ExitStatus`] (no plan ever asks for it).
+pub const ROLLBACK_FAILED: u8 = 4;
+
 #[cfg(test)]
 mod tests {
     use super::ExitStatus::*;

@@ -36,6 +36,7 @@ use cli::{Cli, Command};
 /// Run one parsed command line and say how it ended.
 pub fn run(cli: Cli) -> Result<ExitStatus> {
     report::init_color(&cli.global);
+    transaction::set_lock_timeout(cli.global.lock_timeout);
     match &cli.command {
         Command::List => commands::list::run(&cli.global),
         Command::Show { fix, readme } => commands::show::run(&cli.global, fix, *readme),
@@ -57,5 +58,8 @@ pub fn run(cli: Cli) -> Result<ExitStatus> {
 pub fn is_broken_pipe(err: &anyhow::Error) -> bool {
     err.chain().any(|cause| {
         cause.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::BrokenPipe)
+            || cause
+                .downcast_ref::<serde_json::Error>()
+                .is_some_and(|e| e.io_error_kind() == Some(std::io::ErrorKind::BrokenPipe))
     })
 }

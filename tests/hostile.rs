@@ -506,3 +506,270 @@ fn refusals_leave_the_tree_usable() {
     assert_same(&d.snapshot("root"), &original, "tree");
     d.cmd().args(with_fixture(&["apply", "fix-a"])).expect(0);
 }
+
+// ---- issue 9: confinement, checked journals, no silent waits, no panics ----
+
+/// A planted symlink where the temp file goes: never followed (the outside file keeps its
+/// bytes), and the target stays a regular file.
+#[test]
+fn planted_symlink_at_the_temp_path_is_not_followed() {
+    let d = fixture();
+    let outside = d.write("outside/victim.txt", "precious\n");
+    std::os::unix::fs::symlink(&outside, d.path().join("root/vllm/.mod.py.gaudi-fixes.tmp")).unwrap();
+    d.cmd().args(with_fixture(&["apply", "fix-a"])).expect(0);
+    assert_eq!(d.read_string("outside/victim.txt"), "precious\n");
+    let meta = fs::symlink_metadata(d.path().join("root/vllm/mod.py")).unwrap();
+    assert!(meta.file_type().is_file(), "mod.py was replaced by a symlink");
+    assert!(d.read_string("root/vllm/mod.py").contains("fix-a"));
+    d.cmd().args(with_fixture(&["apply", "--check", "fix-a"])).expect(0);
+}
+
+/// A symlinked `.gaudi-fixes/`: exit 3 saying so; nothing written there or in the tree.
+#[test]
+fn symlinked_state_directory_is_refused() {
+    let d = fixture();
+    d.write("outside/state/keep.txt", "keep\n");
+    d.write("outside/state/txn/keep", "keep\n");
+    std::os::unix::fs::symlink(d.path().join("outside/state"), d.path().join("root/.gaudi-fixes")).unwrap();
+    let outside = d.snapshot("outside");
+    let before = d.snapshot("root");
+    for args in [&["apply", "fix-a"][..], &["status"][..], &["apply", "--check", "fix-a"][..]] {
+        let (_, stderr) = d.cmd().args(with_fixture(args)).expect(3);
+        assert!(stderr.contains(".gaudi-fixes is a symlink"), "{args:?}: {stderr}");
+    }
+    assert_same(&d.snapshot("outside"), &outside, "outside");
+    assert_same(&d.snapshot("root"), &before, "tree");
+}
+
+/// A symlinked `__pycache__/` beside a patched module: refused before anything is written;
+/// the `.pyc` files it points at stay.
+#[test]
+fn symlinked_pycache_is_refused() {
+    let d = fixture();
+    d.write("outside/cache/mod.cpython-312.pyc", "bytecode");
+    std::os::unix::fs::symlink(d.path().join("outside/cache"), d.path().join("root/vllm/__pycache__")).unwrap();
+    let outside = d.snapshot("outside");
+    refuse_apply(&d, &["__pycache__ is a symlink"]);
+    assert_same(&d.snapshot("outside"), &outside, "outside");
+}
+
+/// Leave a pending journal in `root` (apply fix-a, killed after the journal's commit).
+fn interrupted(d: &Dir) {
+    let (out, _) = d.cmd().args(with_fixture(&["apply", "fix-a"])).env("GAUDI_FIXES_FAULT", "after-journal").output();
+    assert_eq!(std::os::unix::process::ExitStatusExt::signal(&out.status), Some(6));
+}
+
+/// `cp -a` of a tree with a pending journal: the copy's journal names the original tree, so
+/// `apply` on the copy refuses it (and never touches the original).
+#[test]
+fn journal_copied_with_its_tree_is_refused() {
+    let d = fixture();
+    interrupted(&d);
+    let ok = std::process::Command::new("cp").args(["-a", "root", "copy"]).current_dir(d.path()).status().unwrap();
+    assert!(ok.success());
+    let original = d.snapshot("root");
+    let copy = d.snapshot("copy");
+    let (_, stderr) = d.cmd().args(["--catalog", "cat", "--root", "copy", "apply", "fix-a"]).expect(3);
+    assert!(stderr.contains("belongs to another tree") && stderr.contains("to clear it"), "{stderr}");
+    assert_same(&d.snapshot("root"), &original, "the original tree");
+    assert_same(&d.snapshot("copy"), &copy, "the copy");
+}
+
+/// The pending journal as JSON, edited by `edit`, written back with a valid checksum (an
+/// attacker can compute one too: the checks that matter are on what it says).
+fn tamper(d: &Dir, edit: impl Fn(&mut serde_json::Value)) {
+    let path = "root/.gaudi-fixes/journal.json";
+    let mut j: serde_json::Value = serde_json::from_slice(&d.read(path)).unwrap();
+    edit(&mut j);
+    j["checksum"] = "".into();
+    j["checksum"] = sha256(&serde_json::to_vec(&j).unwrap()).into();
+    d.write(path, serde_json::to_vec_pretty(&j).unwrap());
+}
+
+#[test]
+fn tampered_journals_are_refused() {
+    type Edit = fn(&mut serde_json::Value);
+    let cases: [(&str, Edit, &str); 5] = [
+        ("path leaving the tree", |j| j["files"][0]["path"] = "../outside/victim.txt".into(), "leaves the tree"),
+        ("absolute path", |j| j["files"][0]["path"] = "/etc/passwd".into(), "leaves the tree"),
+        ("old-style saved dir", |j| j["saved"] = "/tmp".into(), "corrupt journal"),
+        ("unknown tree", |j| j["files"][0]["tree"] = 7.into(), "names no tree"),
+        ("other tree identity", |j| j["trees"][0]["ino"] = 1.into(), "belongs to another tree"),
+    ];
+    for (what, edit, needle) in cases {
+        let d = fixture();
+        d.write("outside/victim.txt", "precious\n");
+        interrupted(&d);
+        tamper(&d, edit);
+        let before = d.snapshot("");
+        let (_, stderr) = d.cmd().args(with_fixture(&["apply", "fix-a"])).expect(3);
+        assert!(stderr.contains(needle) && stderr.contains("to clear it"), "{what}: {stderr}");
+        assert_same(&d.snapshot(""), &before, what);
+    }
+    // Edited without fixing the checksum.
+    let d = fixture();
+    interrupted(&d);
+    let text = d.read_string("root/.gaudi-fixes/journal.json");
+    d.write("root/.gaudi-fixes/journal.json", text.replace("vllm/mod.py", "vllm/__init__.py"));
+    let (_, stderr) = d.cmd().args(with_fixture(&["apply", "fix-a"])).expect(3);
+    assert!(stderr.contains("fails its checksum"), "{stderr}");
+}
+
+/// A journal asking for mode 06777: recovery restores permission bits only.
+#[test]
+fn recovery_restores_permission_bits_only() {
+    let d = fixture();
+    interrupted(&d);
+    tamper(&d, |j| j["files"][0]["mode"] = 0o6777.into());
+    d.cmd().args(with_fixture(&["apply", "fix-a"])).expect(0);
+    let mode = fs::metadata(d.path().join("root/vllm/mod.py")).unwrap().permissions().mode();
+    assert_eq!(mode & 0o7000, 0, "setuid/setgid restored: {mode:o}");
+}
+
+/// Run with a deadline, so a hang fails the test instead of hanging it.
+fn run_bounded(d: &Dir, args: &[&str]) -> std::process::Output {
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_gaudi-fixes"))
+        .args(args)
+        .current_dir(d.path())
+        .env("NO_COLOR", "1")
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(60);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("gaudi-fixes {args:?} hung");
+        }
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    child.wait_with_output().unwrap()
+}
+
+/// A FIFO at `vllm/_version.py` (read for the version hint) is never opened; one as a target
+/// is refused as not a regular file.
+#[test]
+fn fifos_are_never_opened() {
+    let d = fixture();
+    fs::remove_file(d.path().join("root/vllm/_version.py")).unwrap();
+    let fifo = std::ffi::CString::new(d.path().join("root/vllm/_version.py").to_str().unwrap()).unwrap();
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
+    for args in [&["status"][..], &["apply", "--check", "fix-a"][..], &["list"][..], &["apply", "fix-a"][..]] {
+        let out = run_bounded(&d, &with_fixture(args));
+        assert!(out.status.code().is_some_and(|c| c <= 1), "{args:?}: {out:?}");
+    }
+    let d = fixture();
+    fs::remove_file(d.path().join("root/vllm/mod.py")).unwrap();
+    let fifo = std::ffi::CString::new(d.path().join("root/vllm/mod.py").to_str().unwrap()).unwrap();
+    assert_eq!(unsafe { libc::mkfifo(fifo.as_ptr(), 0o644) }, 0);
+    let out = run_bounded(&d, &with_fixture(&["apply", "fix-a"]));
+    assert_eq!(out.status.code(), Some(3), "{out:?}");
+    assert!(String::from_utf8_lossy(&out.stderr).contains("not a regular file"), "{out:?}");
+}
+
+/// One directory named twice (`--vllm T --vllm-gaudi T/vllm/..`) is locked once.
+#[test]
+fn a_directory_named_twice_is_locked_once() {
+    let d = fixture();
+    d.write("root/vllm_gaudi/__init__.py", "");
+    for args in [&["apply", "fix-a"][..], &["status"][..], &["apply", "--check", "fix-a"][..]] {
+        let mut all = vec!["--catalog", "cat", "--vllm", "root", "--vllm-gaudi", "root/vllm/.."];
+        all.extend_from_slice(args);
+        let out = run_bounded(&d, &all);
+        assert_eq!(out.status.code(), Some(0), "{args:?}: {out:?}");
+    }
+}
+
+/// A tree path that is not UTF-8: exit 3 with a sentence, never a panic.
+#[test]
+fn non_utf8_tree_path_is_refused_without_a_panic() {
+    use std::os::unix::ffi::OsStrExt;
+    let d = fixture();
+    let name = std::ffi::OsStr::from_bytes(b"tr\xffee");
+    fs::rename(d.path().join("root"), d.path().join(name)).unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_gaudi-fixes"))
+        .arg("--catalog")
+        .arg("cat")
+        .arg("--root")
+        .arg(name)
+        .args(["apply", "fix-a"])
+        .current_dir(d.path())
+        .output()
+        .unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(stderr.contains("not valid UTF-8"), "{stderr}");
+}
+
+#[test]
+fn nul_byte_in_an_added_line_is_refused_at_load() {
+    let d = fixture();
+    d.write(FIX_A_DIFF, FIX_A_PATCH.replace("+    b = a * 3", "+    b = a * 3\0"));
+    refuse_apply(&d, &["fixes/fix-a/v0.26.0/mod.patch:9:", "NUL byte"]);
+}
+
+#[test]
+fn duplicate_yaml_keys_are_refused_with_their_line() {
+    let d = fixture();
+    rewrite_manifest(&d, |t| t.replace("kind: correctness\n", "kind: correctness\nkind: performance\n"));
+    refuse_apply(&d, &["fixes/fix-a/fix.yaml:4:", "duplicate", "kind"]);
+}
+
+/// Deeply nested YAML and huge catalogue files are refused at once (no parser sees them).
+#[test]
+fn deep_or_huge_yaml_is_refused_at_once() {
+    let d = fixture();
+    let deep = format!("name: fix-a\nextra: {}\n", "[".repeat(100_000));
+    d.write(FIX_A_YAML, &deep);
+    refuse_apply(&d, &["fixes/fix-a/fix.yaml:2:", "nested deeper"]);
+    let big = format!("name: fix-a\nextra:\n{}", "  - 1\n".repeat(10_000_000));
+    d.write(FIX_A_YAML, &big);
+    refuse_apply(&d, &["fixes/fix-a/fix.yaml", "bytes is over"]);
+    if let (Some((rss, code, report)), Some((base, _, _))) =
+        (peak_rss_kib(&d, &["apply", "fix-a"]), peak_rss_kib(&d, &["--version"]))
+    {
+        eprintln!("60 MB fix.yaml: peak RSS {rss} KiB (idle binary {base} KiB)");
+        assert_eq!(code, 3, "{report}");
+        assert!(rss < base + 32 * 1024, "peak RSS {rss} KiB against {base} KiB idle");
+    }
+}
+
+/// Applying as root keeps each patched file's owner and mode.
+#[test]
+fn owner_and_mode_are_kept() {
+    use std::os::unix::fs::MetadataExt;
+    let d = fixture();
+    let path = d.path().join("root/vllm/mod.py");
+    fs::set_permissions(&path, fs::Permissions::from_mode(0o640)).unwrap();
+    let euid = unsafe { libc::geteuid() };
+    if euid == 0 {
+        std::os::unix::fs::chown(&path, Some(1234), Some(5678)).unwrap();
+    } else {
+        eprintln!("not root: owner kept trivially; checking the mode only");
+    }
+    let before = fs::metadata(&path).unwrap();
+    d.cmd().args(with_fixture(&["apply", "fix-a"])).expect(0);
+    d.cmd().args(with_fixture(&["revert", "fix-a"])).expect(0);
+    d.cmd().args(with_fixture(&["apply", "fix-a"])).expect(0);
+    let after = fs::metadata(&path).unwrap();
+    assert_eq!((after.uid(), after.gid(), after.mode()), (before.uid(), before.gid(), before.mode()));
+}
+
+/// `--only-tree vllm` with vllm_gaudi in another directory: nothing is written there (no
+/// journal, no provenance, no lock needed), and apply + revert leave no empty state directory.
+#[test]
+fn only_tree_never_writes_into_the_tree_it_leaves_out() {
+    let d = fixture();
+    d.write("gaudi/vllm_gaudi/__init__.py", "");
+    let gaudi = d.snapshot("gaudi");
+    let args = |cmd: &'static str| {
+        vec!["--catalog", "cat", "--vllm", "root", "--vllm-gaudi", "gaudi", "--only-tree", "vllm", cmd, "fix-a"]
+    };
+    d.cmd().args(args("apply")).expect(0);
+    assert!(d.path().join("root/.gaudi-fixes/provenance.json").exists());
+    assert_same(&d.snapshot("gaudi"), &gaudi, "the excluded tree");
+    d.cmd().args(args("revert")).expect(0);
+    assert_same(&d.snapshot("gaudi"), &gaudi, "the excluded tree");
+    assert!(!d.path().join("root/.gaudi-fixes").exists(), "an empty .gaudi-fixes/ was left behind");
+}

@@ -521,3 +521,355 @@ fn concurrent_applies_write_once_and_checks_never_see_drift() {
         eprintln!("round {round}: 8 applies, 1 wrote; {} checks said {:?}", codes.len(), codes);
     }
 }
+
+// ---- issue 9: all or nothing on I/O errors, someone else's save, locks, exit codes ----
+
+/// `apply` or `revert` with an injected I/O error on the N-th file write (after the journal):
+/// exit 3, the files already written put back, nothing left behind.
+#[test]
+fn write_error_after_the_journal_rolls_back_and_exits_3() {
+    let pristine = tree_files(&two_file_fixture());
+    for n in ["1", "2"] {
+        let d = two_file_fixture();
+        let fault = format!("write-error:{n}");
+        let (_, stderr) =
+            d.cmd().args(with_fixture(&["apply", "fix-a", "fix-c"])).env("GAUDI_FIXES_FAULT", &fault).expect(3);
+        assert!(stderr.contains("rolled back: nothing was changed"), "{fault}: {stderr}");
+        assert_same(&tree_files(&d), &pristine, &format!("{fault}: apply"));
+        assert!(!d.path().join("root/.gaudi-fixes").exists(), "{fault}: left .gaudi-fixes/ behind");
+
+        d.cmd().args(with_fixture(&["apply", "fix-a", "fix-c"])).expect(0);
+        let patched = d.snapshot("root");
+        let (_, stderr) =
+            d.cmd().args(with_fixture(&["revert", "fix-a", "fix-c"])).env("GAUDI_FIXES_FAULT", &fault).expect(3);
+        assert!(stderr.contains("rolled back"), "{fault}: {stderr}");
+        assert_same(&d.snapshot("root"), &patched, &format!("{fault}: revert (provenance included)"));
+    }
+}
+
+/// The write fails and so does putting the first file back: exit 4, each file's state named,
+/// the journal kept; the next run finishes the transaction.
+#[test]
+fn failed_rollback_names_each_file_and_exits_4_then_recovers() {
+    let patched = expected_after(&["apply", "fix-a", "fix-c"]);
+    let d = two_file_fixture();
+    let (_, stderr) = d
+        .cmd()
+        .args(with_fixture(&["apply", "fix-a", "fix-c"]))
+        .env("GAUDI_FIXES_FAULT", "write-error:2,write-error:rollback")
+        .expect(4);
+    assert!(stderr.contains("rolling back failed"), "{stderr}");
+    assert!(stderr.contains("vllm/mod.py: NEW content"), "{stderr}");
+    assert!(stderr.contains("vllm/two.py: old content"), "{stderr}");
+    assert!(d.path().join("root/.gaudi-fixes/journal.json").exists());
+    let (stdout, _) = d.cmd().args(with_fixture(&["apply", "fix-a", "fix-c"])).expect(0);
+    assert!(stdout.contains("recovered an interrupted `apply`"), "{stdout}");
+    assert_same(&tree_files(&d), &patched, "after recovery");
+    assert!(leftovers(&d).is_empty(), "left behind {:?}", leftovers(&d));
+}
+
+/// Another process saves the second file while apply is about to rename over it: its save
+/// wins, the first file is put back, exit 3 "changed while applying".
+#[test]
+fn someone_elses_save_wins_and_the_apply_rolls_back() {
+    let d = two_file_fixture();
+    let marker = d.path().join("paused");
+    let child = Command::new(env!("CARGO_BIN_EXE_gaudi-fixes"))
+        .args(with_fixture(&["apply", "fix-a", "fix-c"]))
+        .current_dir(d.path())
+        .env("GAUDI_FIXES_FAULT", "pause-before-rename:2")
+        .env("GAUDI_FIXES_FAULT_PAUSE", &marker)
+        .env("NO_COLOR", "1")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = Instant::now() + Duration::from_secs(120);
+    while !marker.exists() {
+        assert!(Instant::now() < deadline, "the run never reached its pause");
+        std::thread::sleep(Duration::from_millis(20));
+    }
+    let theirs = "# saved by someone else\n";
+    d.write("root/vllm/two.py", theirs);
+    std::fs::remove_file(&marker).unwrap();
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(stderr.contains("vllm/two.py: changed while applying"), "{stderr}");
+    assert_eq!(d.read_string("root/vllm/two.py"), theirs, "their save was lost");
+    assert_eq!(d.read_string("root/vllm/mod.py"), PRISTINE, "mod.py was not put back");
+    assert!(!d.path().join("root/.gaudi-fixes").exists(), "left .gaudi-fixes/ behind");
+}
+
+/// Hold the tree's lock from this process; a writer says at once who holds it (this PID) and
+/// goes on once it is released; `--lock-timeout` bounds the wait of a reader.
+#[test]
+fn waiting_for_a_lock_says_who_holds_it() {
+    use std::io::BufRead;
+    let d = two_file_fixture();
+    let root = std::fs::File::open(d.path().join("root")).unwrap();
+    root.lock().unwrap();
+    let me = format!("PID {}", std::process::id());
+
+    let (_, stderr) = d.cmd().args(with_fixture(&["apply", "--check", "fix-a", "--lock-timeout", "0.3"])).expect(3);
+    assert!(stderr.contains("gave up waiting for the lock") && stderr.contains(&me), "{stderr}");
+    let (_, stderr) = d.cmd().args(with_fixture(&["status", "--lock-timeout", "0"])).expect(3);
+    assert!(stderr.contains("gave up waiting") && stderr.contains(&me), "{stderr}");
+
+    let mut child = Command::new(env!("CARGO_BIN_EXE_gaudi-fixes"))
+        // A bound only so a broken build fails this test instead of hanging it.
+        .args(with_fixture(&["apply", "fix-a", "--lock-timeout", "120"]))
+        .current_dir(d.path())
+        .env("NO_COLOR", "1")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut lines = std::io::BufReader::new(child.stderr.take().unwrap()).lines();
+    let first = lines.next().expect("a line while waiting").unwrap();
+    assert!(first.starts_with("gaudi-fixes: waiting for the lock") && first.contains(&me), "{first}");
+    assert!(first.contains("running since"), "{first}");
+    root.unlock().unwrap();
+    assert_eq!(child.wait().unwrap().code(), Some(0));
+    d.cmd().args(with_fixture(&["apply", "--check", "fix-a"])).expect(0);
+}
+
+/// Run with stdout a pipe whose reader is already gone (`| head -0`, deterministically).
+fn closed_stdout(d: &Dir, args: &[&str]) -> (Option<i32>, String) {
+    use std::os::fd::{FromRawFd, OwnedFd};
+    let mut fds = [0; 2];
+    assert_eq!(unsafe { libc::pipe(fds.as_mut_ptr()) }, 0);
+    let (read, write) = unsafe { (OwnedFd::from_raw_fd(fds[0]), OwnedFd::from_raw_fd(fds[1])) };
+    drop(read);
+    let out = Command::new(env!("CARGO_BIN_EXE_gaudi-fixes"))
+        .args(with_fixture(args))
+        .current_dir(d.path())
+        .env("NO_COLOR", "1")
+        .stdout(Stdio::from(write))
+        .stderr(Stdio::piped())
+        .output()
+        .unwrap();
+    (out.status.code(), String::from_utf8_lossy(&out.stderr).to_string())
+}
+
+#[test]
+fn exit_codes_do_not_depend_on_a_closed_stdout() {
+    let d = two_file_fixture();
+    for format in ["human", "json", "github"] {
+        let (code, stderr) = closed_stdout(&d, &["--format", format, "apply", "--check", "fix-a"]);
+        assert_eq!(code, Some(1), "{format}: not applied: {stderr}");
+        assert!(stderr.is_empty(), "{format}: a closed stdout is not worth a word: {stderr}");
+    }
+    d.write("root/vllm/mod.py", PRISTINE.replace("b = a * 2", "b = a * 5"));
+    for format in ["human", "json"] {
+        assert_eq!(closed_stdout(&d, &["--format", format, "apply", "--check", "fix-a"]).0, Some(2), "{format}");
+        assert_eq!(closed_stdout(&d, &["--format", format, "apply", "fix-a"]).0, Some(2), "{format}: refused");
+        assert_eq!(closed_stdout(&d, &["--format", format, "diff", "fix-a"]).0, Some(2), "{format}: diff");
+    }
+    // The same through a shell pipeline, as CI writes it.
+    let bin = env!("CARGO_BIN_EXE_gaudi-fixes");
+    for tail in ["head -0", "true"] {
+        let out = Command::new("bash")
+            .arg("-c")
+            .arg(format!("'{bin}' --catalog cat --root root apply --check fix-a | {tail}; exit ${{PIPESTATUS[0]}}"))
+            .current_dir(d.path())
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "| {tail}");
+    }
+}
+
+/// Every `--format json` run prints one JSON document, errors included.
+#[test]
+fn json_errors_are_one_document() {
+    let d = two_file_fixture();
+    let yaml = d.read_string("cat/fixes/fix-a/fix.yaml");
+    d.write("cat/fixes/fix-a/fix.yaml", yaml.replace("kind: correctness\n", "kind: correctness\nkind: performance\n"));
+    for args in [&["--format", "json", "apply", "fix-a"][..], &["--format=json", "status"][..]] {
+        let (stdout, stderr) = d.cmd().args(with_fixture(args)).expect(3);
+        let doc: serde_json::Value = serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"));
+        assert_eq!(doc["exit_code"], 3, "{stdout}");
+        let file = doc["error"]["file"].as_str().unwrap_or_default();
+        assert!(file.ends_with("cat/fixes/fix-a/fix.yaml"), "{stdout}");
+        assert_eq!(doc["error"]["line"], 4, "{stdout}");
+        assert!(doc["error"]["message"].as_str().unwrap().contains("duplicate"), "{stdout}");
+        assert!(stderr.contains("duplicate"), "{stderr}");
+    }
+    let (stdout, _) = d.cmd().args(["--format", "json", "apply", "--no-such-flag"]).expect(3);
+    let doc: serde_json::Value = serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"));
+    assert_eq!(doc["exit_code"], 3);
+}
+
+/// two_file_fixture plus `vllm_gaudi/g.py` and fix-g patching it: `apply fix-a fix-g` writes
+/// into both packages of one root.
+fn gaudi_fixture() -> Dir {
+    let d = two_file_fixture();
+    d.write("root/vllm_gaudi/__init__.py", "");
+    d.write("root/vllm_gaudi/g.py", TWO);
+    d.write(
+        "cat/fixes/fix-g/fix.yaml",
+        format!(
+            "name: fix-g\nsummary: mark gaudi\nkind: correctness\nupstream: {{status: not-filed}}\nreleases:\n  v0.26.0:\n    patches:\n      - tree: vllm_gaudi\n        file: vllm_gaudi/g.py\n        patch: v0.26.0/g.patch\n        pristine_sha256: {}\n",
+            sha256(TWO.as_bytes())
+        ),
+    );
+    d.write("cat/fixes/fix-g/v0.26.0/g.patch", FIX_C_PATCH.replace("vllm/two.py", "vllm_gaudi/g.py"));
+    d
+}
+
+/// A mount made for a test, undone on drop.
+struct Mount(std::path::PathBuf);
+
+impl Drop for Mount {
+    fn drop(&mut self) {
+        let _ = Command::new("umount").arg("-l").arg(&self.0).status();
+    }
+}
+
+/// Bind-mount `at` onto itself read-only.
+fn read_only_bind(at: &Path) -> Option<Mount> {
+    let bind = mount(&["--bind", at.to_str().unwrap()], at)?;
+    let out = Command::new("mount").args(["-o", "remount,ro,bind"]).arg(at).output().ok()?;
+    if !out.status.success() {
+        eprintln!("SKIPPED: cannot remount read-only ({})", String::from_utf8_lossy(&out.stderr).trim());
+        return None;
+    }
+    Some(bind)
+}
+
+fn mount(args: &[&str], at: &Path) -> Option<Mount> {
+    let out = Command::new("mount").args(args).arg(at).output().ok()?;
+    if !out.status.success() {
+        eprintln!(
+            "SKIPPED: cannot mount here ({}); run as root with mount rights",
+            String::from_utf8_lossy(&out.stderr).trim()
+        );
+        return None;
+    }
+    Some(Mount(at.to_path_buf()))
+}
+
+/// `vllm_gaudi/` on a read-only bind mount: apply exits 3 with `vllm/` untouched too; after a
+/// successful apply, revert exits 3 with the tree still fully patched.
+#[test]
+fn read_only_bind_mount_is_all_or_nothing() {
+    let d = gaudi_fixture();
+    let gaudi = d.path().join("root/vllm_gaudi");
+    let pristine = tree_files(&d);
+    {
+        let Some(_ro) = read_only_bind(&gaudi) else { return };
+        let (_, stderr) = d.cmd().args(with_fixture(&["apply", "fix-a", "fix-g"])).expect(3);
+        eprintln!("apply on a read-only vllm_gaudi: {stderr}");
+        assert!(stderr.contains("vllm_gaudi/g.py") && stderr.contains("nothing was changed"), "{stderr}");
+        assert_same(&tree_files(&d), &pristine, "apply on a read-only vllm_gaudi");
+        assert!(!d.path().join("root/.gaudi-fixes").exists(), "left .gaudi-fixes/ behind");
+    }
+    d.cmd().args(with_fixture(&["apply", "fix-a", "fix-g"])).expect(0);
+    let patched = d.snapshot("root");
+    let Some(_ro) = read_only_bind(&gaudi) else { return };
+    let (_, stderr) = d.cmd().args(with_fixture(&["revert", "fix-a", "fix-g"])).expect(3);
+    eprintln!("revert on a read-only vllm_gaudi: {stderr}");
+    assert_same(&d.snapshot("root"), &patched, "revert on a read-only vllm_gaudi");
+}
+
+/// An immutable file (`chattr +i`; root ignores mode bits): exit 3, nothing changed.
+#[test]
+fn immutable_file_is_all_or_nothing() {
+    let d = gaudi_fixture();
+    let g = d.path().join("root/vllm_gaudi/g.py");
+    let ok = Command::new("chattr").arg("+i").arg(&g).output();
+    if !ok.as_ref().is_ok_and(|o| o.status.success()) {
+        eprintln!("SKIPPED: chattr +i not available here: {ok:?}");
+        return;
+    }
+    struct Undo<'a>(&'a Path);
+    impl Drop for Undo<'_> {
+        fn drop(&mut self) {
+            let _ = Command::new("chattr").arg("-i").arg(self.0).status();
+        }
+    }
+    let _undo = Undo(&g);
+    let pristine = tree_files(&d);
+    let (_, stderr) = d.cmd().args(with_fixture(&["apply", "fix-a", "fix-g"])).expect(3);
+    eprintln!("apply with an immutable file: {stderr}");
+    assert!(stderr.contains("vllm_gaudi/g.py") && stderr.contains("nothing was changed"), "{stderr}");
+    assert_same(&tree_files(&d), &pristine, "apply with an immutable file");
+    assert!(!d.path().join("root/.gaudi-fixes").exists(), "left .gaudi-fixes/ behind");
+}
+
+/// The tree on a full tmpfs: exit 3, nothing changed (whichever check stops it).
+#[test]
+fn full_disk_is_all_or_nothing() {
+    let d = gaudi_fixture();
+    let small = d.path().join("small");
+    std::fs::create_dir(&small).unwrap();
+    let Some(_tmpfs) = mount(&["-t", "tmpfs", "-o", "size=256k", "tmpfs"], &small) else { return };
+    let ok = Command::new("cp").args(["-a", "root/.", "small/"]).current_dir(d.path()).status().unwrap();
+    assert!(ok.success());
+    // Fill it up.
+    let mut filler = std::fs::File::create(small.join("filler")).unwrap();
+    let block = vec![b'x'; 4096];
+    while std::io::Write::write_all(&mut filler, &block).is_ok() {}
+    drop(filler);
+    let before = d.snapshot("small");
+    let (_, stderr) = d.cmd().args(["--catalog", "cat", "--root", "small", "apply", "fix-a", "fix-g"]).expect(3);
+    eprintln!("apply on a full disk: {stderr}");
+    assert!(stderr.contains("nothing was changed"), "{stderr}");
+    assert_same(&d.snapshot("small"), &before, "apply on a full disk");
+}
+
+/// `--check` and `status` do not wait forever by default (a stopped writer holding the lock
+/// would otherwise hang them): they give up after the default reader timeout, naming the holder.
+#[test]
+fn readers_give_up_waiting_by_default() {
+    let d = two_file_fixture();
+    let root = std::fs::File::open(d.path().join("root")).unwrap();
+    root.lock().unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_gaudi-fixes"))
+        .args(with_fixture(&["apply", "--check", "fix-a"]))
+        .current_dir(d.path())
+        .env("NO_COLOR", "1")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    // A watchdog far beyond the default, so a build that waits forever fails instead of hanging.
+    let deadline = Instant::now() + Duration::from_secs(300);
+    while child.try_wait().unwrap().is_none() {
+        if Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("`apply --check` waited for the lock for 300 s");
+        }
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    let out = child.wait_with_output().unwrap();
+    let stderr = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(3), "{stderr}");
+    assert!(stderr.contains("gave up waiting for the lock"), "{stderr}");
+    assert!(stderr.contains(&format!("PID {}", std::process::id())), "{stderr}");
+}
+
+/// Finishing an interrupted run fails on its second file: exit 4 (not 3: the first file is
+/// finished), each file's state named, the journal kept; the run after that finishes it.
+#[test]
+fn recovery_failing_half_way_exits_4_and_the_next_run_finishes() {
+    let patched = expected_after(&["apply", "fix-a", "fix-c"]);
+    let d = two_file_fixture();
+    let (out, shown) =
+        d.cmd().args(with_fixture(&["apply", "fix-a", "fix-c"])).env("GAUDI_FIXES_FAULT", "after-journal").output();
+    assert_aborted(&out, &shown);
+    let two = d.path().join("root/vllm/two.py");
+    let ok = Command::new("chattr").arg("+i").arg(&two).output();
+    if !ok.as_ref().is_ok_and(|o| o.status.success()) {
+        eprintln!("SKIPPED: chattr +i not available here: {ok:?}");
+        return;
+    }
+    let (_, stderr) = d.cmd().args(with_fixture(&["apply", "fix-a", "fix-c"])).expect(4);
+    let _ = Command::new("chattr").arg("-i").arg(&two).status();
+    assert!(stderr.contains("while finishing an interrupted run"), "{stderr}");
+    assert!(stderr.contains("vllm/mod.py: NEW content") && stderr.contains("vllm/two.py: old content"), "{stderr}");
+    assert!(d.path().join("root/.gaudi-fixes/journal.json").exists());
+    d.cmd().args(with_fixture(&["apply", "fix-a", "fix-c"])).expect(0);
+    assert_same(&tree_files(&d), &patched, "after the second recovery");
+    assert!(leftovers(&d).is_empty(), "left behind {:?}", leftovers(&d));
+}

@@ -87,7 +87,7 @@ pub fn run_select(global: &GlobalArgs, args: &SelectArgs, op: Op, command: &str)
     let mut written = Vec::new();
     if writes && status == ExitStatus::Applied && !plan.edits.is_empty() {
         plan::check_writable(&plan.edits)?;
-        let provenance = provenance_after(&plan, &trees)?;
+        let provenance = provenance_after(&plan, &trees, &roots)?;
         transaction::commit(command, &plan.edits, provenance)?;
         written = plan.edits.iter().map(|e| e.path.clone()).collect();
     }
@@ -137,9 +137,10 @@ fn refuse_reverting_what_applied_fixes_require(
 }
 
 /// Each root's provenance record after this plan is written.
-fn provenance_after(plan: &Plan, trees: &Trees) -> Result<BTreeMap<PathBuf, Provenance>> {
+/// Only the roots this run may touch (`--only-tree` leaves the others alone).
+fn provenance_after(plan: &Plan, trees: &Trees, roots: &[PathBuf]) -> Result<BTreeMap<PathBuf, Provenance>> {
     let mut records: BTreeMap<PathBuf, Provenance> = BTreeMap::new();
-    for tree in trees.all() {
+    for tree in trees.all().filter(|t| roots.contains(&t.root)) {
         let mut record = transaction::read_provenance(&tree.root)?.unwrap_or_default();
         record.tool = transaction::tool_version();
         records.entry(tree.root.clone()).or_insert(record);
@@ -159,12 +160,12 @@ fn provenance_after(plan: &Plan, trees: &Trees) -> Result<BTreeMap<PathBuf, Prov
         }
         for file in &report.files {
             let Some(root) = &file.tree_root else { continue };
+            let Some(record) = records.get_mut(root) else { continue };
             let path = root.join(&file.path);
             let hash = match final_bytes.get(&path) {
                 Some(bytes) => plan::sha256_hex(bytes),
                 None => plan::sha256_hex(&std::fs::read(&path).unwrap_or_default()),
             };
-            let record = records.get_mut(root).expect("every tree root has a record");
             let entry = record.fixes.entry(report.name.clone()).or_insert_with(|| ProvenanceFix {
                 variant: report.variant.clone().unwrap_or_default(),
                 files: BTreeMap::new(),
@@ -191,7 +192,7 @@ fn print(
         return Ok(());
     }
     let stdout = std::io::stdout();
-    let mut out = stdout.lock();
+    let mut out = report::Out::new(stdout.lock());
     match global.format {
         Format::Json => report::json::print(
             &mut out,

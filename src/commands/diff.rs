@@ -36,7 +36,7 @@ pub fn run(global: &GlobalArgs, name: &str) -> Result<ExitStatus> {
         return Ok(status);
     }
     let stdout = std::io::stdout();
-    let mut out = stdout.lock();
+    let mut out = report::Out::new(stdout.lock());
     if global.format == Format::Json {
         let fixes: Vec<_> = report.into_iter().collect();
         let doc = report::json::Document {

@@ -19,7 +19,7 @@ pub fn run(global: &GlobalArgs, args: &LintArgs) -> Result<ExitStatus> {
         return Ok(status);
     }
     let stdout = std::io::stdout();
-    let mut out = stdout.lock();
+    let mut out = crate::report::Out::new(stdout.lock());
     match global.format {
         Format::Json => {
             serde_json::to_writer_pretty(

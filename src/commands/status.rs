@@ -46,7 +46,7 @@ pub fn run(global: &GlobalArgs) -> Result<ExitStatus> {
     }
     let reports: &[FixReport] = plan.as_ref().map_or(&[], |p| &p.reports);
     let stdout = std::io::stdout();
-    let mut out = stdout.lock();
+    let mut out = report::Out::new(stdout.lock());
     match global.format {
         Format::Json => report::json::print(
             &mut out,

@@ -36,3 +36,35 @@ pub fn print(out: &mut dyn Write, doc: &Document<'_>, status: ExitStatus) -> Res
     writeln!(out)?;
     Ok(())
 }
+
+/// The first file (and line, when given as `path:LINE`) an error message names, for the
+/// `error` object of the JSON document.
+pub fn locate(message: &str) -> (Option<String>, Option<u64>) {
+    static WITH_LINE: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
+    static PATH: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
+    let with_line = WITH_LINE
+        .get_or_init(|| regex::Regex::new(r"(?:^|[\s(`])([^\s:`()]*[^\s:`().,;]):(\d+):").expect("valid regex"));
+    if let Some(c) = with_line.captures(message) {
+        return (Some(c[1].to_string()), c[2].parse().ok());
+    }
+    let path = PATH.get_or_init(|| {
+        regex::Regex::new(r"(?:^|[\s(`])((?:/|<built-in>/)[^\s:`)]*[^\s:`).,;])").expect("valid regex")
+    });
+    (path.captures(message).map(|c| c[1].to_string()), None)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::locate;
+
+    #[test]
+    fn locates_file_and_line() {
+        assert_eq!(locate("/c/fixes/a/fix.yaml:7: unknown field"), (Some("/c/fixes/a/fix.yaml".into()), Some(7)));
+        assert_eq!(
+            locate("reading /t/.gaudi-fixes/journal.json: bad"),
+            (Some("/t/.gaudi-fixes/journal.json".into()), None)
+        );
+        assert_eq!(locate("no path here"), (None, None));
+        assert_eq!(locate("cat/fixes/a/fix.yaml:3: dup"), (Some("cat/fixes/a/fix.yaml".into()), Some(3)));
+    }
+}

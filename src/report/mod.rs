@@ -30,3 +30,44 @@ pub fn init_color(global: &GlobalArgs) {
 pub fn progress_allowed(global: &GlobalArgs) -> bool {
     global.format == crate::cli::Format::Human && !global.quiet && std::io::stderr().is_terminal()
 }
+
+/// Stdout for reports: once its reader has gone (`| head -0`, `| true`), output ends quietly
+/// and every later write "succeeds", so a command still returns its own exit status.
+pub struct Out<W: std::io::Write> {
+    inner: W,
+    closed: bool,
+}
+
+impl<W: std::io::Write> Out<W> {
+    pub fn new(inner: W) -> Out<W> {
+        Out { inner, closed: false }
+    }
+}
+
+impl<W: std::io::Write> std::io::Write for Out<W> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if self.closed {
+            return Ok(buf.len());
+        }
+        match self.inner.write(buf) {
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+                self.closed = true;
+                Ok(buf.len())
+            }
+            other => other,
+        }
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        if self.closed {
+            return Ok(());
+        }
+        match self.inner.flush() {
+            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+                self.closed = true;
+                Ok(())
+            }
+            other => other,
+        }
+    }
+}
