@@ -1,6 +1,14 @@
 //! Drawing a token: vLLM's `random_sample` — divide the probabilities by Exp(1) noise and take
 //! the argmax (an exponential race, which picks token i with probability p_i without the
 //! device sync of `torch.multinomial`) — applied to what a sampler's filter step left.
+//!
+//! The subset sampler (v2) adds one entry to the race: its column 0 stands for the whole tie
+//! class T at the k-th value (every token of the row with that logit, over the whole
+//! vocabulary), with the class's total kept mass. When it wins, the token is one member of T:
+//! with fresh noise a uniform one (`j = floor(u·nT)`, the (j+1)-th member found by counting
+//! the running member count `≤ j`), with coupled noise the member with the smallest Exp(1)
+//! noise (`E = min_T q · nT` is Exp(1), so the class races exactly as its best member does
+//! under stock). See `/work/handoff/SAMPLER_V2.md` and [`crate::reference::subset`].
 
 use tch::{Device, Kind, Tensor};
 
@@ -15,6 +23,70 @@ pub struct Filtered {
     pub ids: Option<Tensor>,
     /// Which path produced it (the stock sampler, the subset window, or a fallback to stock).
     pub route: Route,
+    /// The subset's tie class at the k-th value, raced as column 0 (`None`: every column is
+    /// one token, as in stock and the v1 subset).
+    pub tie: Option<TieClass>,
+}
+
+/// How a winning tie class picks its member under fresh noise.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemberPick {
+    /// Uniformly over the class (the fix).
+    Uniform,
+    /// Always the class's first member (a deliberately broken variant).
+    First,
+}
+
+/// The tie class T at each row's k-th value t, over the whole vocabulary.
+#[derive(Debug)]
+pub struct TieClass {
+    /// `[B, V]` bool: logit == t.
+    pub members: Tensor,
+    /// `[B, V]` int32 running count of members (`members.cumsum(1)`); its last column is nT.
+    pub running: Tensor,
+    /// `[B]` float32 nT, the class size.
+    pub size: Tensor,
+    /// `[B]` float32 members kept after top-p (nT when top-p does not cut inside T).
+    pub kept: Tensor,
+    /// Member choice under fresh noise.
+    pub pick: MemberPick,
+}
+
+impl TieClass {
+    /// The member token for uniforms `u` (`[N]`, in [0, 1)) given rows' running counts
+    /// `running` (`[N, V]`) and sizes `size` (`[N]`): `j = min(floor(u·nT), nT−1)`, token =
+    /// `(running <= j).sum(1)`, the index of the (j+1)-th member.
+    pub fn pick_member(&self, running: &Tensor, size: &Tensor, u: &Tensor) -> Tensor {
+        let j = match self.pick {
+            MemberPick::Uniform => (u * size).floor().minimum(&(size - 1.0)),
+            MemberPick::First => size.zeros_like(),
+        };
+        running.le_tensor(&j.to_kind(Kind::Int).unsqueeze(1)).sum_dim_intlist(1, false, Kind::Int64)
+    }
+
+    /// Coupled noise: `[B]` Exp(1) variate of the class (`min over T of q · nT`) and the member
+    /// holding that minimum.
+    pub fn coupled(&self, full: &Tensor) -> (Tensor, Tensor) {
+        let (q_min, member) = full.masked_fill(&self.members.logical_not(), f64::INFINITY).min_dim(1, false);
+        (q_min * &self.size, member)
+    }
+
+    /// `n` fresh member picks of row `r` (chunked so the `[n, V]` compare stays ~4M elements).
+    pub fn pick_row(&self, r: i64, n: usize) -> Vec<i64> {
+        let vocab = self.running.size()[1];
+        let per_chunk = ((1usize << 22) / vocab.max(1) as usize).max(1);
+        let (running, size) = (self.running.narrow(0, r, 1), self.size.narrow(0, r, 1));
+        let mut out = Vec::with_capacity(n);
+        let mut left = n;
+        while left > 0 {
+            let m = left.min(per_chunk) as i64;
+            let u = Tensor::rand([m], (Kind::Float, Device::Cpu));
+            let tokens = self.pick_member(&running.expand([m, vocab], false), &size.expand([m], false), &u);
+            out.extend(Vec::<i64>::try_from(&tokens).expect("int64 tokens"));
+            left -= m as usize;
+        }
+        out
+    }
 }
 
 /// Where the race's Exp(1) noise comes from.
@@ -61,12 +133,54 @@ impl Filtered {
             (Noise::Coupled(full), Some(ids)) => full.gather(1, ids, false),
             (Noise::Coupled(full), None) => full.shallow_clone(),
         };
+        // Column 0 of a tie class: fresh noise already holds an Exp(1) E there; coupled noise
+        // puts min_T q · nT there and remembers the member holding the minimum.
+        let member = self.tie.as_ref().map(|tie| match noise {
+            Noise::Fresh => {
+                let u = Tensor::rand([probs.size()[0]], (Kind::Float, probs.device()));
+                tie.pick_member(&tie.running, &tie.size, &u)
+            }
+            Noise::Coupled(full) => {
+                let (e, member) = tie.coupled(full);
+                let _ = q.narrow(1, 0, 1).copy_(&e.unsqueeze(1));
+                member
+            }
+        });
         let columns = race(&probs, &q);
-        let tokens = match &self.ids {
+        let mut tokens = match &self.ids {
             Some(ids) => ids.gather(1, &columns.unsqueeze(1), false).squeeze_dim(1),
             None => columns.shallow_clone(),
         };
+        if let Some(member) = member {
+            tokens = member.where_self(&columns.eq(0), &tokens);
+        }
         Draw { tokens, columns }
+    }
+
+    /// `draws` independent fresh draws of row `r` through the same race and member pick as
+    /// [`Filtered::draw`], as `(token, count)` pairs. Only positive-probability columns race
+    /// (a zero scores 0 and never wins, so the distribution is the same, for less noise).
+    /// Empty when the row has nothing to draw from.
+    /// `probs` and `ids` are row `r` of [`Filtered::probs`] and [`Filtered::token_ids`] on the
+    /// host (the caller computes them once per batch).
+    pub fn draw_row_counts(&self, probs: &[f32], ids: &[i64], r: usize, draws: usize) -> Vec<(i64, u64)> {        let positive: Vec<usize> = (0..probs.len()).filter(|&c| probs[c] > 0.0 && probs[c].is_finite()).collect();
+        if positive.is_empty() {
+            return Vec::new();
+        }
+        let weights: Vec<f32> = positive.iter().map(|&c| probs[c]).collect();
+        let counts = race_counts(&weights, draws);
+        let mut tally = std::collections::BTreeMap::<i64, u64>::new();
+        for (&column, count) in positive.iter().zip(counts).filter(|(_, n)| *n > 0) {
+            match &self.tie {
+                Some(tie) if column == 0 => {
+                    for token in tie.pick_row(r as i64, count as usize) {
+                        *tally.entry(token).or_default() += 1;
+                    }
+                }
+                _ => *tally.entry(ids[column]).or_default() += count,
+            }
+        }
+        tally.into_iter().collect()
     }
 }
 
@@ -128,6 +242,7 @@ mod tests {
             logits: Tensor::from_slice(&[0.0f32, 0.0]).view([1, 2]),
             ids: Some(Tensor::from_slice(&[3i64, 1]).view([1, 2])),
             route: Route::Subset { window: 2 },
+            tie: None,
         };
         // Token 1 gets tiny noise, so it wins the race.
         let noise = Tensor::from_slice(&[1.0f32, 0.01, 1.0, 1.0]).view([1, 4]);

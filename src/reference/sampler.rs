@@ -18,6 +18,8 @@ pub enum Sampler {
     Stock,
     /// The topk-subset-sampler fix.
     Subset,
+    /// The fix as it was before v2 (no tie completion), for `bench`'s before/after row.
+    SubsetV1,
     /// The fix with one deliberate mistake.
     Mutant(Flaw),
 }
@@ -28,6 +30,7 @@ impl Sampler {
         match self {
             Sampler::Stock => stock::filter(batch, release),
             Sampler::Subset => subset::filter(batch, release, None),
+            Sampler::SubsetV1 => subset::filter(batch, release, Some(Flaw::NoTieCompletion)),
             Sampler::Mutant(flaw) => subset::filter(batch, release, Some(flaw)),
         }
     }
