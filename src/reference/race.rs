@@ -57,11 +57,17 @@ impl TieClass {
     /// `running` (`[N, V]`) and sizes `size` (`[N]`): `j = min(floor(u·nT), nT−1)`, token =
     /// `(running <= j).sum(1)`, the index of the (j+1)-th member.
     pub fn pick_member(&self, running: &Tensor, size: &Tensor, u: &Tensor) -> Tensor {
-        let j = match self.pick {
+        member_token(running, &self.member_index(size, u))
+    }
+
+    /// `[N]` int32 j: which member (0-based, in id order) uniforms `u` pick in classes of
+    /// `size` members.
+    pub fn member_index(&self, size: &Tensor, u: &Tensor) -> Tensor {
+        match self.pick {
             MemberPick::Uniform => (u * size).floor().minimum(&(size - 1.0)),
             MemberPick::First => size.zeros_like(),
-        };
-        running.le_tensor(&j.to_kind(Kind::Int).unsqueeze(1)).sum_dim_intlist(1, false, Kind::Int64)
+        }
+        .to_kind(Kind::Int)
     }
 
     /// Coupled noise: `[B]` Exp(1) variate of the class (`min over T of q · nT`) and the member
@@ -71,21 +77,27 @@ impl TieClass {
         (q_min * &self.size, member)
     }
 
-    /// `n` fresh member picks of row `r` (chunked so the `[n, V]` compare stays ~4M elements).
+    /// `n` fresh member picks of row `r`: [`TieClass::member_index`] for all `n`, then
+    /// [`member_token`] once per distinct j (the vocabulary-wide pass is the same for equal
+    /// j; chunked so each `[m, V]` compare stays ~4M elements).
     pub fn pick_row(&self, r: i64, n: usize) -> Vec<i64> {
         let vocab = self.running.size()[1];
-        let per_chunk = ((1usize << 22) / vocab.max(1) as usize).max(1);
         let (running, size) = (self.running.narrow(0, r, 1), self.size.narrow(0, r, 1));
-        let mut out = Vec::with_capacity(n);
-        let mut left = n;
-        while left > 0 {
-            let m = left.min(per_chunk) as i64;
-            let u = Tensor::rand([m], (Kind::Float, Device::Cpu));
-            let tokens = self.pick_member(&running.expand([m, vocab], false), &size.expand([m], false), &u);
-            out.extend(Vec::<i64>::try_from(&tokens).expect("int64 tokens"));
-            left -= m as usize;
+        let u = Tensor::rand([n as i64], (Kind::Float, Device::Cpu));
+        let j = Vec::<i32>::try_from(&self.member_index(&size.expand([n as i64], false), &u)).expect("int32 j");
+        let mut distinct = j.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        let per_chunk = ((1usize << 22) / vocab.max(1) as usize).max(1);
+        let mut token_of = std::collections::HashMap::with_capacity(distinct.len());
+        for chunk in distinct.chunks(per_chunk) {
+            let m = chunk.len() as i64;
+            let tokens = member_token(&running.expand([m, vocab], false), &Tensor::from_slice(chunk));
+            for (&j, token) in chunk.iter().zip(Vec::<i64>::try_from(&tokens).expect("int64 tokens")) {
+                token_of.insert(j, token);
+            }
         }
-        out
+        j.iter().map(|j| token_of[j]).collect()
     }
 }
 
@@ -182,6 +194,12 @@ impl Filtered {
         }
         tally.into_iter().collect()
     }
+}
+
+/// The (j+1)-th member of each row's class: `(running <= j).sum(1)` (`running` `[N, V]` int32
+/// running member counts, `j` `[N]` int32).
+pub fn member_token(running: &Tensor, j: &Tensor) -> Tensor {
+    running.le_tensor(&j.unsqueeze(1)).sum_dim_intlist(1, false, Kind::Int64)
 }
 
 /// Exp(1) noise shaped like `t` (vLLM: `torch.empty_like(probs).exponential_()`).

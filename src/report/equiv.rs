@@ -125,12 +125,12 @@ fn human(out: &mut impl Write, r: &SuiteReport) -> Result<()> {
             "coupled",
             verdict("coupled"),
             format!(
-                "{} of {} rows pick stock's token under shared Exp(1) noise; excused: {} where top-p \
-                 cuts a tie class (both tokens of it: {} equal logits), {} top-p rounding",
+                "{} of {} rows pick stock's token under shared Exp(1) noise; excused: {} where stock's \
+                 top-p cut splits a tie class and a token is a member of it ({} both), {} top-p rounding",
                 c.rows - c.mismatches - c.tie_class_cut - c.rounding,
                 c.rows,
                 c.tie_class_cut,
-                c.tie_class_cut_verified_equal_logits,
+                c.tie_class_cut_both_in_class,
                 c.rounding
             ),
         ),
