@@ -93,7 +93,8 @@ pub fn support_rows(filtered: &Filtered, what: Values) -> FlatRows {
                 &ids.narrow(1, 1, width - 1),
                 &columns.narrow(1, 1, width - 1),
             );
-            let last_kept = tie.running.gt_tensor(&(&tie.size - &tie.kept).unsqueeze(1));
+            let running = tie.counts.running(&tie.members);
+            let last_kept = running.gt_tensor(&(&tie.size - &tie.kept).unsqueeze(1));
             let in_class = tie.members.logical_and(&last_kept);
             let full = member.unsqueeze(1).expand_as(&full).where_self(&in_class, &full);
             let ids = Tensor::arange(vocab, (Kind::Int64, columns.device())).expand([rows, vocab], false);

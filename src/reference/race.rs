@@ -37,13 +37,30 @@ pub enum MemberPick {
     First,
 }
 
+/// How the class's running member count is held.
+#[derive(Debug)]
+pub enum Counts {
+    /// As SAMPLER_V2.md writes it: `[B, V]` int32 `members.cumsum(1)`; the (j+1)-th member is
+    /// `(running <= j).sum(1)` (two more vocabulary-wide passes).
+    Full(Tensor),
+    /// The same numbers, cheaper: member counts per block of `block` tokens (`[B, V/block]`
+    /// int32, running over blocks: one pass over the compare's bytes); the (j+1)-th member is
+    /// found by a binary search over the blocks and a cumsum inside one block.
+    Blocked {
+        /// Tokens per block (a divisor of V).
+        block: i64,
+        /// `[B, V/block]` int32 running count of members at each block's end.
+        running: Tensor,
+    },
+}
+
 /// The tie class T at each row's k-th value t, over the whole vocabulary.
 #[derive(Debug)]
 pub struct TieClass {
     /// `[B, V]` bool: logit == t.
     pub members: Tensor,
-    /// `[B, V]` int32 running count of members (`members.cumsum(1)`); its last column is nT.
-    pub running: Tensor,
+    /// Running member counts.
+    pub counts: Counts,
     /// `[B]` float32 nT, the class size.
     pub size: Tensor,
     /// `[B]` float32 members kept after top-p (nT when top-p does not cut inside T).
@@ -52,12 +69,81 @@ pub struct TieClass {
     pub pick: MemberPick,
 }
 
+/// The block size for a vocabulary of `vocab`: the smallest divisor ≥ √V (V itself when V
+/// is prime: one block, the plain cumsum).
+pub fn block_size(vocab: i64) -> i64 {
+    let root = (vocab as f64).sqrt().ceil() as i64;
+    (root.max(1)..=vocab).find(|b| vocab % b == 0).unwrap_or(vocab)
+}
+
+impl Counts {
+    /// The counts of `members` (`[B, V]` bool), and nT (`[B]` float32).
+    pub fn new(members: &Tensor, full: bool) -> (Counts, Tensor) {
+        let (rows, vocab) = members.size2().expect("[B, V] members");
+        if full {
+            let running = members.cumsum(1, Kind::Int);
+            let size = running.narrow(1, vocab - 1, 1).squeeze_dim(1).to_kind(Kind::Float);
+            return (Counts::Full(running), size);
+        }
+        let block = block_size(vocab);
+        let per_block = members.view_dtype(Kind::Uint8).view([rows, vocab / block, block]).sum_dim_intlist(
+            &[-1i64][..],
+            false,
+            Kind::Int,
+        );
+        let running = per_block.cumsum(1, Kind::Int);
+        let size = running.narrow(1, vocab / block - 1, 1).squeeze_dim(1).to_kind(Kind::Float);
+        (Counts::Blocked { block, running }, size)
+    }
+
+    /// Rows `r .. r+1` expanded to `n` rows (views).
+    fn row_expanded(&self, r: i64, n: i64) -> Counts {
+        match self {
+            Counts::Full(running) => Counts::Full(running.narrow(0, r, 1).expand([n, -1], false)),
+            Counts::Blocked { block, running } => {
+                Counts::Blocked { block: *block, running: running.narrow(0, r, 1).expand([n, -1], false) }
+            }
+        }
+    }
+
+    /// `[N, V]` int32 running member count (the full cumsum; the blocked form computes it
+    /// here, for mask capture only).
+    pub fn running(&self, members: &Tensor) -> Tensor {
+        match self {
+            Counts::Full(running) => running.shallow_clone(),
+            Counts::Blocked { .. } => members.cumsum(1, Kind::Int),
+        }
+    }
+
+    /// `[N]` int64: the (j+1)-th member of each row's class (`members` `[N, V]` bool, `j`
+    /// `[N]` int32 < the row's nT).
+    pub fn member_token(&self, members: &Tensor, j: &Tensor) -> Tensor {
+        match self {
+            Counts::Full(running) => member_token(running, j),
+            Counts::Blocked { block, running } => {
+                let (rows, vocab) = members.size2().expect("[N, V] members");
+                let blocks = vocab / block;
+                let target = (j + 1).unsqueeze(1);
+                // The block holding the (j+1)-th member, and the members before it.
+                let at = target.searchsorted(running, false, false, "left", None::<Tensor>).clamp_max(blocks - 1);
+                let before = running.gather(1, &(&at - 1).clamp_min(0), false).where_self(&at.gt(0), &target.zeros_like());
+                let segment = members
+                    .view([rows, blocks, *block])
+                    .gather(1, &at.unsqueeze(2).expand([rows, 1, *block], false), false)
+                    .squeeze_dim(1);
+                let inside = segment.cumsum(1, Kind::Int);
+                let offset = (target - before).searchsorted(&inside, false, false, "left", None::<Tensor>);
+                (at * *block + offset).squeeze_dim(1)
+            }
+        }
+    }
+}
+
 impl TieClass {
-    /// The member token for uniforms `u` (`[N]`, in [0, 1)) given rows' running counts
-    /// `running` (`[N, V]`) and sizes `size` (`[N]`): `j = min(floor(u·nT), nT−1)`, token =
-    /// `(running <= j).sum(1)`, the index of the (j+1)-th member.
-    pub fn pick_member(&self, running: &Tensor, size: &Tensor, u: &Tensor) -> Tensor {
-        member_token(running, &self.member_index(size, u))
+    /// The member token for uniforms `u` (`[B]`, in [0, 1)): `j = min(floor(u·nT), nT−1)`,
+    /// token = the (j+1)-th member (`(running <= j).sum(1)`).
+    pub fn pick_member(&self, u: &Tensor) -> Tensor {
+        self.counts.member_token(&self.members, &self.member_index(&self.size, u))
     }
 
     /// `[N]` int32 j: which member (0-based, in id order) uniforms `u` pick in classes of
@@ -81,8 +167,8 @@ impl TieClass {
     /// [`member_token`] once per distinct j (the vocabulary-wide pass is the same for equal
     /// j; chunked so each `[m, V]` compare stays ~4M elements).
     pub fn pick_row(&self, r: i64, n: usize) -> Vec<i64> {
-        let vocab = self.running.size()[1];
-        let (running, size) = (self.running.narrow(0, r, 1), self.size.narrow(0, r, 1));
+        let vocab = self.members.size()[1];
+        let (members, size) = (self.members.narrow(0, r, 1), self.size.narrow(0, r, 1));
         let u = Tensor::rand([n as i64], (Kind::Float, Device::Cpu));
         let j = Vec::<i32>::try_from(&self.member_index(&size.expand([n as i64], false), &u)).expect("int32 j");
         let mut distinct = j.clone();
@@ -92,7 +178,8 @@ impl TieClass {
         let mut token_of = std::collections::HashMap::with_capacity(distinct.len());
         for chunk in distinct.chunks(per_chunk) {
             let m = chunk.len() as i64;
-            let tokens = member_token(&running.expand([m, vocab], false), &Tensor::from_slice(chunk));
+            let counts = self.counts.row_expanded(r, m);
+            let tokens = counts.member_token(&members.expand([m, vocab], false), &Tensor::from_slice(chunk));
             for (&j, token) in chunk.iter().zip(Vec::<i64>::try_from(&tokens).expect("int64 tokens")) {
                 token_of.insert(j, token);
             }
@@ -150,7 +237,7 @@ impl Filtered {
         let member = self.tie.as_ref().map(|tie| match noise {
             Noise::Fresh => {
                 let u = Tensor::rand([probs.size()[0]], (Kind::Float, probs.device()));
-                tie.pick_member(&tie.running, &tie.size, &u)
+                tie.pick_member(&u)
             }
             Noise::Coupled(full) => {
                 let (e, member) = tie.coupled(full);
@@ -267,6 +354,40 @@ mod tests {
         let draw = filtered.draw(Noise::Coupled(&noise));
         assert_eq!(Vec::<i64>::try_from(&draw.tokens).unwrap(), vec![1]);
         assert_eq!(Vec::<i64>::try_from(&draw.columns).unwrap(), vec![1]);
+    }
+
+    #[test]
+    fn blocks_divide_the_vocabulary() {
+        assert_eq!(block_size(151_936), 1187);
+        assert_eq!(block_size(32_000), 200);
+        assert_eq!(block_size(4096), 64);
+        assert_eq!(block_size(13), 13, "a prime vocabulary is one block");
+    }
+
+    #[test]
+    fn blocked_counts_find_the_same_member_as_the_full_cumsum() {
+        tch::manual_seed(4);
+        // V = 231 = 11 blocks of 21; sparse rows, a full row, the last token alone, the first.
+        let members = Tensor::rand([6, 231], (Kind::Float, Device::Cpu)).lt(0.1);
+        let _ = members.get(3).fill_(1);
+        let _ = members.get(4).fill_(0);
+        let _ = members.get(4).narrow(0, 230, 1).fill_(1);
+        let _ = members.get(5).fill_(0);
+        let _ = members.get(5).narrow(0, 0, 1).fill_(1);
+        let (full, n_full) = Counts::new(&members, true);
+        let (blocked, n_blocked) = Counts::new(&members, false);
+        assert!(n_full.equal(&n_blocked));
+        assert!(matches!(blocked, Counts::Blocked { block: 21, .. }));
+        let sizes = Vec::<f32>::try_from(&n_full).unwrap();
+        for j in 0..231 {
+            let j: Vec<i32> = sizes.iter().map(|&n| j.min(n as i32 - 1).max(0)).collect();
+            let j = Tensor::from_slice(&j);
+            let (a, b) = (full.member_token(&members, &j), blocked.member_token(&members, &j));
+            assert!(a.equal(&b), "j {j:?}: {a:?} vs {b:?}");
+        }
+        // And it is a member: the (j+1)-th, in id order.
+        let last = blocked.member_token(&members, &Tensor::from_slice(&[0i32, 0, 0, 230, 0, 0]));
+        assert_eq!(Vec::<i64>::try_from(&last).unwrap()[3..], [230, 230, 0]);
     }
 
     #[test]

@@ -22,7 +22,7 @@ use tch::{Device, Kind, Tensor};
 
 use crate::reference::batch::Batch;
 use crate::reference::mutants::Flaw;
-use crate::reference::race::{Filtered, MemberPick, TieClass};
+use crate::reference::race::{Counts, Filtered, MemberPick, TieClass};
 use crate::reference::stock;
 use crate::reference::Release;
 
@@ -118,6 +118,13 @@ pub fn route(k: Option<&[i64]>, vocab: i64) -> Route {
 ///
 /// No host sync: every step is a tensor op over the batch; the route comes from the host k.
 pub fn filter(batch: &Batch, release: Release, flaw: Option<Flaw>) -> Filtered {
+    filter_with(batch, release, flaw, false)
+}
+
+/// [`filter`], with `full_cumsum` choosing SAMPLER_V2.md's literal member counting (a
+/// `[B, V]` int32 cumsum, then `(cs <= j).sum(1)`) instead of the blocked counts that give the
+/// same numbers for less (see [`crate::reference::race::Counts`]); `bench` times both.
+pub fn filter_with(batch: &Batch, release: Release, flaw: Option<Flaw>, full_cumsum: bool) -> Filtered {
     let route = route(batch.k.as_deref(), batch.vocab);
     let Route::Subset { window } = route else {
         return Filtered { route, ..stock::filter(batch, release) };
@@ -157,8 +164,7 @@ pub fn filter(batch: &Batch, release: Release, flaw: Option<Flaw>) -> Filtered {
     let t_is_max = values.narrow(1, window - 1, 1).eq_tensor(&t).squeeze_dim(1);
     // 2. T over the whole vocabulary (passes 1 and 2), then out of the window.
     let members = batch.logits.eq_tensor(&t);
-    let running = members.cumsum(1, Kind::Int);
-    let size = running.narrow(1, batch.vocab - 1, 1).squeeze_dim(1).to_kind(Kind::Float);
+    let (counts, size) = Counts::new(&members, full_cumsum);
     let drop = values.le_tensor(&t);
     let _ = values.masked_fill_(&drop, f64::NEG_INFINITY);
     // 3. The aggregate column, then top-p over the K+1 columns.
@@ -182,7 +188,7 @@ pub fn filter(batch: &Batch, release: Release, flaw: Option<Flaw>) -> Filtered {
     let _ = logits.narrow(1, 0, 1).copy_(&(t + kept.log().unsqueeze(1)));
     let ids = Tensor::cat(&[ids.narrow(1, 0, 1).zeros_like(), ids], 1);
     let pick = if flaw == Some(Flaw::TieFirstMember) { MemberPick::First } else { MemberPick::Uniform };
-    Filtered { logits, ids: Some(ids), route, tie: Some(TieClass { members, running, size, kept, pick }) }
+    Filtered { logits, ids: Some(ids), route, tie: Some(TieClass { members, counts, size, kept, pick }) }
 }
 
 /// Mask each row below its k-th largest value (`values` ascending, `k` ≤ window).
