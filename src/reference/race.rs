@@ -69,11 +69,12 @@ pub struct TieClass {
     pub pick: MemberPick,
 }
 
-/// The block size for a vocabulary of `vocab`: the smallest divisor ≥ √V (V itself when V
-/// is prime: one block, the plain cumsum).
+/// The block size for a vocabulary of `vocab`: its largest divisor ≤ 255, so a block's
+/// member count fits the uint8 the compare's bytes are summed in (no widening: ~20x faster
+/// on CPU than summing into int32). 128 for V = 151936, 250 for 32000; 1 for a prime V > 255
+/// (then the block counts are the full cumsum).
 pub fn block_size(vocab: i64) -> i64 {
-    let root = (vocab as f64).sqrt().ceil() as i64;
-    (root.max(1)..=vocab).find(|b| vocab % b == 0).unwrap_or(vocab)
+    (1..=vocab.min(255)).rev().find(|b| vocab % b == 0).unwrap_or(1)
 }
 
 impl Counts {
@@ -89,7 +90,7 @@ impl Counts {
         let per_block = members.view_dtype(Kind::Uint8).view([rows, vocab / block, block]).sum_dim_intlist(
             &[-1i64][..],
             false,
-            Kind::Int,
+            Kind::Uint8,
         );
         let running = per_block.cumsum(1, Kind::Int);
         let size = running.narrow(1, vocab / block - 1, 1).squeeze_dim(1).to_kind(Kind::Float);
@@ -358,36 +359,37 @@ mod tests {
 
     #[test]
     fn blocks_divide_the_vocabulary() {
-        assert_eq!(block_size(151_936), 1187);
-        assert_eq!(block_size(32_000), 200);
-        assert_eq!(block_size(4096), 64);
-        assert_eq!(block_size(13), 13, "a prime vocabulary is one block");
+        assert_eq!(block_size(151_936), 128);
+        assert_eq!(block_size(32_000), 250);
+        assert_eq!(block_size(4096), 128);
+        assert_eq!(block_size(13), 13);
+        assert_eq!(block_size(257), 1, "a prime vocabulary over 255: blocks of one token");
     }
 
     #[test]
     fn blocked_counts_find_the_same_member_as_the_full_cumsum() {
         tch::manual_seed(4);
-        // V = 231 = 11 blocks of 21; sparse rows, a full row, the last token alone, the first.
-        let members = Tensor::rand([6, 231], (Kind::Float, Device::Cpu)).lt(0.1);
+        // V = 600 = 3 blocks of 200; sparse rows, a full row, the last token alone, the first.
+        let members = Tensor::rand([6, 600], (Kind::Float, Device::Cpu)).lt(0.1);
         let _ = members.get(3).fill_(1);
         let _ = members.get(4).fill_(0);
-        let _ = members.get(4).narrow(0, 230, 1).fill_(1);
+        let _ = members.get(4).narrow(0, 599, 1).fill_(1);
         let _ = members.get(5).fill_(0);
         let _ = members.get(5).narrow(0, 0, 1).fill_(1);
         let (full, n_full) = Counts::new(&members, true);
         let (blocked, n_blocked) = Counts::new(&members, false);
         assert!(n_full.equal(&n_blocked));
-        assert!(matches!(blocked, Counts::Blocked { block: 21, .. }));
+        assert!(matches!(blocked, Counts::Blocked { block: 200, .. }));
         let sizes = Vec::<f32>::try_from(&n_full).unwrap();
-        for j in 0..231 {
+        for j in 0..600 {
             let j: Vec<i32> = sizes.iter().map(|&n| j.min(n as i32 - 1).max(0)).collect();
             let j = Tensor::from_slice(&j);
             let (a, b) = (full.member_token(&members, &j), blocked.member_token(&members, &j));
             assert!(a.equal(&b), "j {j:?}: {a:?} vs {b:?}");
         }
         // And it is a member: the (j+1)-th, in id order.
-        let last = blocked.member_token(&members, &Tensor::from_slice(&[0i32, 0, 0, 230, 0, 0]));
-        assert_eq!(Vec::<i64>::try_from(&last).unwrap()[3..], [230, 230, 0]);
+        let last = blocked.member_token(&members, &Tensor::from_slice(&[0i32, 0, 0, 599, 0, 0]));
+        assert_eq!(Vec::<i64>::try_from(&last).unwrap()[3..], [599, 599, 0]);
     }
 
     #[test]
