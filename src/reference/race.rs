@@ -242,7 +242,7 @@ impl Filtered {
             }
             Noise::Coupled(full) => {
                 let (e, member) = tie.coupled(full);
-                let _ = q.narrow(1, 0, 1).copy_(&e.unsqueeze(1));
+                q.narrow(1, 0, 1).copy_(&e.unsqueeze(1));
                 member
             }
         });

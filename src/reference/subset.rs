@@ -185,7 +185,7 @@ pub fn filter_with(batch: &Batch, release: Release, flaw: Option<Flaw>, full_cum
             }
         }
     };
-    let _ = logits.narrow(1, 0, 1).copy_(&(t + kept.log().unsqueeze(1)));
+    logits.narrow(1, 0, 1).copy_(&(t + kept.log().unsqueeze(1)));
     let ids = Tensor::cat(&[ids.narrow(1, 0, 1).zeros_like(), ids], 1);
     let pick = if flaw == Some(Flaw::TieFirstMember) { MemberPick::First } else { MemberPick::Uniform };
     Filtered { logits, ids: Some(ids), route, tie: Some(TieClass { members, counts, size, kept, pick }) }
