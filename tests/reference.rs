@@ -280,7 +280,7 @@ fn emit_vectors_writes_parseable_cases_and_a_manifest() {
             at += n as usize;
         }
     }
-    assert!(total_bytes < 12_000_000, "vectors should stay a few MB, got {total_bytes} bytes");
+    assert!(total_bytes < 8_000_000, "vectors should stay a few MB, got {total_bytes} bytes");
 }
 
 #[test]
