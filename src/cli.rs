@@ -194,6 +194,10 @@ pub struct EquivArgs {
     /// Runs of the statistical gate on stock against itself, to measure its false-alarm rate.
     #[arg(long = "calibration-runs", default_value_t = 1000)]
     pub calibration_runs: usize,
+    /// Runs of the statistical gate per power-table row (samplers biased by total variation
+    /// 0.01, 0.03, 0.1, mass moved from or to the top token).
+    #[arg(long = "power-runs", default_value_t = 200)]
+    pub power_runs: usize,
     /// Largest allowed probability difference on an identical support, in float32 ulps.
     #[arg(long = "ulp-bound", default_value_t = 16)]
     pub ulp_bound: u64,

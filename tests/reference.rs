@@ -9,9 +9,21 @@ use std::process::{Command, Output};
 
 use serde_json::Value;
 
-/// Small suite settings: every fixture, one generated batch per configuration at V=4096.
-const SMALL_EQUIV: &[&str] =
-    &["equiv", "--cases", "1", "--vocab", "4096", "--draws", "300", "--calibration-runs", "100"];
+/// Small suite settings: every fixture, one generated batch per configuration at V=4096, the
+/// default draws (fewer lose the power the suite requires), few calibration and power runs.
+const SMALL_EQUIV: &[&str] = &[
+    "equiv",
+    "--cases",
+    "1",
+    "--vocab",
+    "4096",
+    "--draws",
+    "1000",
+    "--calibration-runs",
+    "100",
+    "--power-runs",
+    "20",
+];
 
 /// Run the binary; return its output with a description for assertion messages.
 fn run(args: &[&str]) -> (Output, String) {
@@ -53,7 +65,22 @@ fn equiv_finds_the_subset_equivalent_and_catches_every_mutant() {
     assert!(report["fallback_cases"].as_u64().unwrap() >= 2, "fixtures include two fallbacks");
     // The fixtures plant ties: the by-value rule must have mattered somewhere.
     assert!(report["ties"]["kth_ties_kept_by_value"].as_u64().unwrap() > 0, "{}", report["ties"]);
-    assert!(report["ties"]["kth_tie_crosses_window"].as_u64().unwrap() > 0, "{}", report["ties"]);
+    // Since v2 a tie group crossing the window is completed, never excused: 0 such rows,
+    // while the fixtures make such groups spill in many rows.
+    assert_eq!(report["ties"]["kth_tie_crosses_window"], 0, "{}", report["ties"]);
+    assert_eq!(report["subset"]["exact"]["kth_tie_crosses_window"], 0);
+    assert!(report["ties"]["kth_tie_spills_past_window"].as_u64().unwrap() >= 20, "{}", report["ties"]);
+    assert_eq!(report["subset"]["coupled"]["mismatches"], 0);
+    let coupled = &report["subset"]["coupled"];
+    assert!(coupled["tie_class_cut"].as_u64().unwrap() <= report["ties"]["top_p_cuts_tie_class"].as_u64().unwrap());
+    let power = &report["power"];
+    assert_eq!(power["ok"], true, "{power}");
+    assert_eq!(power["rows"].as_array().unwrap().len(), 6, "{power}");
+    for row in power["rows"].as_array().unwrap() {
+        if row["tvd"] == 0.03 {
+            assert!(row["power"].as_f64().unwrap() >= 0.95, "{row}");
+        }
+    }
     let calibration = &report["calibration"];
     assert_eq!(calibration["runs"], 100);
     assert!(calibration["false_alarm_rate"].as_f64().unwrap() <= 0.01, "{calibration}");
@@ -69,6 +96,8 @@ fn equiv_finds_the_subset_equivalent_and_catches_every_mutant() {
         "no-keep-one",
         "rolled-k",
         "mask-by-position",
+        "no-tie-completion",
+        "tie-first-member",
     ] {
         assert!(names.contains(&expected), "mutant {expected} missing from {names:?}");
     }
@@ -76,6 +105,27 @@ fn equiv_finds_the_subset_equivalent_and_catches_every_mutant() {
         assert_eq!(mutant["caught"], true, "{mutant}\n{shown}");
         assert!(!mutant["caught_by"].as_array().unwrap().is_empty(), "{mutant}");
     }
+    // v1 is caught by the new count itself; the non-uniform member only by the draws.
+    let v1 = mutants.iter().find(|m| m["name"] == "no-tie-completion").unwrap();
+    assert!(v1["kth_tie_crosses_window_rows"].as_u64().unwrap() > 0, "{v1}");
+    let first = mutants.iter().find(|m| m["name"] == "tie-first-member").unwrap();
+    assert!(first["statistical_failed_cases"].as_u64().unwrap() > 0, "{first}");
+}
+
+#[test]
+fn a_gate_without_power_makes_the_suite_refuse_a_verdict() {
+    // 300 draws per row cannot see a total variation of 0.03 in 95% of runs: the power table
+    // must say so and equiv must exit 1 ("the suite itself is broken").
+    let mut args = SMALL_EQUIV.to_vec();
+    let at = args.iter().position(|&a| a == "--draws").unwrap();
+    args[at + 1] = "300";
+    args.extend(["--format", "json"]);
+    let (output, shown) = run(&args);
+    assert_eq!(output.status.code(), Some(1), "{shown}");
+    let report = json(&output, &shown);
+    assert_eq!(report["verdict"], "suite_broken", "{shown}");
+    assert_eq!(report["power"]["ok"], false, "{}", report["power"]);
+    assert_eq!(report["calibration"]["ok"], true, "{}", report["calibration"]);
 }
 
 #[test]
@@ -83,7 +133,20 @@ fn equiv_human_output_has_the_check_and_mutant_tables() {
     let (output, shown) = run(SMALL_EQUIV);
     assert_eq!(output.status.code(), Some(0), "{shown}");
     let text = String::from_utf8_lossy(&output.stdout);
-    for needle in ["exact", "coupled", "statistical", "fallback", "calibration", "mask-by-position", "EQUIVALENT"] {
+    for needle in [
+        "exact",
+        "coupled",
+        "statistical",
+        "fallback",
+        "calibration",
+        "power",
+        "from top",
+        "to top",
+        "mask-by-position",
+        "no-tie-completion",
+        "k-th tie cut at the window (must be 0)",
+        "EQUIVALENT",
+    ] {
         assert!(text.contains(needle), "missing {needle:?}\n{shown}");
     }
 }
@@ -163,8 +226,27 @@ fn emit_vectors_writes_parseable_cases_and_a_manifest() {
     let cases = manifest["cases"].as_array().unwrap();
     assert!(cases.len() >= 10, "{manifest}");
     let names: Vec<&str> = cases.iter().map(|c| c["name"].as_str().unwrap()).collect();
-    for needle in ["bf16-ties-at-kth", "p-tiny", "all-equal", "top-k-over-1024", "batch-of-one"] {
+    for needle in [
+        "bf16-ties-at-kth",
+        "p-tiny",
+        "all-equal",
+        "all-equal-k50",
+        "top-k-over-1024",
+        "batch-of-one",
+        "kth-tie-spill-k64",
+        "kth-tie-spill-k128",
+        "kth-tie-spill-k1024",
+        "bf16-model-tie-spill-k64-v151936",
+    ] {
         assert!(names.iter().any(|n| n.starts_with(needle)), "no {needle} case in {names:?}");
+    }
+    // Tie groups past the window are listed, and are no reason to differ any more.
+    for case in cases.iter().filter(|c| c["name"].as_str().unwrap().contains("tie-spill")) {
+        let spills = case["kth_tie_spill_rows"].as_array().unwrap();
+        assert!(!spills.is_empty(), "{case}");
+        for may in case["subset_may_differ"].as_array().unwrap() {
+            assert!(!may["reason"].as_str().unwrap().contains("k-th"), "{may}");
+        }
     }
     let mut total_bytes = 0;
     for case in cases {
@@ -211,7 +293,7 @@ fn bench_runs_a_small_shape_and_reports_json() {
     assert_eq!(report["window"], 64);
     let shape = &report["shapes"][0];
     assert_eq!((shape["batch"].as_i64(), shape["vocab"].as_i64()), (Some(2), Some(4096)));
-    for op in ["stock", "subset", "subset_masks_selected", "subset_masks_support", "floor_amax", "topk"] {
+    for op in ["stock", "subset", "subset_v1", "subset_masks_selected", "subset_masks_support", "floor_amax", "topk"] {
         assert!(shape["median_ms"][op].as_f64().unwrap() > 0.0, "{op}: {shape}");
     }
     // The target shape was not run, so no target may claim to be met.

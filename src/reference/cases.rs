@@ -218,18 +218,40 @@ pub fn generated(plan: &Plan) -> Vec<Case> {
     cases
 }
 
-/// A bf16-exact row whose `distinct` largest tokens have distinct values above a group of
-/// `tied` tokens sharing one value, itself above every other token: the tie group occupies
-/// ranks `distinct .. distinct + tied`.
+/// A row whose `distinct` largest tokens have distinct values above a group of `tied` tokens
+/// sharing one value, itself above every other token: the tie group occupies ranks
+/// `distinct .. distinct + tied`.
 fn tied_row(rng: &mut Rng, vocab: usize, distinct: usize, tied: usize) -> Vec<f32> {
     // Background below 1.0; ties at 2.0; distinct values 2 + n/16 (at most 8 significant
-    // bits for n < 128, so exact in bf16: the ties survive a bf16 model's output).
+    // bits for n < 128, so exact in bf16: the ties survive a bf16 model's output; wider
+    // distinct runs leave bf16 but stay distinct and exact in float32).
     let mut row: Vec<f32> = (0..vocab).map(|_| round_to_bf16((rng.normal() - 3.0).min(1.0) as f32)).collect();
     let ids = rng.distinct(vocab, distinct + tied);
     for (rank, &id) in ids.iter().enumerate() {
         row[id] = if rank < distinct { 2.0 + (distinct - rank) as f32 / 16.0 } else { 2.0 };
     }
     row
+}
+
+/// bf16 language-model-like batches over a model-sized vocabulary with top_k equal to a window
+/// size (64, 128, 1024): the tie group at the k-th value spills past the window in most rows
+/// (a bf16 logit has 8 significant bits, so the tail of 151936 values is full of ties).
+pub fn model_tie_spills(seed: u64, vocab: usize, rows: usize) -> Vec<Case> {
+    let mut rng = Rng::new(seed ^ 0x5B11_7000);
+    [64i64, 128, 1024]
+        .into_iter()
+        .map(|k| {
+            let host: Vec<f32> = (0..rows).flat_map(|_| model_row(&mut rng, vocab, Dtype::Bf16)).collect();
+            let p: Vec<f32> = (0..rows).map(|r| [1.0, 0.9, 1.0, 0.95][r % 4]).collect();
+            Case {
+                name: format!("bf16-model-tie-spill-k{k}-v{vocab}"),
+                why: "bf16 model rows, top_k == K: k-th ties spill past the window",
+                dtype: Dtype::Bf16,
+                batch: Batch::new(host, rows as i64, vocab as i64, &vec![k; rows], &p),
+                seed: rng.next_u64(),
+            }
+        })
+        .collect()
 }
 
 /// A row with `finite` equal logits and `-inf` everywhere else.
@@ -290,7 +312,7 @@ pub fn fixtures(seed: u64, vocab: usize) -> Vec<Case> {
     cases.push(fixture.case(rng.next_u64(), rows, &k, &p));
 
     // A tie group at the k-th value that runs past the window's edge: stock keeps the whole
-    // group, a window of K cannot. The one difference the fix is allowed (and it is counted).
+    // group, a window of K cannot see it; v2 completes it over the vocabulary (v1 lost it).
     let shape = [(55, 26, 60), (45, 26, 50), (60, 11, 64), (9, 1, 10)];
     let rows = shape.iter().map(|&(d, t, _)| tied_row(&mut rng, v, d, t)).collect();
     let k: Vec<i64> = shape.iter().map(|s| s.2).collect();
@@ -330,6 +352,24 @@ pub fn fixtures(seed: u64, vocab: usize) -> Vec<Case> {
     let rows = [0.0f32, 1.5, 0.0, -2.0].iter().map(|&x| vec![x; v]).collect();
     let fixture = Fixture { name: "all-equal", why: "all-equal rows", dtype: Dtype::Bf16, vocab: v };
     cases.push(fixture.case(rng.next_u64(), rows, &[1, 10, 64, 100], &[1.0, 0.5, 1.0, 0.3]));
+
+    // All-equal rows with k = 50 (window 64): uniform over the whole vocabulary, not over 64.
+    let rows = [0.0f32, 3.0].iter().map(|&x| vec![x; v]).collect();
+    let fixture = Fixture { name: "all-equal-k50", why: "all-equal, k=50: uniform over V", dtype: Dtype::Bf16, vocab: v };
+    cases.push(fixture.case(rng.next_u64(), rows, &[50, 50], &[1.0, 1.0]));
+
+    // A tie group at the k-th value spilling past each window size (top_k == K), with
+    // p = 1, a p whose cut falls inside the class (the class holds most of the mass), and
+    // typical p.
+    for (name, k, shapes) in [
+        ("kth-tie-spill-k64", 64i64, [(40usize, 60usize), (63, 2), (10, 200), (60, 30)]),
+        ("kth-tie-spill-k128", 128, [(100, 60), (127, 3), (20, 300), (120, 40)]),
+        ("kth-tie-spill-k1024", 1024, [(100, 1000), (1000, 100), (1023, 2), (50, 1500)]),
+    ] {
+        let rows = shapes.iter().map(|&(d, t)| tied_row(&mut rng, v, d, t)).collect();
+        let fixture = Fixture { name, why: "k-th tie group spilling past K = top_k", dtype: Dtype::Bf16, vocab: v };
+        cases.push(fixture.case(rng.next_u64(), rows, &[k; 4], &[1.0, 0.9, 0.5, 0.95]));
+    }
 
     // Equal logits whose cumsum hits 1 - p exactly (0.25, 0.5, 0.75 are exact in float32):
     // `<=` masks the token at the boundary, `<` keeps it.

@@ -53,18 +53,59 @@ impl FlatRows {
     }
 }
 
-/// The support of each row (columns whose processed logit is finite) with `values` (`[B, W]`,
-/// aligned with `filtered`'s columns) gathered there, ids ascending.
-pub fn support_rows(filtered: &Filtered, values: &Tensor) -> FlatRows {
-    let kept = filtered.logits.isfinite();
-    let (ids, values, kept) = match &filtered.ids {
+/// What [`support_rows`] gathers at each support token.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Values {
+    /// float32 probabilities.
+    Probs,
+    /// float32 logprobs.
+    Logprobs,
+}
+
+/// The support of each row (tokens whose processed logit is finite) with their probability or
+/// logprob, ids ascending. A subset tie class is expanded to its kept members (the last
+/// `nT_kept` by id: a stable ascending sort, as stock's CPU sort, cuts the first ones), each
+/// with the class's mass over `nT_kept`.
+pub fn support_rows(filtered: &Filtered, what: Values) -> FlatRows {
+    let columns = match what {
+        Values::Probs => filtered.probs(),
+        Values::Logprobs => filtered.logits.log_softmax(-1, Kind::Float),
+    };
+    let (ids, values, kept) = match (&filtered.ids, &filtered.tie) {
         // Column j is token j: already ascending.
-        None => (filtered.token_ids(), values.shallow_clone(), kept),
+        (None, _) => (filtered.token_ids(), columns, filtered.logits.isfinite()),
+        // Scatter the window over the vocabulary, then T's kept members: column j is token j.
+        (Some(ids), Some(tie)) => {
+            let (rows, vocab) = tie.members.size2().expect("[B, V] members");
+            let width = ids.size()[1];
+            let (empty, member) = match what {
+                Values::Probs => (0.0, columns.select(1, 0) / &tie.kept),
+                Values::Logprobs => (f64::NEG_INFINITY, columns.select(1, 0) - tie.kept.log()),
+            };
+            let window_kept = filtered.logits.narrow(1, 1, width - 1).isfinite();
+            let kept = Tensor::zeros([rows, vocab], (Kind::Bool, columns.device())).scatter(
+                1,
+                &ids.narrow(1, 1, width - 1),
+                &window_kept,
+            );
+            let full = Tensor::full([rows, vocab], empty, (Kind::Float, columns.device())).scatter(
+                1,
+                &ids.narrow(1, 1, width - 1),
+                &columns.narrow(1, 1, width - 1),
+            );
+            let running = tie.counts.running(&tie.members);
+            let last_kept = running.gt_tensor(&(&tie.size - &tie.kept).unsqueeze(1));
+            let in_class = tie.members.logical_and(&last_kept);
+            let full = member.unsqueeze(1).expand_as(&full).where_self(&in_class, &full);
+            let ids = Tensor::arange(vocab, (Kind::Int64, columns.device())).expand([rows, vocab], false);
+            (ids, full, kept.logical_or(&in_class))
+        }
         // A window is in logit order; masked columns get the largest id so they sort last.
-        Some(ids) => {
+        (Some(ids), None) => {
+            let kept = filtered.logits.isfinite();
             let keyed = ids.masked_fill(&kept.logical_not(), i64::MAX);
             let (sorted, order) = keyed.sort(1, false);
-            (sorted, values.gather(1, &order, false), kept.gather(1, &order, false))
+            (sorted, columns.gather(1, &order, false), kept.gather(1, &order, false))
         }
     };
     let lengths = kept.sum_dim_intlist(1, false, Kind::Int);
@@ -77,12 +118,17 @@ pub fn support_rows(filtered: &Filtered, values: &Tensor) -> FlatRows {
 
 /// Capture the masks of one call from its filter output and draw.
 pub fn capture(filtered: &Filtered, draw: &Draw, mode: MaskMode) -> SamplingMasks {
-    let logprobs = filtered.logits.log_softmax(-1, Kind::Float);
-    let rows = support_rows(filtered, &logprobs);
+    let rows = support_rows(filtered, Values::Logprobs);
     let logprobs = match mode {
         MaskMode::Support => rows.values,
         MaskMode::Selected => {
-            let selected = logprobs.gather(1, &draw.columns.unsqueeze(1), false).squeeze_dim(1);
+            let all = filtered.logits.log_softmax(-1, Kind::Float);
+            let mut selected = all.gather(1, &draw.columns.unsqueeze(1), false).squeeze_dim(1);
+            if let Some(tie) = &filtered.tie {
+                // A class win: the member's share of the class's mass.
+                let member = all.select(1, 0) - tie.kept.log();
+                selected = member.where_self(&draw.columns.eq(0), &selected);
+            }
             Vec::<f32>::try_from(&selected).expect("float32 logprobs")
         }
     };
@@ -102,6 +148,7 @@ mod tests {
             logits: Tensor::from_slice(&[neg, 1.0, 2.0, 0.0, 0.0, 5.0]).view([2, 3]),
             ids: Some(Tensor::from_slice(&[4i64, 9, 2, 7, 3, 5]).view([2, 3])),
             route: Route::Subset { window: 3 },
+            tie: None,
         }
     }
 

@@ -24,11 +24,15 @@ pub enum Flaw {
     RolledK,
     /// top_k keeps the first k columns of the window instead of every value ≥ the k-th.
     MaskByPosition,
+    /// v1: no tie completion — a tie group at the k-th value past the window's edge is lost.
+    NoTieCompletion,
+    /// The tie class is completed, but a winning class always yields its first member.
+    TieFirstMember,
 }
 
 impl Flaw {
     /// Every mutant the suite must reject.
-    pub const ALL: [Flaw; 8] = [
+    pub const ALL: [Flaw; 10] = [
         Flaw::KOffByOne,
         Flaw::WindowTooSmall,
         Flaw::TopPBeforeTopK,
@@ -37,6 +41,8 @@ impl Flaw {
         Flaw::NoKeepOne,
         Flaw::RolledK,
         Flaw::MaskByPosition,
+        Flaw::NoTieCompletion,
+        Flaw::TieFirstMember,
     ];
 
     /// Short name for tables and JSON.
@@ -50,6 +56,8 @@ impl Flaw {
             Flaw::NoKeepOne => "no-keep-one",
             Flaw::RolledK => "rolled-k",
             Flaw::MaskByPosition => "mask-by-position",
+            Flaw::NoTieCompletion => "no-tie-completion",
+            Flaw::TieFirstMember => "tie-first-member",
         }
     }
 
@@ -64,6 +72,8 @@ impl Flaw {
             Flaw::NoKeepOne => "drops the keep-at-least-one rule",
             Flaw::RolledK => "uses the previous row's top_k",
             Flaw::MaskByPosition => "top_k by position, not by value (bf16 ties)",
+            Flaw::NoTieCompletion => "v1: k-th tie group cut at the window edge",
+            Flaw::TieFirstMember => "tie class wins yield its first member",
         }
     }
 }

@@ -1,6 +1,14 @@
 //! Drawing a token: vLLM's `random_sample` — divide the probabilities by Exp(1) noise and take
 //! the argmax (an exponential race, which picks token i with probability p_i without the
 //! device sync of `torch.multinomial`) — applied to what a sampler's filter step left.
+//!
+//! The subset sampler (v2) adds one entry to the race: its column 0 stands for the whole tie
+//! class T at the k-th value (every token of the row with that logit, over the whole
+//! vocabulary), with the class's total kept mass. When it wins, the token is one member of T:
+//! with fresh noise a uniform one (`j = floor(u·nT)`, the (j+1)-th member found by counting
+//! the running member count `≤ j`), with coupled noise the member with the smallest Exp(1)
+//! noise (`E = min_T q · nT` is Exp(1), so the class races exactly as its best member does
+//! under stock). See `/work/handoff/SAMPLER_V2.md` and [`crate::reference::subset`].
 
 use tch::{Device, Kind, Tensor};
 
@@ -15,6 +23,170 @@ pub struct Filtered {
     pub ids: Option<Tensor>,
     /// Which path produced it (the stock sampler, the subset window, or a fallback to stock).
     pub route: Route,
+    /// The subset's tie class at the k-th value, raced as column 0 (`None`: every column is
+    /// one token, as in stock and the v1 subset).
+    pub tie: Option<TieClass>,
+}
+
+/// How a winning tie class picks its member under fresh noise.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum MemberPick {
+    /// Uniformly over the class (the fix).
+    Uniform,
+    /// Always the class's first member (a deliberately broken variant).
+    First,
+}
+
+/// How the class's running member count is held.
+#[derive(Debug)]
+pub enum Counts {
+    /// As SAMPLER_V2.md writes it: `[B, V]` int32 `members.cumsum(1)`; the (j+1)-th member is
+    /// `(running <= j).sum(1)` (two more vocabulary-wide passes).
+    Full(Tensor),
+    /// The same numbers, cheaper: member counts per block of `block` tokens (`[B, V/block]`
+    /// int32, running over blocks: one pass over the compare's bytes); the (j+1)-th member is
+    /// found by a binary search over the blocks and a cumsum inside one block.
+    Blocked {
+        /// Tokens per block (a divisor of V).
+        block: i64,
+        /// `[B, V/block]` int32 running count of members at each block's end.
+        running: Tensor,
+    },
+}
+
+/// The tie class T at each row's k-th value t, over the whole vocabulary.
+#[derive(Debug)]
+pub struct TieClass {
+    /// `[B, V]` bool: logit == t.
+    pub members: Tensor,
+    /// Running member counts.
+    pub counts: Counts,
+    /// `[B]` float32 nT, the class size.
+    pub size: Tensor,
+    /// `[B]` float32 members kept after top-p (nT when top-p does not cut inside T).
+    pub kept: Tensor,
+    /// Member choice under fresh noise.
+    pub pick: MemberPick,
+}
+
+/// The block size for a vocabulary of `vocab`: its largest divisor ≤ 255, so a block's
+/// member count fits the uint8 the compare's bytes are summed in (no widening: ~20x faster
+/// on CPU than summing into int32). 128 for V = 151936, 250 for 32000; 1 for a prime V > 255
+/// (then the block counts are the full cumsum).
+pub fn block_size(vocab: i64) -> i64 {
+    (1..=vocab.min(255)).rev().find(|b| vocab % b == 0).unwrap_or(1)
+}
+
+impl Counts {
+    /// The counts of `members` (`[B, V]` bool), and nT (`[B]` float32).
+    pub fn new(members: &Tensor, full: bool) -> (Counts, Tensor) {
+        let (rows, vocab) = members.size2().expect("[B, V] members");
+        if full {
+            let running = members.cumsum(1, Kind::Int);
+            let size = running.narrow(1, vocab - 1, 1).squeeze_dim(1).to_kind(Kind::Float);
+            return (Counts::Full(running), size);
+        }
+        let block = block_size(vocab);
+        let per_block = members.view_dtype(Kind::Uint8).view([rows, vocab / block, block]).sum_dim_intlist(
+            &[-1i64][..],
+            false,
+            Kind::Uint8,
+        );
+        let running = per_block.cumsum(1, Kind::Int);
+        let size = running.narrow(1, vocab / block - 1, 1).squeeze_dim(1).to_kind(Kind::Float);
+        (Counts::Blocked { block, running }, size)
+    }
+
+    /// Rows `r .. r+1` expanded to `n` rows (views).
+    fn row_expanded(&self, r: i64, n: i64) -> Counts {
+        match self {
+            Counts::Full(running) => Counts::Full(running.narrow(0, r, 1).expand([n, -1], false)),
+            Counts::Blocked { block, running } => {
+                Counts::Blocked { block: *block, running: running.narrow(0, r, 1).expand([n, -1], false) }
+            }
+        }
+    }
+
+    /// `[N, V]` int32 running member count (the full cumsum; the blocked form computes it
+    /// here, for mask capture only).
+    pub fn running(&self, members: &Tensor) -> Tensor {
+        match self {
+            Counts::Full(running) => running.shallow_clone(),
+            Counts::Blocked { .. } => members.cumsum(1, Kind::Int),
+        }
+    }
+
+    /// `[N]` int64: the (j+1)-th member of each row's class (`members` `[N, V]` bool, `j`
+    /// `[N]` int32 < the row's nT).
+    pub fn member_token(&self, members: &Tensor, j: &Tensor) -> Tensor {
+        match self {
+            Counts::Full(running) => member_token(running, j),
+            Counts::Blocked { block, running } => {
+                let (rows, vocab) = members.size2().expect("[N, V] members");
+                let blocks = vocab / block;
+                let target = (j + 1).unsqueeze(1);
+                // The block holding the (j+1)-th member, and the members before it.
+                let at = target.searchsorted(running, false, false, "left", None::<Tensor>).clamp_max(blocks - 1);
+                let before = running.gather(1, &(&at - 1).clamp_min(0), false).where_self(&at.gt(0), &target.zeros_like());
+                let segment = members
+                    .view([rows, blocks, *block])
+                    .gather(1, &at.unsqueeze(2).expand([rows, 1, *block], false), false)
+                    .squeeze_dim(1);
+                let inside = segment.cumsum(1, Kind::Int);
+                let offset = (target - before).searchsorted(&inside, false, false, "left", None::<Tensor>);
+                (at * *block + offset).squeeze_dim(1)
+            }
+        }
+    }
+}
+
+impl TieClass {
+    /// The member token for uniforms `u` (`[B]`, in [0, 1)): `j = min(floor(u·nT), nT−1)`,
+    /// token = the (j+1)-th member (`(running <= j).sum(1)`).
+    pub fn pick_member(&self, u: &Tensor) -> Tensor {
+        self.counts.member_token(&self.members, &self.member_index(&self.size, u))
+    }
+
+    /// `[N]` int32 j: which member (0-based, in id order) uniforms `u` pick in classes of
+    /// `size` members.
+    pub fn member_index(&self, size: &Tensor, u: &Tensor) -> Tensor {
+        match self.pick {
+            MemberPick::Uniform => (u * size).floor().minimum(&(size - 1.0)),
+            MemberPick::First => size.zeros_like(),
+        }
+        .to_kind(Kind::Int)
+    }
+
+    /// Coupled noise: `[B]` Exp(1) variate of the class (`min over T of q · nT`) and the member
+    /// holding that minimum.
+    pub fn coupled(&self, full: &Tensor) -> (Tensor, Tensor) {
+        let (q_min, member) = full.masked_fill(&self.members.logical_not(), f64::INFINITY).min_dim(1, false);
+        (q_min * &self.size, member)
+    }
+
+    /// `n` fresh member picks of row `r`: [`TieClass::member_index`] for all `n`, then
+    /// [`member_token`] once per distinct j (the vocabulary-wide pass is the same for equal
+    /// j; chunked so each `[m, V]` compare stays ~4M elements).
+    pub fn pick_row(&self, r: i64, n: usize) -> Vec<i64> {
+        let vocab = self.members.size()[1];
+        let (members, size) = (self.members.narrow(0, r, 1), self.size.narrow(0, r, 1));
+        let u = Tensor::rand([n as i64], (Kind::Float, Device::Cpu));
+        let j = Vec::<i32>::try_from(&self.member_index(&size.expand([n as i64], false), &u)).expect("int32 j");
+        let mut distinct = j.clone();
+        distinct.sort_unstable();
+        distinct.dedup();
+        let per_chunk = ((1usize << 22) / vocab.max(1) as usize).max(1);
+        let mut token_of = std::collections::HashMap::with_capacity(distinct.len());
+        for chunk in distinct.chunks(per_chunk) {
+            let m = chunk.len() as i64;
+            let counts = self.counts.row_expanded(r, m);
+            let tokens = counts.member_token(&members.expand([m, vocab], false), &Tensor::from_slice(chunk));
+            for (&j, token) in chunk.iter().zip(Vec::<i64>::try_from(&tokens).expect("int64 tokens")) {
+                token_of.insert(j, token);
+            }
+        }
+        j.iter().map(|j| token_of[j]).collect()
+    }
 }
 
 /// Where the race's Exp(1) noise comes from.
@@ -61,13 +233,61 @@ impl Filtered {
             (Noise::Coupled(full), Some(ids)) => full.gather(1, ids, false),
             (Noise::Coupled(full), None) => full.shallow_clone(),
         };
+        // Column 0 of a tie class: fresh noise already holds an Exp(1) E there; coupled noise
+        // puts min_T q · nT there and remembers the member holding the minimum.
+        let member = self.tie.as_ref().map(|tie| match noise {
+            Noise::Fresh => {
+                let u = Tensor::rand([probs.size()[0]], (Kind::Float, probs.device()));
+                tie.pick_member(&u)
+            }
+            Noise::Coupled(full) => {
+                let (e, member) = tie.coupled(full);
+                q.narrow(1, 0, 1).copy_(&e.unsqueeze(1));
+                member
+            }
+        });
         let columns = race(&probs, &q);
-        let tokens = match &self.ids {
+        let mut tokens = match &self.ids {
             Some(ids) => ids.gather(1, &columns.unsqueeze(1), false).squeeze_dim(1),
             None => columns.shallow_clone(),
         };
+        if let Some(member) = member {
+            tokens = member.where_self(&columns.eq(0), &tokens);
+        }
         Draw { tokens, columns }
     }
+
+    /// `draws` independent fresh draws of row `r` through the same race and member pick as
+    /// [`Filtered::draw`], as `(token, count)` pairs. Only positive-probability columns race
+    /// (a zero scores 0 and never wins, so the distribution is the same, for less noise).
+    /// Empty when the row has nothing to draw from.
+    /// `probs` and `ids` are row `r` of [`Filtered::probs`] and [`Filtered::token_ids`] on the
+    /// host (the caller computes them once per batch).
+    pub fn draw_row_counts(&self, probs: &[f32], ids: &[i64], r: usize, draws: usize) -> Vec<(i64, u64)> {        let positive: Vec<usize> = (0..probs.len()).filter(|&c| probs[c] > 0.0 && probs[c].is_finite()).collect();
+        if positive.is_empty() {
+            return Vec::new();
+        }
+        let weights: Vec<f32> = positive.iter().map(|&c| probs[c]).collect();
+        let counts = race_counts(&weights, draws);
+        let mut tally = std::collections::BTreeMap::<i64, u64>::new();
+        for (&column, count) in positive.iter().zip(counts).filter(|(_, n)| *n > 0) {
+            match &self.tie {
+                Some(tie) if column == 0 => {
+                    for token in tie.pick_row(r as i64, count as usize) {
+                        *tally.entry(token).or_default() += 1;
+                    }
+                }
+                _ => *tally.entry(ids[column]).or_default() += count,
+            }
+        }
+        tally.into_iter().collect()
+    }
+}
+
+/// The (j+1)-th member of each row's class: `(running <= j).sum(1)` (`running` `[N, V]` int32
+/// running member counts, `j` `[N]` int32).
+pub fn member_token(running: &Tensor, j: &Tensor) -> Tensor {
+    running.le_tensor(&j.unsqueeze(1)).sum_dim_intlist(1, false, Kind::Int64)
 }
 
 /// Exp(1) noise shaped like `t` (vLLM: `torch.empty_like(probs).exponential_()`).
@@ -128,12 +348,48 @@ mod tests {
             logits: Tensor::from_slice(&[0.0f32, 0.0]).view([1, 2]),
             ids: Some(Tensor::from_slice(&[3i64, 1]).view([1, 2])),
             route: Route::Subset { window: 2 },
+            tie: None,
         };
         // Token 1 gets tiny noise, so it wins the race.
         let noise = Tensor::from_slice(&[1.0f32, 0.01, 1.0, 1.0]).view([1, 4]);
         let draw = filtered.draw(Noise::Coupled(&noise));
         assert_eq!(Vec::<i64>::try_from(&draw.tokens).unwrap(), vec![1]);
         assert_eq!(Vec::<i64>::try_from(&draw.columns).unwrap(), vec![1]);
+    }
+
+    #[test]
+    fn blocks_divide_the_vocabulary() {
+        assert_eq!(block_size(151_936), 128);
+        assert_eq!(block_size(32_000), 250);
+        assert_eq!(block_size(4096), 128);
+        assert_eq!(block_size(13), 13);
+        assert_eq!(block_size(257), 1, "a prime vocabulary over 255: blocks of one token");
+    }
+
+    #[test]
+    fn blocked_counts_find_the_same_member_as_the_full_cumsum() {
+        tch::manual_seed(4);
+        // V = 600 = 3 blocks of 200; sparse rows, a full row, the last token alone, the first.
+        let members = Tensor::rand([6, 600], (Kind::Float, Device::Cpu)).lt(0.1);
+        let _ = members.get(3).fill_(1);
+        let _ = members.get(4).fill_(0);
+        let _ = members.get(4).narrow(0, 599, 1).fill_(1);
+        let _ = members.get(5).fill_(0);
+        let _ = members.get(5).narrow(0, 0, 1).fill_(1);
+        let (full, n_full) = Counts::new(&members, true);
+        let (blocked, n_blocked) = Counts::new(&members, false);
+        assert!(n_full.equal(&n_blocked));
+        assert!(matches!(blocked, Counts::Blocked { block: 200, .. }));
+        let sizes = Vec::<f32>::try_from(&n_full).unwrap();
+        for j in 0..600 {
+            let j: Vec<i32> = sizes.iter().map(|&n| j.min(n as i32 - 1).max(0)).collect();
+            let j = Tensor::from_slice(&j);
+            let (a, b) = (full.member_token(&members, &j), blocked.member_token(&members, &j));
+            assert!(a.equal(&b), "j {j:?}: {a:?} vs {b:?}");
+        }
+        // And it is a member: the (j+1)-th, in id order.
+        let last = blocked.member_token(&members, &Tensor::from_slice(&[0i32, 0, 0, 599, 0, 0]));
+        assert_eq!(Vec::<i64>::try_from(&last).unwrap()[3..], [599, 599, 0]);
     }
 
     #[test]

@@ -18,6 +18,11 @@ pub enum Sampler {
     Stock,
     /// The topk-subset-sampler fix.
     Subset,
+    /// The fix as it was before v2 (no tie completion), for `bench`'s before/after row.
+    SubsetV1,
+    /// The fix with SAMPLER_V2.md's literal member counting (full `[B, V]` cumsum), for
+    /// `bench`: the same numbers as [`Sampler::Subset`], more vocabulary-wide passes.
+    SubsetFullCumsum,
     /// The fix with one deliberate mistake.
     Mutant(Flaw),
 }
@@ -28,6 +33,8 @@ impl Sampler {
         match self {
             Sampler::Stock => stock::filter(batch, release),
             Sampler::Subset => subset::filter(batch, release, None),
+            Sampler::SubsetV1 => subset::filter(batch, release, Some(Flaw::NoTieCompletion)),
+            Sampler::SubsetFullCumsum => subset::filter_with(batch, release, None, true),
             Sampler::Mutant(flaw) => subset::filter(batch, release, Some(flaw)),
         }
     }

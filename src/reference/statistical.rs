@@ -1,7 +1,13 @@
 //! The statistical check: many independent draws of a sampler, per row, against stock's
 //! probabilities — a chi-square per row (bins merged to ≥ 10 expected), summed over a case's
 //! rows, one p-value per case, Bonferroni across cases. A draw of a token stock gives
-//! probability 0 fails outright.
+//! probability 0 fails outright. The draws go through the sampler's own race and tie-class
+//! member pick ([`crate::reference::race::Filtered::draw_row_counts`]). Where stock's top-p
+//! cut splits an equal-logit class (which members it keeps is arbitrary), that class is one
+//! bin ([`CLASS_BIN`]): the contract there is the class's mass.
+//!
+//! Power: the same gate, run on draws from samplers biased by a total variation δ per row
+//! ([`Expected::biased`]), must alarm often enough ([`power`]).
 //!
 //! The gate is calibrated by running it, many times, on draws from stock's own distribution:
 //! its false-alarm rate must be small, or its verdict on the fix means little. Those draws are
@@ -19,6 +25,9 @@ use crate::reference::stats::{bonferroni, merged_chi_square, ChiSquare};
 /// Minimum expected draws per merged bin.
 pub const MIN_EXPECTED: f64 = 10.0;
 
+/// The bin id of an equal-logit class that stock's top-p cut splits (below every token id).
+pub const CLASS_BIN: i32 = -1;
+
 /// Stock's distribution of one row: support ids (ascending) and probabilities.
 #[derive(Debug, Clone)]
 pub struct Expected {
@@ -26,11 +35,95 @@ pub struct Expected {
     probs: Vec<f64>,
 }
 
+/// Which way a biased sampler moves its mass δ.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "snake_case")]
+pub enum BiasDirection {
+    /// From the most probable token (and the next ones if it has less than δ) to the others,
+    /// in proportion to their probability.
+    FromTop,
+    /// From the others, in proportion, to the most probable token.
+    ToTop,
+}
+
 impl Expected {
     /// From stock's support of a row (ascending ids, float32 probabilities).
     pub fn new(ids: &[i32], probs: &[f32]) -> Expected {
         let total: f64 = probs.iter().map(|&p| f64::from(p)).sum();
         Expected { ids: ids.to_vec(), probs: probs.iter().map(|&p| f64::from(p) / total).collect() }
+    }
+
+    /// Like [`Expected::new`], with the tokens of `class` (their logit in `logits` equal to
+    /// it) merged into one bin [`CLASS_BIN`].
+    pub fn with_class(ids: &[i32], probs: &[f32], logits: &[f32], class: Option<f32>) -> Expected {
+        let Some(class) = class else {
+            return Expected::new(ids, probs);
+        };
+        let mut merged_ids = vec![CLASS_BIN];
+        let mut merged = vec![0f32];
+        let mut class_mass = 0f64;
+        for (&id, &p) in ids.iter().zip(probs) {
+            if logits[id as usize] == class {
+                class_mass += f64::from(p);
+            } else {
+                merged_ids.push(id);
+                merged.push(p);
+            }
+        }
+        merged[0] = class_mass as f32;
+        Expected::new(&merged_ids, &merged)
+    }
+
+    /// The distribution of a sampler biased by total variation `delta` (at most what the
+    /// row allows: nothing when its support is one token) in `direction`, and the total
+    /// variation actually applied.
+    pub fn biased(&self, delta: f64, direction: BiasDirection) -> (Expected, f64) {
+        let mut probs = self.probs.clone();
+        let top = (0..probs.len()).max_by(|&a, &b| probs[a].total_cmp(&probs[b]));
+        let Some(top) = top.filter(|_| probs.len() > 1) else {
+            return (self.clone(), 0.0);
+        };
+        let moved = match direction {
+            BiasDirection::FromTop => {
+                // Take δ from the largest tokens down, give it to the untouched rest.
+                let mut order: Vec<usize> = (0..probs.len()).collect();
+                order.sort_by(|&a, &b| probs[b].total_cmp(&probs[a]));
+                let (mut left, mut touched) = (delta, Vec::new());
+                for &i in &order[..order.len() - 1] {
+                    if left <= 0.0 {
+                        break;
+                    }
+                    let take = left.min(probs[i]);
+                    probs[i] -= take;
+                    left -= take;
+                    touched.push(i);
+                }
+                let moved = delta - left;
+                let rest: f64 = (0..probs.len()).filter(|i| !touched.contains(i)).map(|i| probs[i]).sum();
+                if rest <= 0.0 {
+                    return (self.clone(), 0.0);
+                }
+                for i in (0..probs.len()).filter(|i| !touched.contains(i)) {
+                    probs[i] += moved * probs[i] / rest;
+                }
+                moved
+            }
+            BiasDirection::ToTop => {
+                let rest = 1.0 - probs[top];
+                let moved = delta.min(rest);
+                if rest <= 0.0 {
+                    return (self.clone(), 0.0);
+                }
+                for (i, p) in probs.iter_mut().enumerate() {
+                    if i != top {
+                        *p -= moved * *p / rest;
+                    }
+                }
+                probs[top] += moved;
+                moved
+            }
+        };
+        (Expected { ids: self.ids.clone(), probs }, moved)
     }
 
     /// `draws` draws from this distribution by inverse CDF, as `(id, count)` pairs.
@@ -66,18 +159,25 @@ pub struct RowTest {
     pub empty: bool,
 }
 
-/// Draw `draws` tokens from a sampler's support of one row (`ids` with float32 `probs`) and
-/// test them against stock's `expected`.
-pub fn test_row(expected: &Expected, ids: &[i32], probs: &[f32], draws: usize) -> RowTest {
-    let positive: Vec<(i32, f32)> =
-        ids.iter().zip(probs).filter(|(_, &p)| p > 0.0 && p.is_finite()).map(|(&id, &p)| (id, p)).collect();
-    if positive.is_empty() {
+/// Test `draws` draws of a sampler on one row (`(bin, count)` pairs: token ids, or
+/// [`CLASS_BIN`] for a split class; empty when the sampler had nothing to draw from) against
+/// stock's `expected`.
+pub fn test_row(expected: &Expected, drawn: &[(i32, u64)], draws: usize) -> RowTest {
+    if drawn.is_empty() {
         return RowTest { chi: ChiSquare::EMPTY, outside_support: 0, empty: true };
     }
+    score(expected, drawn, draws)
+}
+
+/// Draw `draws` tokens from a plain distribution (`ids` with float32 `probs`) by the race and
+/// test them against `expected` (the unit tests' stand-in for a sampler).
+pub fn test_probs(expected: &Expected, ids: &[i32], probs: &[f32], draws: usize) -> RowTest {
+    let positive: Vec<(i32, f32)> =
+        ids.iter().zip(probs).filter(|(_, &p)| p > 0.0 && p.is_finite()).map(|(&id, &p)| (id, p)).collect();
     let weights: Vec<f32> = positive.iter().map(|&(_, p)| p).collect();
     let counts = race_counts(&weights, draws);
     let drawn: Vec<(i32, u64)> = positive.iter().map(|&(id, _)| id).zip(counts).collect();
-    score(expected, &drawn, draws)
+    test_row(expected, &drawn, draws)
 }
 
 /// Chi-square of drawn `(id, count)` pairs against `expected`.
@@ -159,27 +259,9 @@ pub fn calibrate(
     runs: usize,
     alpha: f64,
     seed: u64,
-    mut progress: impl FnMut(usize),
+    progress: impl FnMut(usize),
 ) -> Calibration {
-    let threshold = bonferroni(alpha, cases.len());
-    let mut rng = Rng::new(seed ^ 0xCA1B_0000_0000);
-    let mut alarms = 0;
-    for run in 0..runs {
-        progress(run);
-        // Every case is drawn (no short-circuit), so each run consumes the same randomness.
-        let failed = cases
-            .iter()
-            .map(|rows| {
-                let tests: Vec<RowTest> =
-                    rows.iter().map(|e| score(e, &e.inverse_cdf_draws(draws, &mut rng), draws)).collect();
-                CaseTest::from_rows(&tests).fails(threshold)
-            })
-            // Every row is tested (no short-circuit), so each run draws the same noise.
-            .filter(|failed| *failed)
-            .count()
-            > 0;
-        alarms += usize::from(failed);
-    }
+    let alarms = gate_alarms(cases, cases, draws, runs, alpha, seed ^ 0xCA1B_0000_0000, progress);
     let false_alarm_rate = if runs == 0 { 0.0 } else { alarms as f64 / runs as f64 };
     Calibration {
         method: "inverse-CDF draws from stock's probabilities",
@@ -191,6 +273,137 @@ pub fn calibrate(
     }
 }
 
+/// In how many of `runs` runs the gate rejects draws from `drawn_from` (inverse CDF) tested
+/// against `expected` (the same cases and rows, same bins).
+fn gate_alarms(
+    expected: &[Vec<Expected>],
+    drawn_from: &[Vec<Expected>],
+    draws: usize,
+    runs: usize,
+    alpha: f64,
+    seed: u64,
+    mut progress: impl FnMut(usize),
+) -> usize {
+    let threshold = bonferroni(alpha, expected.len());
+    let mut rng = Rng::new(seed);
+    let mut alarms = 0;
+    for run in 0..runs {
+        progress(run);
+        let failed = expected
+            .iter()
+            .zip(drawn_from)
+            .map(|(rows, sources)| {
+                let tests: Vec<RowTest> = rows
+                    .iter()
+                    .zip(sources)
+                    .map(|(e, source)| score(e, &source.inverse_cdf_draws(draws, &mut rng), draws))
+                    .collect();
+                CaseTest::from_rows(&tests).fails(threshold)
+            })
+            // Every row is tested (no short-circuit), so each run draws the same noise.
+            .filter(|failed| *failed)
+            .count()
+            > 0;
+        alarms += usize::from(failed);
+    }
+    alarms
+}
+
+/// The total variations the power table measures.
+pub const POWER_TVDS: [f64; 3] = [0.01, 0.03, 0.1];
+/// The total variation the gate must catch, and how often.
+pub const REQUIRED_TVD: f64 = 0.03;
+/// Required power at [`REQUIRED_TVD`].
+pub const REQUIRED_POWER: f64 = 0.95;
+
+/// One row of the power table.
+#[derive(Debug, Clone, Copy, PartialEq, Serialize)]
+pub struct PowerRow {
+    /// δ asked for per row.
+    pub tvd: f64,
+    /// Where the mass goes.
+    pub direction: BiasDirection,
+    /// Mean total variation actually applied per row (rows whose support is one token
+    /// cannot be biased within it).
+    pub mean_row_tvd: f64,
+    /// Runs of the full gate.
+    pub runs: usize,
+    /// Runs where it rejected the biased sampler.
+    pub alarms: usize,
+    /// alarms / runs.
+    pub power: f64,
+}
+
+/// The gate's measured power.
+#[derive(Debug, Clone, PartialEq, Serialize)]
+pub struct Power {
+    /// How the biased draws were made.
+    pub method: &'static str,
+    /// One row per δ and direction.
+    pub rows: Vec<PowerRow>,
+    /// δ that must be caught.
+    pub required_tvd: f64,
+    /// How often.
+    pub required_power: f64,
+    /// The smallest power at the required δ, over directions.
+    pub power_at_required: f64,
+    /// Whether it is at least the required power.
+    pub ok: bool,
+}
+
+/// Measure the gate's power: for each δ in [`POWER_TVDS`] and each direction, `runs` runs of
+/// the full gate on every row's distribution biased by δ, tested against stock's.
+pub fn power(
+    cases: &[Vec<Expected>],
+    draws: usize,
+    runs: usize,
+    alpha: f64,
+    seed: u64,
+    mut progress: impl FnMut(usize, usize),
+) -> Power {
+    let mut rows = Vec::new();
+    let total = POWER_TVDS.len() * 2;
+    for (i, &tvd) in POWER_TVDS.iter().enumerate() {
+        for (j, direction) in [BiasDirection::FromTop, BiasDirection::ToTop].into_iter().enumerate() {
+            let (mut applied, mut count) = (0.0, 0usize);
+            let biased: Vec<Vec<Expected>> = cases
+                .iter()
+                .map(|rows| {
+                    rows.iter()
+                        .map(|e| {
+                            let (b, moved) = e.biased(tvd, direction);
+                            applied += moved;
+                            count += 1;
+                            b
+                        })
+                        .collect()
+                })
+                .collect();
+            let step = i * 2 + j;
+            let salt = seed ^ 0x9043_0000_0000 ^ ((step as u64) << 20);
+            let alarms = gate_alarms(cases, &biased, draws, runs, alpha, salt, |run| progress(step * runs + run, total * runs));
+            rows.push(PowerRow {
+                tvd,
+                direction,
+                mean_row_tvd: if count == 0 { 0.0 } else { applied / count as f64 },
+                runs,
+                alarms,
+                power: if runs == 0 { 0.0 } else { alarms as f64 / runs as f64 },
+            });
+        }
+    }
+    let power_at_required =
+        rows.iter().filter(|r| r.tvd == REQUIRED_TVD).map(|r| r.power).fold(f64::INFINITY, f64::min);
+    Power {
+        method: "inverse-CDF draws from stock's probabilities biased by δ per row",
+        ok: power_at_required >= REQUIRED_POWER,
+        rows,
+        required_tvd: REQUIRED_TVD,
+        required_power: REQUIRED_POWER,
+        power_at_required,
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -199,12 +412,12 @@ mod tests {
     fn draws_from_the_same_distribution_pass_and_outside_draws_fail() {
         tch::manual_seed(11);
         let expected = Expected::new(&[3, 7, 9], &[0.5, 0.3, 0.2]);
-        let same = test_row(&expected, &[3, 7, 9], &[0.5, 0.3, 0.2], 5_000);
+        let same = test_probs(&expected, &[3, 7, 9], &[0.5, 0.3, 0.2], 5_000);
         assert!(same.chi.p_value() > 1e-4, "{same:?}");
         assert_eq!(same.outside_support, 0);
-        let leaky = test_row(&expected, &[3, 7, 8], &[0.5, 0.3, 0.2], 5_000);
+        let leaky = test_probs(&expected, &[3, 7, 8], &[0.5, 0.3, 0.2], 5_000);
         assert!(leaky.outside_support > 0, "token 8 is outside stock's support");
-        let empty = test_row(&expected, &[3], &[f32::NAN], 10);
+        let empty = test_probs(&expected, &[3], &[f32::NAN], 10);
         assert!(empty.empty);
         assert!(CaseTest::from_rows(&[same, empty]).fails(0.0));
     }
@@ -213,7 +426,7 @@ mod tests {
     fn a_shifted_distribution_is_rejected() {
         tch::manual_seed(12);
         let expected = Expected::new(&[0, 1], &[0.5, 0.5]);
-        let shifted = test_row(&expected, &[0, 1], &[0.6, 0.4], 5_000);
+        let shifted = test_probs(&expected, &[0, 1], &[0.6, 0.4], 5_000);
         assert!(shifted.chi.p_value() < 1e-6, "{shifted:?}");
     }
 

@@ -4,18 +4,25 @@
 //! stock does over the sorted vocabulary: top_k by value (`<` the row's k-th value), top_p on
 //! the ascending window with a float32 cumsum, `<= 1 - p`, keep at least one.
 //!
+//! v2 makes ties at the k-th value exact: the tie class T (every token whose logit equals the
+//! k-th value, over the whole vocabulary, also past the window's edge) races as one aggregate
+//! entry with the class's total mass, and a win is one member of T picked uniformly (see
+//! [`filter`] and [`crate::reference::race`]). It costs three vocabulary-wide passes per call
+//! (compare, cumsum, compare+sum when drawing) and no host sync.
+//!
 //! A batch where some row has no top_k (k = vocab) or the largest top_k exceeds 1024 keeps the
-//! stock path. The largest top_k is read from the host copy of k (vLLM's input batch keeps one),
-//! so routing adds no device sync.
+//! stock path. The window is the hint vllm_gaudi attaches (computed on the host from the rows
+//! that sample), so routing adds no device sync.
 //!
 //! [`filter`] takes an optional [`Flaw`] so the suite can run deliberately broken variants of
-//! this very code (see [`crate::reference::mutants`]); `None` is the fix.
+//! this very code (see [`crate::reference::mutants`]); `None` is the fix, and
+//! `Some(Flaw::NoTieCompletion)` is v1 (kept for `bench`'s before/after row).
 
 use tch::{Device, Kind, Tensor};
 
 use crate::reference::batch::Batch;
 use crate::reference::mutants::Flaw;
-use crate::reference::race::Filtered;
+use crate::reference::race::{Counts, Filtered, MemberPick, TieClass};
 use crate::reference::stock;
 use crate::reference::Release;
 
@@ -98,7 +105,26 @@ pub fn route(k: Option<&[i64]>, vocab: i64) -> Route {
 }
 
 /// The fix's filter step (`flaw: None`), or a deliberately broken variant of it.
+///
+/// v2 (`/work/handoff/SAMPLER_V2.md`), per row with t its k-th largest value:
+/// 1. `topk(K)` window, ascending; mask window values `< t` (stock's by-value top-k);
+/// 2. T = every token of the row with logit == t, over the whole vocabulary (a bf16 tie
+///    group may run past the window): `eq`, its running count (cumsum) and nT; T's window
+///    members are masked and T enters as ONE column 0 with logit `t + log(nT)`;
+/// 3. top-p on the K+1 columns exactly as stock on its sorted vocabulary (T has the lowest
+///    kept value, so it comes first in stock's ascending cumsum); inside T, stock drops the
+///    members j = 1..nT with `j·p_t <= 1 − p`: `nT_kept = nT − min(nT, floor((1 − p)/p_t))`,
+///    at least one when T holds the row's largest value; column 0 becomes `t + log(nT_kept)`.
+///
+/// No host sync: every step is a tensor op over the batch; the route comes from the host k.
 pub fn filter(batch: &Batch, release: Release, flaw: Option<Flaw>) -> Filtered {
+    filter_with(batch, release, flaw, false)
+}
+
+/// [`filter`], with `full_cumsum` choosing SAMPLER_V2.md's literal member counting (a
+/// `[B, V]` int32 cumsum, then `(cs <= j).sum(1)`) instead of the blocked counts that give the
+/// same numbers for less (see [`crate::reference::race::Counts`]); `bench` times both.
+pub fn filter_with(batch: &Batch, release: Release, flaw: Option<Flaw>, full_cumsum: bool) -> Filtered {
     let route = route(batch.k.as_deref(), batch.vocab);
     let Route::Subset { window } = route else {
         return Filtered { route, ..stock::filter(batch, release) };
@@ -108,9 +134,9 @@ pub fn filter(batch: &Batch, release: Release, flaw: Option<Flaw>) -> Filtered {
     let k = match flaw {
         Some(Flaw::KOffByOne) => (k + 1).clamp_max(window),
         Some(Flaw::RolledK) => k.roll([1], [0]),
-        Some(Flaw::WindowTooSmall) => k.clamp_max(window),
         _ => k,
-    };
+    }
+    .clamp(1, window);
     let p = batch.p_tensor();
 
     // topk returns the window descending; flipping gives stock's ascending order, so the
@@ -119,18 +145,50 @@ pub fn filter(batch: &Batch, release: Release, flaw: Option<Flaw>) -> Filtered {
     let mut values = values.flip([1]);
     let ids = ids.flip([1]);
 
+    if matches!(flaw, Some(Flaw::NoTieCompletion | Flaw::MaskByPosition)) {
+        // v1: the window alone (a tie group at t past the window's edge is lost).
+        mask_top_k(&mut values, &k, flaw);
+        if let Some(p) = &p {
+            let _ = mask_top_p(&mut values, p, release, flaw);
+        }
+        return Filtered { logits: values, ids: Some(ids), route, tie: None };
+    }
     if flaw == Some(Flaw::TopPBeforeTopK) {
         if let Some(p) = &p {
-            mask_top_p(&mut values, p, release, flaw);
-        }
-        mask_top_k(&mut values, &k, flaw);
-    } else {
-        mask_top_k(&mut values, &k, flaw);
-        if let Some(p) = &p {
-            mask_top_p(&mut values, p, release, flaw);
+            let _ = mask_top_p(&mut values, p, release, flaw);
         }
     }
-    Filtered { logits: values, ids: Some(ids), route }
+
+    // 1. t and the in-window top-k mask; whether T holds the row's largest value.
+    let t = values.gather(1, &(k.neg() + window).unsqueeze(1), false);
+    let t_is_max = values.narrow(1, window - 1, 1).eq_tensor(&t).squeeze_dim(1);
+    // 2. T over the whole vocabulary (passes 1 and 2), then out of the window.
+    let members = batch.logits.eq_tensor(&t);
+    let (counts, size) = Counts::new(&members, full_cumsum);
+    let drop = values.le_tensor(&t);
+    let _ = values.masked_fill_(&drop, f64::NEG_INFINITY);
+    // 3. The aggregate column, then top-p over the K+1 columns.
+    let mut logits = Tensor::cat(&[&t + size.log().unsqueeze(1), values], 1);
+    let kept = match p.as_ref().filter(|_| flaw != Some(Flaw::TopPBeforeTopK)) {
+        None => size.shallow_clone(),
+        Some(p) => {
+            let p_t = mask_top_p(&mut logits, p, release, flaw).select(1, 0) / &size;
+            let room = (1f64 - p) / &p_t;
+            let cut = if flaw == Some(Flaw::StrictTopP) { room.ceil() - 1.0 } else { room.floor() };
+            // A member whose probability underflows to 0 sits at a cumsum <= 1 - p: cut.
+            let cut = cut.where_self(&p_t.gt(0.0), &size).minimum(&size).clamp_min(0.0);
+            let kept = &size - cut;
+            if flaw == Some(Flaw::NoKeepOne) {
+                kept
+            } else {
+                kept.clamp_min(1.0).where_self(&t_is_max, &kept)
+            }
+        }
+    };
+    logits.narrow(1, 0, 1).copy_(&(t + kept.log().unsqueeze(1)));
+    let ids = Tensor::cat(&[ids.narrow(1, 0, 1).zeros_like(), ids], 1);
+    let pick = if flaw == Some(Flaw::TieFirstMember) { MemberPick::First } else { MemberPick::Uniform };
+    Filtered { logits, ids: Some(ids), route, tie: Some(TieClass { members, counts, size, kept, pick }) }
 }
 
 /// Mask each row below its k-th largest value (`values` ascending, `k` ≤ window).
@@ -146,8 +204,10 @@ fn mask_top_k(values: &mut Tensor, k: &Tensor, flaw: Option<Flaw>) {
     let _ = values.masked_fill_(&mask, f64::NEG_INFINITY);
 }
 
-/// Mask each row's low tail whose cumulative probability is at most 1 − p (`values` ascending).
-fn mask_top_p(values: &mut Tensor, p: &Tensor, release: Release, flaw: Option<Flaw>) {
+/// Mask each row's low tail whose cumulative probability is at most 1 − p (`values`
+/// ascending); returns the probabilities the cut was computed from. With a tie class in
+/// column 0 the caller decides that column's fate by count (its mask here is undone).
+fn mask_top_p(values: &mut Tensor, p: &Tensor, release: Release, flaw: Option<Flaw>) -> Tensor {
     let window = values.size()[1];
     let probs = values.softmax(-1, release.top_p_softmax_kind());
     let cumulative = if flaw == Some(Flaw::DescendingCumsum) {
@@ -165,6 +225,7 @@ fn mask_top_p(values: &mut Tensor, p: &Tensor, release: Release, flaw: Option<Fl
         let _ = mask.narrow(1, window - 1, 1).fill_(0);
     }
     let _ = values.masked_fill_(&mask, f64::NEG_INFINITY);
+    probs
 }
 
 #[cfg(test)]
@@ -199,22 +260,118 @@ mod tests {
         assert_eq!(route(Some(&[511, 3]), 513), Route::Subset { window: 512 });
     }
 
+    use crate::reference::masks::{support_rows, Values};
+    use crate::reference::race::Noise;
+
+    /// Per row: (support ids, probabilities) of a sampler's filter output.
+    fn supports(filtered: &Filtered) -> Vec<(Vec<i32>, Vec<f32>)> {
+        let rows = support_rows(filtered, Values::Probs);
+        (0..rows.lengths.len())
+            .map(|r| {
+                let (ids, probs) = rows.row(r);
+                (ids.to_vec(), probs.to_vec())
+            })
+            .collect()
+    }
+
+    /// Same supports and probabilities; on rows in `cut_inside` (top-p cuts inside a tie
+    /// class, where which members stock keeps follows its unstable sort) the same count.
+    fn assert_same_supports(batch: &Batch, cut_inside: &[usize]) {
+        let subset = filter(batch, Release::V0_30_0, None);
+        assert!(matches!(subset.route, Route::Subset { .. }));
+        let stock = stock::filter(batch, Release::V0_30_0);
+        for (r, (a, b)) in supports(&stock).into_iter().zip(supports(&subset)).enumerate() {
+            if cut_inside.contains(&r) {
+                assert_eq!(a.0.len(), b.0.len(), "row {r}: support size");
+                continue;
+            }
+            assert_eq!(a.0, b.0, "row {r}: support");
+            for (x, y) in a.1.iter().zip(&b.1) {
+                assert!((x - y).abs() <= 1e-6 * x.max(*y), "row {r}: {x} vs {y}");
+            }
+        }
+    }
+
     #[test]
     fn the_window_filter_matches_stock_on_a_small_batch() {
         tch::manual_seed(3);
         let logits = Tensor::randn([4, 300], (Kind::Float, Device::Cpu));
         let host = Vec::<f32>::try_from(&logits.flatten(0, -1)).unwrap();
         let batch = Batch::new(host, 4, 300, &[1, 7, 40, 64], &[1.0, 0.9, 0.5, 0.95]);
-        let subset = filter(&batch, Release::V0_30_0, None);
-        assert_eq!(subset.route, Route::Subset { window: 64 });
-        let stock = stock::filter(&batch, Release::V0_30_0);
-        // Scatter the window back over the vocabulary and compare the supports.
-        let full = Tensor::full([4, 300], f64::NEG_INFINITY, (Kind::Float, Device::Cpu)).scatter(
-            1,
-            subset.ids.as_ref().unwrap(),
-            &subset.logits,
-        );
-        let same = full.isfinite().eq_tensor(&stock.logits.isfinite()).all();
-        assert!(bool::try_from(&same).unwrap());
+        assert_eq!(route(batch.k.as_deref(), 300), Route::Subset { window: 64 });
+        assert_same_supports(&batch, &[]);
+    }
+
+    /// Rows of `vocab` tokens: `tied` tokens at 1.0 from id `first`, 10 distinct values above
+    /// them, and -1.0 elsewhere, so the tie group at the k-th value spans ranks 10..10+tied.
+    fn spilling_rows(rows: usize, vocab: usize, tied: usize) -> Vec<f32> {
+        (0..rows)
+            .flat_map(|r| {
+                let mut row = vec![-1.0f32; vocab];
+                for i in 0..tied {
+                    row[(r * 7 + i * 3) % vocab] = 1.0;
+                }
+                for i in 0..10 {
+                    row[(r * 7 + tied * 3 + i) % vocab] = 1.0 + (i + 1) as f32 / 64.0;
+                }
+                row
+            })
+            .collect()
+    }
+
+    #[test]
+    fn a_tie_group_past_the_window_is_kept_whole() {
+        // k = 64 = K, 100 tied tokens at ranks 10..110: stock keeps all 110, v1 kept 64.
+        let host = spilling_rows(3, 1000, 100);
+        let batch = Batch::new(host, 3, 1000, &[64, 64, 20], &[1.0, 0.7, 1.0]);
+        assert_same_supports(&batch, &[1]);
+        let v1 = filter(&batch, Release::V0_30_0, Some(Flaw::NoTieCompletion));
+        assert_eq!(supports(&v1)[0].0.len(), 64, "v1 loses the spilled part of the class");
+    }
+
+    #[test]
+    fn top_p_inside_the_class_keeps_stocks_member_count() {
+        // 8 equal tokens (1/8 each, exact), k = 1: p = 0.5 cuts j = 1..4 (j/8 <= 0.5).
+        let mut row = vec![f32::NEG_INFINITY; 300];
+        (0..8).for_each(|i| row[i * 11] = 0.0);
+        let host = [row.clone(), row].concat();
+        let batch = Batch::new(host, 2, 300, &[1, 1], &[0.5, 0.3]);
+        let subset = supports(&filter(&batch, Release::V0_30_0, None));
+        let stock = supports(&stock::filter(&batch, Release::V0_30_0));
+        assert_eq!((subset[0].0.len(), subset[1].0.len()), (4, 3));
+        assert_eq!((stock[0].0.len(), stock[1].0.len()), (4, 3));
+        assert!(subset[0].1.iter().all(|&p| p == 0.25));
+    }
+
+    #[test]
+    fn an_all_equal_row_draws_uniformly_over_the_whole_vocabulary() {
+        tch::manual_seed(5);
+        let vocab = 4096;
+        let batch = Batch::new(vec![0.5; vocab], 1, vocab as i64, &[50], &[1.0]);
+        let filtered = filter(&batch, Release::V0_30_0, None);
+        let probs = Vec::<f32>::try_from(&filtered.probs().flatten(0, -1)).unwrap();
+        let ids = Vec::<i64>::try_from(&filtered.token_ids().flatten(0, -1)).unwrap();
+        let drawn = filtered.draw_row_counts(&probs, &ids, 0, 20_000);
+        // 20 000 uniform draws over 4096 tokens hit ~4066 distinct ones (sd ~5); a window
+        // of 64 or one favoured member hits at most 64.
+        assert!(drawn.len() > 4000, "{} distinct tokens", drawn.len());
+        let most = drawn.iter().map(|&(_, n)| n).max().unwrap();
+        assert!(most < 25, "a token drawn {most} times of 20000 (expected ~4.9)");
+    }
+
+    #[test]
+    fn coupled_noise_gives_stocks_token_on_spilling_ties() {
+        tch::manual_seed(9);
+        let rows = 64;
+        let host = spilling_rows(rows, 1000, 100);
+        let batch = Batch::new(host, rows as i64, 1000, &vec![64; rows], &vec![1.0; rows]);
+        let noise = crate::reference::race::exponential_like(&batch.logits);
+        let stock = stock::filter(&batch, Release::V0_30_0).draw(Noise::Coupled(&noise)).tokens;
+        let subset = filter(&batch, Release::V0_30_0, None).draw(Noise::Coupled(&noise)).tokens;
+        assert!(stock.equal(&subset), "{stock:?} vs {subset:?}");
+        // The ties win often here (100 of 110 tokens): the test is not vacuous.
+        let tokens = Vec::<i64>::try_from(&stock).unwrap();
+        let tied = tokens.iter().enumerate().filter(|&(r, &t)| batch.row(r)[t as usize] == 1.0).count();
+        assert!(tied > rows / 2, "{tied} of {rows} rows drew a tied token");
     }
 }

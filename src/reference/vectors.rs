@@ -15,8 +15,10 @@
 //! and `DIR/manifest.json` lists the cases, with `k_is_none` / `p_is_none` (whether vLLM
 //! passes `k=None` / `p=None` for the batch: call the sampler that way) and
 //! `subset_may_differ`: the rows where a correct subset sampler may keep another support
-//! than stock (a tie at the k-th value crossing the window, a tie or rounding at the top-p
-//! boundary) and so draw another token; compare only the other rows exactly. `.npy` is
+//! than stock (a tie or rounding at the top-p boundary) and so draw another token; compare
+//! only the other rows exactly. Since v2 a tie group at the k-th value crossing the window
+//! is no reason: `kth_tie_spill_rows` lists those rows, where a correct sampler must give
+//! stock's support and token (added field; format_version 1 readers ignore it). `.npy` is
 //! written here (format v1.0, little-endian, C order) so the feature needs no numpy.
 
 use std::path::{Path, PathBuf};
@@ -116,6 +118,9 @@ pub struct ManifestCase {
     /// another token under the same noise), with the reason; compare support and token only
     /// on the other rows.
     pub subset_may_differ: Vec<MayDiffer>,
+    /// Rows whose tie group at the k-th value reaches past the window (stock keeps more than
+    /// K tokens): the tie completion must reproduce stock's support there.
+    pub kth_tie_spill_rows: Vec<usize>,
 }
 
 /// A row where a correct subset sampler may pick another token.
@@ -158,6 +163,8 @@ fn vector_cases(seed: u64) -> Vec<Case> {
     let plan = Plan { rows: 4, vocabs: vec![VOCAB], per_config: 1, seed };
     let mut all = cases::fixtures(seed, VOCAB as usize);
     all.extend(cases::generated(&plan));
+    // Two rows of the model-sized bf16 spill at top_k 64 (≈2.4 MB of logits and noise).
+    all.extend(cases::model_tie_spills(seed, crate::reference::suite::MODEL_VOCAB, 2).into_iter().take(1));
     all
 }
 
@@ -197,8 +204,8 @@ pub fn emit(dir: &Path, release: Release, seed: u64) -> Result<Emitted> {
         let subset = Sampler::Subset.filter(batch, release);
         let subset_tokens =
             Vec::<i64>::try_from(&subset.draw(Noise::Coupled(&noise)).tokens).context("reading subset tokens")?;
-        let stock_rows = masks::support_rows(&stock, &stock.probs());
-        let subset_rows = masks::support_rows(&subset, &subset.probs());
+        let stock_rows = masks::support_rows(&stock, masks::Values::Probs);
+        let subset_rows = masks::support_rows(&subset, masks::Values::Probs);
         let window = match subset::route(batch.k.as_deref(), batch.vocab) {
             Route::Subset { window } => Some(window),
             _ => None,
@@ -206,11 +213,15 @@ pub fn emit(dir: &Path, release: Release, seed: u64) -> Result<Emitted> {
         // Every row whose support is ambiguous for any correct subset sampler is listed; the
         // reference fix itself may pick another token only on those rows.
         let mut subset_may_differ = Vec::new();
+        let mut kth_tie_spill_rows = Vec::new();
         for row in 0..b {
+            if window.is_some_and(|w| exact::kth_facts(batch.row(row), batch.k_of(row)).is_some_and(|f| f.kept as i64 > w)) {
+                kth_tie_spill_rows.push(row);
+            }
             let (stock_ids, _) = stock_rows.row(row);
             let mut reason = exact::ambiguity(batch, row, window, stock_ids).map(Explanation::describe);
             if subset_tokens[row] != expected[row] {
-                let outcome = exact::compare_row(batch, row, window, stock_rows.row(row), subset_rows.row(row));
+                let outcome = exact::compare_row(batch, row, window, stock_rows.row(row), subset_rows.row(row), 16);
                 match outcome {
                     RowOutcome::Explained(_) if reason.is_some() => {}
                     // Same support: only a race between near-equal scores can differ.
@@ -256,6 +267,7 @@ pub fn emit(dir: &Path, release: Release, seed: u64) -> Result<Emitted> {
             p_is_none: batch.p.is_none(),
             route: subset::route(batch.k.as_deref(), batch.vocab).to_string(),
             subset_may_differ,
+            kth_tie_spill_rows,
         });
     }
     let path = dir.join("manifest.json");

@@ -83,6 +83,44 @@ fn human(out: &mut impl Write, r: &BenchReport) -> Result<()> {
         )?;
     }
     writeln!(out)?;
+    writeln!(out, "before and after the tie completion (subset = v2, exact ties; v1 = subset-v1, no tie completion):")?;
+    writeln!(
+        out,
+        "{:>4} {:>7} {:>10} {:>10} {:>13} {:>9} {:>12} {:>9} {:>12} {:>9} {:>10}",
+        "B", "V", "subset ms", "v1 ms", "stock/subset", "stock/v1", "subset/topk", "v1/topk", "subset/amax", "v1/amax",
+        "subset/v1"
+    )?;
+    for s in &r.shapes {
+        let (t, x) = (&s.median_ms, &s.ratios);
+        writeln!(
+            out,
+            "{:>4} {:>7} {:>10.2} {:>10.2} {:>12.1}x {:>8.1}x {:>11.2}x {:>8.2}x {:>11.2}x {:>8.2}x {:>9.2}x",
+            s.batch,
+            s.vocab,
+            t.subset,
+            t.subset_v1,
+            x.stock_over_subset,
+            x.stock_over_subset_v1,
+            x.subset_over_topk,
+            x.subset_v1_over_topk,
+            x.subset_over_amax,
+            x.subset_v1_over_amax,
+            x.subset_over_subset_v1
+        )?;
+    }
+    for s in &r.shapes {
+        writeln!(
+            out,
+            "B={} V={}: SAMPLER_V2.md's literal member counting (full [B,V] int32 cumsum, (cs <= j).sum): \
+             {:.2} ms, {:.1}x faster than stock, {:.2}x v1 (the subset above counts per block: same numbers)",
+            s.batch,
+            s.vocab,
+            s.median_ms.subset_full_cumsum,
+            s.ratios.stock_over_subset_full_cumsum,
+            s.ratios.subset_full_cumsum_over_subset_v1
+        )?;
+    }
+    writeln!(out)?;
     for target in &r.targets {
         let (value, state) = match (target.value, target.met) {
             (Some(v), Some(true)) => (format!("{v:.2}x"), "met".green()),

@@ -19,6 +19,13 @@ impl Progress {
         self.draw(&format!("equiv: case {}/{total} {name}", index + 1));
     }
 
+    /// Power run `run` of `runs` (all rows of the table) is starting (drawn every tenth).
+    pub fn power(&mut self, run: usize, runs: usize) {
+        if run.is_multiple_of(10) {
+            self.draw(&format!("equiv: measuring the gate's power, run {}/{runs}", run + 1));
+        }
+    }
+
     /// Calibration run `run` of `runs` is starting (drawn every tenth run).
     pub fn calibration(&mut self, run: usize, runs: usize) {
         if run.is_multiple_of(10) {
@@ -109,18 +116,22 @@ fn human(out: &mut impl Write, r: &SuiteReport) -> Result<()> {
             "exact",
             verdict("exact"),
             format!(
-                "{} rows with stock's support (max {} ulps, bound {}); {} explained; {} unexplained",
-                e.identical, e.max_ulps, r.ulp_bound, e.explained, e.unexplained
+                "{} rows with stock's support (max {} ulps, bound {}); {} explained; {} unexplained; \
+                 {} k-th tie cut at the window (must be 0)",
+                e.identical, e.max_ulps, r.ulp_bound, e.explained, e.unexplained, e.kth_tie_crosses_window
             ),
         ),
         (
             "coupled",
             verdict("coupled"),
             format!(
-                "{} of {} rows pick stock's token under shared Exp(1) noise ({} explained rows skipped)",
-                c.rows - c.mismatches,
+                "{} of {} rows pick stock's token under shared Exp(1) noise; excused: {} where stock's \
+                 top-p cut splits a tie class and a token is a member of it ({} both), {} top-p rounding",
+                c.rows - c.mismatches - c.tie_class_cut - c.rounding,
                 c.rows,
-                c.skipped_explained
+                c.tie_class_cut,
+                c.tie_class_cut_both_in_class,
+                c.rounding
             ),
         ),
         (
@@ -158,9 +169,16 @@ fn human(out: &mut impl Write, r: &SuiteReport) -> Result<()> {
     let t = &r.ties;
     writeln!(
         out,
-        "{:<12} {} rows kept a tie at the k-th value by value; explained differences: {} tie crossing K, \
-         {} top-p boundary tie, {} top-p rounding",
-        "ties", t.kth_ties_kept_by_value, t.kth_tie_crosses_window, t.top_p_boundary_tie, t.top_p_rounding
+        "{:<12} {} rows kept a tie at the k-th value by value, {} of them spilling past K (completed); \
+         {} rows with a k-th tie cut at K (must be 0); top-p splits a tie class in {} rows; explained \
+         differences: {} top-p boundary tie (same class mass), {} top-p rounding",
+        "ties",
+        t.kth_ties_kept_by_value,
+        t.kth_tie_spills_past_window,
+        t.kth_tie_crosses_window,
+        t.top_p_cuts_tie_class,
+        t.top_p_boundary_tie,
+        t.top_p_rounding
     )?;
     let cal = &r.calibration;
     writeln!(
@@ -174,6 +192,34 @@ fn human(out: &mut impl Write, r: &SuiteReport) -> Result<()> {
         cal.false_alarm_rate * 100.0,
         cal.limit * 100.0
     )?;
+    let pw = &r.power;
+    writeln!(
+        out,
+        "{:<12} {:<6} the gate against biased samplers ({} runs each, {} draws per row): must catch \
+         TVD {} in >= {:.0}% of runs",
+        "power",
+        pass_fail(pw.ok),
+        pw.rows.first().map_or(0, |row| row.runs),
+        r.statistical.draws_per_row,
+        pw.required_tvd,
+        pw.required_power * 100.0
+    )?;
+    writeln!(out, "  {:>6} {:<10} {:>13} {:>8} {:>7}", "TVD", "mass", "mean row TVD", "alarms", "power")?;
+    for row in &pw.rows {
+        let direction = match row.direction {
+            crate::reference::statistical::BiasDirection::FromTop => "from top",
+            crate::reference::statistical::BiasDirection::ToTop => "to top",
+        };
+        writeln!(
+            out,
+            "  {:>6} {:<10} {:>13.4} {:>8} {:>6.1}%",
+            row.tvd,
+            direction,
+            row.mean_row_tvd,
+            format!("{}/{}", row.alarms, row.runs),
+            row.power * 100.0
+        )?;
+    }
     writeln!(out)?;
 
     writeln!(
@@ -222,7 +268,10 @@ fn human(out: &mut impl Write, r: &SuiteReport) -> Result<()> {
     }
     writeln!(out)?;
 
-    let timing = format!("(cases {:.1} s, calibration {:.1} s)", r.cases_seconds, r.calibration_seconds);
+    let timing = format!(
+        "(cases {:.1} s, calibration {:.1} s, power {:.1} s)",
+        r.cases_seconds, r.calibration_seconds, r.power_seconds
+    );
     match r.verdict {
         Verdict::Equivalent => writeln!(
             out,
@@ -247,6 +296,14 @@ fn suite_problem(r: &SuiteReport) -> String {
     let mut problems = Vec::new();
     if !survivors.is_empty() {
         problems.push(format!("mutants survived every check: {}", survivors.join(", ")));
+    }
+    if !r.power.ok {
+        problems.push(format!(
+            "the statistical gate catches a total variation of {} in only {:.1}% of runs (required {:.0}%)",
+            r.power.required_tvd,
+            r.power.power_at_required * 100.0,
+            r.power.required_power * 100.0
+        ));
     }
     if !r.calibration.ok {
         problems.push(format!(
