@@ -284,13 +284,13 @@ class Subset:
 
 
 def subset(mod, logits: torch.Tensor, k: torch.Tensor, p: torch.Tensor | None, window: int) -> Subset:
-    wl, wi, kth, cs = mod._apply_top_k_top_p_subset(logits.clone(), k, p, window)
+    wl, wi, kth, _tied, counts = mod._apply_top_k_top_p_subset(logits.clone(), k, p, window)
     probs = wl.softmax(dim=-1, dtype=torch.float32)
     full = torch.zeros_like(logits).scatter_(1, wi, probs[:, 1:])
     kth = kth.view(-1)
     # Column 0 holds kth + log(kept): recover the count it stands for.
     kept = torch.where(wl[:, 0] > -float("inf"), (wl[:, 0].double() - kth.double()).exp().round(), 0.0)
-    return Subset(wl, wi, kth, cs[:, -1], full, probs[:, 0], kept.long())
+    return Subset(wl, wi, kth, counts[:, -1], full, probs[:, 0], kept.long())
 
 
 def coupled_race(mod, sub: Subset, logits: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
@@ -798,6 +798,7 @@ def run_checks(mod, stop_early: bool = False) -> list[str]:
 def test_tree_is_patched():
     source = patched_source()
     for name in ("_topk_subset_bucket", "_apply_top_k_top_p_subset", "_topk_subset_race", "_topk_subset_noise",
+                 "_topk_subset_tie_counts", "_topk_subset_tie_member",
                  "_topk_subset_window", "_TOPK_SUBSET_WINDOWS", "_TOPK_SUBSET_HINT_ATTR"):
         assert name in source, f"{SAMPLER_PATH}: {name} missing"
 
@@ -991,7 +992,15 @@ MUTANTS = {
     "greedy_rows_unclamped": _mutations("_apply_top_k_top_p_subset", ("k.to(torch.long).clamp(1, window)", "k.to(torch.long)")),
     "race_returns_window_index": _mutations("_topk_subset_race", ("return ids.gather(1, chosen).view(-1)", "return chosen.view(-1)")),
     "tie_member_always_first": _mutations(
-        "_topk_subset_noise", ("tie_token = (tie_cumsum <= member).sum(dim=-1)", "tie_token = (tie_cumsum < 1).sum(dim=-1)")
+        "_topk_subset_noise",
+        ("_topk_subset_tie_member(tied, tie_counts, member)", "_topk_subset_tie_member(tied, tie_counts, 0 * member)"),
+    ),
+    "tie_member_chunk_start": _mutations(
+        "_topk_subset_tie_member", ("return (chunk * size + place).view(-1)", "return (chunk * size).view(-1)")
+    ),
+    "tie_count_first_byte_only": _mutations(
+        "_topk_subset_tie_counts",
+        ("counts.view(batch, -1, 4).sum(dim=-1, dtype=torch.int32)", "counts.view(batch, -1, 4)[..., 0].to(torch.int32)"),
     ),
     "seeded_forcing_stock": _mutations(
         "forward_native",
