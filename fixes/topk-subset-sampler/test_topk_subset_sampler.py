@@ -219,6 +219,8 @@ def cases() -> tuple[Case, ...]:
     # stock's "at least one", a member of the tie class.
     out.append(Case("all_equal_p_none", torch.zeros(4, V), ints(1, 50, 64, 1000), None))
     out.append(Case("all_equal_p_tiny", torch.zeros(2, V), ints(50, 1000), torch.tensor([1e-9, 1e-9])))
+    # A vocabulary not a multiple of 4 (the tie count's other branch) nor of the chunk.
+    out.append(Case("odd_vocab_k64", bf16_round(llm_like_logits(g, 4, 4099)), ints(64, 64, 10, 64), None))
     out.append(Case("batch_of_one", bf16_round(llm_like_logits(g, 1, V)), ints(700), torch.tensor([0.9])))
     return tuple(out)
 
