@@ -1,21 +1,31 @@
 #!/usr/bin/env python3
-"""Time TopKTopPSampler.forward_native, stock vs topk-subset-sampler, on this machine.
+"""Time TopKTopPSampler.forward_native, stock vs topk-subset-sampler, on this machine;
+and measure the fast path's reach on a simulated request mix.
 
-Loads vllm/v1/sample/ops/topk_topp_sampler.py from two trees (each a directory
-holding vllm/) with small stubs for the vLLM modules it imports, on an HPU-like
-platform (not CUDA/CPU/XPU/ROCm, no Triton) so forward_native takes the same
-branch as on Gaudi. Each shape gets random float32 logits, top_k uniform in
-[1, 1024] and top_p uniform in (0.5, 1); the patched sampler gets the batch's
-largest top_k as the hint that vllm_gaudi's input batch attaches.
+Loads vllm/v1/sample/ops/topk_topp_sampler.py from two trees (each a directory holding
+vllm/) with small stubs for the vLLM modules it imports, on an HPU-like platform (not
+CUDA/CPU/XPU/ROCm, no Triton) so forward_native takes the same branch as on Gaudi. The
+patched sampler gets the window hint that vllm_gaudi's input batch attaches.
 
-    python scripts/bench-topk-subset.py --stock-root STOCK --patched-root PATCHED
+    python scripts/bench-topk-subset.py --stock-root STOCK --patched-root PATCHED \\
+        [--baseline-root OLD]   # another patched tree (e.g. the fix's v1), timed alongside
 
-Needs torch. Times are of the CPU; they say nothing about HPU.
+Speed: the first shape is the issue's (B=256, V=151936, top_k=50, top_p=0.9); the others
+have top_k uniform in [1, 1024] and top_p uniform in (0.5, 1).
+
+Reach (--reach, needs vllm_gaudi/ in the patched tree): batches of B requests, every
+request top_k 20 (--reach-top-k), a share greedy (stored by vllm_gaudi as top_k = vocab,
+temperature -1) and a share seeded (own generator); the window hint is computed by the
+tree's own patched hpu_input_batch.py helper and the decision by the sampler's own
+_topk_subset_window. Prints the fraction of batches that skip the full-vocabulary sort.
+
+Needs torch (and numpy for --reach). Times are of the CPU; they say nothing about HPU.
 """
 
 from __future__ import annotations
 
 import argparse
+import ast
 import statistics
 import sys
 import time
@@ -29,8 +39,12 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "fixes" / "topk-
 import vllm_stubs  # noqa: E402
 
 SAMPLER_REL = Path("vllm/v1/sample/ops/topk_topp_sampler.py")
-HINT_ATTR = "_gaudi_fixes_max_top_k"
-SHAPES = ((256, 151936), (64, 128256), (8, 32000))
+INPUT_BATCH_REL = Path("vllm_gaudi/v1/worker/hpu_input_batch.py")
+HINT_ATTR = "_gaudi_fixes_topk_window"
+V1_HINT_ATTR = "_gaudi_fixes_max_top_k"  # the fix's v1: the batch's raw largest top_k
+WINDOWS = (64, 128, 256, 512, 1024)
+# (batch, vocab, top_k or None for uniform [1, 1024], top_p or None for uniform (0.5, 1))
+SHAPES = ((256, 151936, 50, 0.9), (256, 151936, None, None), (64, 128256, None, None), (8, 32000, None, None))
 
 
 def load_sampler(root: Path, name: str) -> types.ModuleType:
@@ -38,6 +52,20 @@ def load_sampler(root: Path, name: str) -> types.ModuleType:
     if not path.is_file():
         sys.exit(f"bench-topk-subset: {path} does not exist")
     return vllm_stubs.load_sampler(path.read_text(), name, path)
+
+
+def window_for(max_top_k: int) -> int | None:
+    return next((w for w in WINDOWS if max_top_k <= w), None)
+
+
+def hinted(k: torch.Tensor) -> torch.Tensor:
+    """k with both the v2 hint (the window) and the v1 hint (the raw max)."""
+    k = k.clone()
+    setattr(k, V1_HINT_ATTR, int(k.max()))
+    window = window_for(int(k.max()))
+    if window is not None:
+        setattr(k, HINT_ATTR, window)
+    return k
 
 
 def median_seconds(fns, logits: torch.Tensor, repeats: int) -> list[float]:
@@ -54,48 +82,122 @@ def median_seconds(fns, logits: torch.Tensor, repeats: int) -> list[float]:
     return [statistics.median(spent) for spent in times]
 
 
-def main() -> int:
-    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--stock-root", type=Path, required=True, help="directory holding the stock vllm/")
-    parser.add_argument("--patched-root", type=Path, required=True, help="directory holding the patched vllm/")
-    parser.add_argument("--repeats", type=int, default=5, help="timed calls per sampler and shape")
-    parser.add_argument("--seed", type=int, default=0)
-    args = parser.parse_args()
-
-    stock = load_sampler(args.stock_root, "bench_topk_stock")
+def bench(args) -> None:
+    samplers = {"stock": load_sampler(args.stock_root, "bench_topk_stock").TopKTopPSampler()}
     patched = load_sampler(args.patched_root, "bench_topk_patched")
     if not hasattr(patched, "_topk_subset_bucket"):
         sys.exit(f"bench-topk-subset: {args.patched_root / SAMPLER_REL} is not patched")
-    stock_sampler, patched_sampler = stock.TopKTopPSampler(), patched.TopKTopPSampler()
-    if not patched_sampler.topk_subset_enabled:
+    samplers["patched"] = patched.TopKTopPSampler()
+    if not samplers["patched"].topk_subset_enabled:
         sys.exit("bench-topk-subset: GAUDI_FIXES_TOPK_SUBSET=0 is set; unset it to time the fix")
+    if args.baseline_root:
+        samplers["baseline"] = load_sampler(args.baseline_root, "bench_topk_baseline").TopKTopPSampler()
 
+    names = list(samplers)
     print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, median of {args.repeats} calls, interleaved")
-    print(f"{'B':>4} {'V':>7} {'K':>5} {'stock s':>9} {'patched s':>10} {'ratio':>7}")
+    print(f"{'B':>4} {'V':>7} {'top_k':>9} {'top_p':>9} {'K':>5} " + " ".join(f"{n + ' s':>10}" for n in names)
+          + " " + " ".join(f"{'stock/' + n:>16}" for n in names[1:]))
     gen = torch.Generator().manual_seed(args.seed)
-    for batch, vocab in SHAPES:
+    for batch, vocab, top_k, top_p in SHAPES:
         logits = torch.randn(batch, vocab, generator=gen) * 3.0
-        k = torch.randint(1, 1025, (batch,), generator=gen, dtype=torch.int32)
-        p = 0.5 + 0.5 * torch.rand(batch, generator=gen)
-        hinted = k.clone()
-        setattr(hinted, HINT_ATTR, int(k.max()))
-        window = patched._topk_subset_bucket(int(k.max()))
+        if top_k is None:
+            k = torch.randint(1, 1025, (batch,), generator=gen, dtype=torch.int32)
+        else:
+            k = torch.full((batch,), top_k, dtype=torch.int32)
+        p = 0.5 + 0.5 * torch.rand(batch, generator=gen) if top_p is None else torch.full((batch,), top_p)
+        hk = hinted(k)
 
         # Every token the patched sampler draws must lie in its row's top-k.
-        tokens, _ = patched_sampler.forward_native(logits.clone(), {}, hinted, p)
+        tokens, _ = samplers["patched"].forward_native(logits.clone(), {}, hk, p)
         kth = logits.topk(int(k.max()), dim=-1).values.gather(1, k.long().unsqueeze(1) - 1).squeeze(1)
         if bool((logits.gather(1, tokens.unsqueeze(1)).squeeze(1) < kth).any()):
             sys.exit("bench-topk-subset: the patched sampler drew a token outside top-k")
 
-        stock_s, patched_s = median_seconds(
-            (
-                lambda x: stock_sampler.forward_native(x, {}, k, p),
-                lambda x: patched_sampler.forward_native(x, {}, hinted, p),
-            ),
-            logits,
-            args.repeats,
+        fns = [lambda x, s=s, kk=(k if n == "stock" else hk): s.forward_native(x, {}, kk, p) for n, s in samplers.items()]
+        secs = median_seconds(fns, logits, args.repeats)
+        print(
+            f"{batch:>4} {vocab:>7} {top_k or '[1,1024]':>9} {top_p or '(0.5,1)':>9} {window_for(int(k.max())):>5} "
+            + " ".join(f"{s:>10.4f}" for s in secs)
+            + " " + " ".join(f"{secs[0] / s:>15.1f}x" for s in secs[1:])
         )
-        print(f"{batch:>4} {vocab:>7} {window:>5} {stock_s:>9.4f} {patched_s:>10.4f} {stock_s / patched_s:>6.1f}x")
+
+
+def load_input_batch_helper(root: Path):
+    """The patched hpu_input_batch.py's window helper and the constants it reads."""
+    import numpy as np
+
+    path = root / INPUT_BATCH_REL
+    if not path.is_file():
+        sys.exit(f"bench-topk-subset: --reach needs {path}")
+    tree = ast.parse(path.read_text())
+    names = {"_SAMPLING_EPS", "_GAUDI_FIXES_TOPK_WINDOW_ATTR", "_GAUDI_FIXES_TOPK_WINDOWS",
+             "_gaudi_fixes_with_topk_window", "_GAUDI_FIXES_MAX_TOP_K_ATTR", "_gaudi_fixes_with_max_top_k"}
+    nodes = [n for n in tree.body if (isinstance(n, ast.FunctionDef) and n.name in names)
+             or (isinstance(n, ast.Assign) and getattr(n.targets[0], "id", None) in names)]
+    namespace = {"np": np, "torch": torch, "Optional": __import__("typing").Optional}
+    exec(compile(ast.Module(nodes, []), str(path), "exec"), namespace)
+    if "_gaudi_fixes_with_topk_window" in namespace:  # v2
+        return lambda top_k, top_k_cpu, temp_cpu: namespace["_gaudi_fixes_with_topk_window"](top_k, top_k_cpu, temp_cpu)
+    if "_gaudi_fixes_with_max_top_k" in namespace:  # v1: the raw maximum over all rows
+        return lambda top_k, top_k_cpu, temp_cpu: namespace["_gaudi_fixes_with_max_top_k"](top_k, top_k_cpu)
+    sys.exit(f"bench-topk-subset: {path} is not patched with topk-subset-sampler")
+
+
+def reach(args) -> None:
+    import numpy as np
+
+    trees = {"patched": args.patched_root}
+    if args.baseline_root:
+        trees = {"baseline": args.baseline_root, **trees}
+    vocab = 151936
+    rng = np.random.default_rng(args.seed)
+    print(f"reach: every request top_k {args.reach_top_k}, {args.greedy:.0%} greedy, {args.seeded:.0%} seeded, "
+          f"vocab {vocab}, {args.batches} batches per size")
+    for name, root in trees.items():
+        mod = load_sampler(root, f"reach_{name}")
+        sampler = mod.TopKTopPSampler()
+        attach = load_input_batch_helper(root)
+        v1 = "generators" in sampler._topk_subset_window.__code__.co_varnames[: sampler._topk_subset_window.__code__.co_argcount]
+        for batch in args.reach_batches:
+            logits = torch.empty(batch, vocab, device="meta")
+            fast = calls = 0
+            for _ in range(args.batches):
+                kind = rng.random(batch)
+                greedy = kind < args.greedy
+                seeded = (~greedy) & (kind < args.greedy + args.seeded)
+                if greedy.all():
+                    continue  # all greedy: the Sampler does not call TopKTopPSampler
+                top_k_cpu = np.where(greedy, vocab, args.reach_top_k).astype(np.int32)
+                temperature_cpu = np.where(greedy, -1.0, 0.8).astype(np.float32)
+                k = attach(torch.from_numpy(top_k_cpu.copy()), top_k_cpu, temperature_cpu)
+                generators = {int(i): torch.Generator() for i in np.flatnonzero(seeded)}
+                window = (sampler._topk_subset_window(logits, generators, k) if v1
+                          else sampler._topk_subset_window(logits, k))
+                calls += 1
+                fast += window is not None
+            print(f"  {name:>8} B={batch:>4}: {fast}/{calls} batches skip the full sort ({fast / calls:.2%})")
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--stock-root", type=Path, help="directory holding the stock vllm/")
+    parser.add_argument("--patched-root", type=Path, required=True, help="directory holding the patched vllm/")
+    parser.add_argument("--baseline-root", type=Path, help="another patched tree to compare (e.g. the fix's v1)")
+    parser.add_argument("--repeats", type=int, default=5, help="timed calls per sampler and shape")
+    parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--reach", action="store_true", help="measure the fast path's reach instead of timing")
+    parser.add_argument("--reach-top-k", type=int, default=20)
+    parser.add_argument("--reach-batches", type=int, nargs="+", default=[32, 128])
+    parser.add_argument("--greedy", type=float, default=0.05, help="share of greedy requests")
+    parser.add_argument("--seeded", type=float, default=0.01, help="share of seeded requests")
+    parser.add_argument("--batches", type=int, default=2000, help="simulated batches per size")
+    args = parser.parse_args()
+    if args.reach:
+        reach(args)
+    else:
+        if not args.stock_root:
+            parser.error("--stock-root is required for timing")
+        bench(args)
     return 0
 
 

@@ -3,8 +3,14 @@
 #
 # Make a pristine upstream tree to apply and test gaudi-fixes on:
 #   DEST/vllm/         the vllm/ package of the vLLM wheel RELEASE (v0.26.0 or 0.26.0)
-#   DEST/vllm_gaudi/   copied from $GAUDI_FIXES_VLLM_GAUDI_SRC/vllm_gaudi when that is set
-#                      (vllm_gaudi is not on any package index; point this at a checkout)
+#   DEST/vllm_gaudi/   copied from $GAUDI_FIXES_VLLM_GAUDI_SRC/vllm_gaudi when that is set;
+#                      otherwise extracted from the pristine vllm_gaudi archives in
+#                      $GAUDI_FIXES_VLLM_GAUDI_ARCHIVES (default: ../shared/upstream beside
+#                      this repository): vllm_gaudi-v0.26.0.tar.gz for vLLM 0.26.x, the newest
+#                      vllm_gaudi-main-*.tar.gz for later releases (main of 2026-08-21
+#                      imports what vLLM 0.27/0.28 provide; its files the fixes patch are
+#                      also the nearest to 0.29-0.33). Neither available: no vllm_gaudi/,
+#                      and the script says so (vllm_gaudi is not on any package index).
 #
 # The wheel is downloaded once with `pip download --no-deps` into
 # ${XDG_CACHE_HOME:-$HOME/.cache}/gaudi-fixes/wheels and reused. Every run writes a
@@ -14,7 +20,8 @@
 #
 # DEST defaults to ${XDG_CACHE_HOME:-$HOME/.cache}/gaudi-fixes/upstream/vX.Y.Z.
 # The last line on stdout is DEST, e.g.  GAUDI_FIXES_ROOT=$(scripts/fetch-upstream.sh v0.26.0 | tail -n1)
-# Environment: PYTHON (default python3, needs pip), GAUDI_FIXES_VLLM_GAUDI_SRC.
+# Environment: PYTHON (default python3, needs pip), GAUDI_FIXES_VLLM_GAUDI_SRC,
+# GAUDI_FIXES_VLLM_GAUDI_ARCHIVES.
 set -euo pipefail
 
 prog=fetch-upstream
@@ -44,6 +51,20 @@ fi
 gaudi_src=${GAUDI_FIXES_VLLM_GAUDI_SRC:-}
 if [[ -n $gaudi_src && ! -d $gaudi_src/vllm_gaudi ]]; then
     die "GAUDI_FIXES_VLLM_GAUDI_SRC=$gaudi_src has no vllm_gaudi/ directory"
+fi
+archives=${GAUDI_FIXES_VLLM_GAUDI_ARCHIVES:-$(cd "$(dirname "$0")/.." && pwd)/../shared/upstream}
+gaudi_archive=""
+if [[ -z $gaudi_src ]]; then
+    IFS=. read -r major minor _ <<<"$version"
+    if [[ $major == 0 && $minor == 26 ]]; then
+        candidate=$archives/vllm_gaudi-v0.26.0.tar.gz
+    elif (( major > 0 || minor > 26 )); then
+        candidate=$(compgen -G "$archives/vllm_gaudi-main-*.tar.gz" | sort | tail -n1 || true)
+        candidate=${candidate:-$archives/vllm_gaudi-main-*.tar.gz}
+    else
+        candidate=""
+    fi
+    [[ -n $candidate && -f $candidate ]] && gaudi_archive=$candidate
 fi
 
 mkdir -p "$wheels" || die "cannot create $wheels"
@@ -91,12 +112,34 @@ import shutil, sys
 shutil.copytree(sys.argv[1], sys.argv[2], ignore=shutil.ignore_patterns("__pycache__", "*.pyc"))
 PY
     note "copied vllm_gaudi/ from $gaudi_src"
+elif [[ -n $gaudi_archive ]]; then
+    "$python" - "$gaudi_archive" "$tmp" <<'PY' || die "cannot extract vllm_gaudi/ from $gaudi_archive"
+import os, sys, tarfile
+
+archive, out = sys.argv[1], sys.argv[2]
+count = 0
+with tarfile.open(archive) as tf:
+    for member in tf.getmembers():
+        parts = member.name.split("/")
+        if parts[0] != "vllm_gaudi" or ".." in parts or os.path.isabs(member.name):
+            continue
+        if not (member.isfile() or member.isdir()):
+            continue  # no links or devices from an archive
+        tf.extract(member, out, set_attrs=False)
+        count += 1
+if not os.path.isfile(os.path.join(out, "vllm_gaudi", "__init__.py")):
+    sys.exit(f"{archive}: no vllm_gaudi/__init__.py in the archive")
+print(f"extracted {count} entries of vllm_gaudi/", file=sys.stderr)
+PY
+    note "vllm_gaudi/ from $gaudi_archive"
 else
-    note "vllm_gaudi is absent: set GAUDI_FIXES_VLLM_GAUDI_SRC to a directory holding vllm_gaudi/ to include it"
+    note "vllm_gaudi is absent: GAUDI_FIXES_VLLM_GAUDI_SRC is unset and no vllm_gaudi archive for $release" \
+        "in $archives (want ${candidate:-none for releases before 0.26}); set GAUDI_FIXES_VLLM_GAUDI_SRC to a" \
+        "directory holding vllm_gaudi/ to include it"
 fi
 
-printf 'release: %s\nwheel: %s\nvllm_gaudi: %s\n' "$release" "$(basename "$wheel")" "${gaudi_src:-absent}" \
-    > "$tmp/$marker"
+printf 'release: %s\nwheel: %s\nvllm_gaudi: %s\n' "$release" "$(basename "$wheel")" \
+    "${gaudi_src:-${gaudi_archive:-absent}}" > "$tmp/$marker"
 
 # rename(2) cannot replace a non-empty directory: move the old tree aside first.
 if [[ -e $dest ]]; then

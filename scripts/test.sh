@@ -3,16 +3,22 @@
 # runs the Rust tests (default build, then the `reference` feature), the equivalence suite,
 # and, on real vLLM trees from the package index, the topk-subset-sampler cycle:
 #   check → 1, apply → 0, check → 0, apply again changes nothing, pytest of the patched real
-#   code (and it fails on the pristine code), revert → byte-identical, lint --upstream; and, where
-#   a vllm_gaudi tree is available, the swap-states-sampling-params cycle (default profile).
-# vllm_gaudi: set GAUDI_FIXES_VLLM_GAUDI_SRC to a vllm-gaudi checkout to include it; without
-# it the vllm half is applied alone (--only-tree vllm) and the script says so.
+#   code (and it fails on the pristine code), revert → byte-identical, lint --upstream; the
+#   swap-states-sampling-params cycle (default profile); the reworded-docstring drift case.
+# Releases: v0.26.0 v0.30.0 v0.33.0, or GAUDI_FIXES_TEST_RELEASES="v0.27.0 v0.29.0 ...".
+# vllm_gaudi: each tree gets it from scripts/fetch-upstream.sh (GAUDI_FIXES_VLLM_GAUDI_SRC, else
+# the pristine archives in ../shared/upstream); only when neither exists is the vllm half
+# applied alone (--only-tree vllm), and the script says so.
 # Ends with a line "summary: N passed, M failed"; exits non-zero if anything failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
 CACHE=${XDG_CACHE_HOME:-$HOME/.cache}/gaudi-fixes
-RELEASES=${GAUDI_FIXES_TEST_RELEASES:-"v0.26.0 v0.30.0"}
+RELEASES=${GAUDI_FIXES_TEST_RELEASES:-"v0.26.0 v0.30.0 v0.33.0"}
+# The reference sampler mirrors two stock samplers: v0.26.0's (top-p softmax in float32) and
+# v0.30.0's (softmax in the logits' dtype), which every later release up to 0.33 keeps.
+ref_release() { case $1 in v0.26.*|0.26.*) echo v0.26.0 ;; *) echo v0.30.0 ;; esac; }
+REF_RELEASES=$(for rel in $RELEASES; do ref_release "$rel"; done | sort -u)
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/gaudi-fixes-test.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
 passed=0 failed=0 failures=()
@@ -43,7 +49,7 @@ expect 0 "cargo test --features reference (tests/reference.rs)" cargo test --rel
 BIN=$REPO/target/release/gaudi-fixes
 expect 0 "binary runs without LD_LIBRARY_PATH" env -u LD_LIBRARY_PATH "$BIN" --version
 
-for rel in $RELEASES; do
+for rel in $REF_RELEASES; do
   step "gaudi-fixes equiv --release $rel (distribution equivalence, mutants rejected)"
   expect 0 "equiv against vLLM $rel's stock sampler" "$BIN" equiv --release "$rel"
   expect 0 "equiv --emit-vectors for $rel" "$BIN" equiv --quiet --release "$rel" --emit-vectors "$WORK/vectors-$rel"
@@ -56,7 +62,8 @@ for rel in $RELEASES; do
   cp -a "$pristine" "$tree"
   only=()
   if [ ! -d "$tree/vllm_gaudi" ]; then
-    echo "note: no vllm_gaudi tree (GAUDI_FIXES_VLLM_GAUDI_SRC unset); applying the vllm half only"
+    echo "note: no vllm_gaudi tree (GAUDI_FIXES_VLLM_GAUDI_SRC unset and no archive in ../shared/upstream);" \
+      "applying the vllm half only"
     only=(--only-tree vllm)
   fi
   gf() { "$BIN" --root "$tree" "${only[@]}" "$@"; }
@@ -70,7 +77,7 @@ for rel in $RELEASES; do
   after=$(cd "$tree" && find . -type f -print0 | sort -z | xargs -0 sha256sum | sha256sum)
   if [ "$before" = "$after" ]; then ok "$rel: second apply changed nothing"; else bad "$rel: second apply changed the tree"; fi
   expect 0 "$rel: pytest of the patched real code" \
-    env GAUDI_FIXES_ROOT="$tree" GAUDI_FIXES_VECTORS="$WORK/vectors-$rel" python -m pytest -q -p no:cacheprovider fixes/topk-subset-sampler
+    env GAUDI_FIXES_ROOT="$tree" GAUDI_FIXES_VECTORS="$WORK/vectors-$(ref_release "$rel")" python -m pytest -q -p no:cacheprovider fixes/topk-subset-sampler
   # The same pytest must reject a deliberately broken patched file: `<` for `<=` in the
   # subset's top-p mask (the last occurrence in the file; the first is stock's own).
   f=$tree/vllm/v1/sample/ops/topk_topp_sampler.py

@@ -21,6 +21,7 @@ _STUB_NAMES = (
     "vllm.config.model",
     "vllm.logger",
     "vllm.platforms",
+    "vllm.platforms.interface",
     "vllm.triton_utils",
 )
 
@@ -86,6 +87,9 @@ def _stub_modules() -> dict[str, types.ModuleType]:
     platforms = mods["vllm.platforms"]
     platforms.CpuArchEnum = _CpuArchEnum
     platforms.current_platform = _HpuLikePlatform()
+    platforms.__path__ = []
+    # vLLM >= 0.33 imports DeviceCapability for its FlashInfer check (unused off CUDA).
+    mods["vllm.platforms.interface"].DeviceCapability = tuple
     mods["vllm.triton_utils"].HAS_TRITON = False
     return mods
 
