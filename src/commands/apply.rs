@@ -190,7 +190,7 @@ fn print(
     if global.quiet {
         return Ok(());
     }
-    let stdout = std::io::stdout();
+    let stdout = crate::report::stdout();
     let mut out = stdout.lock();
     match global.format {
         Format::Json => report::json::print(

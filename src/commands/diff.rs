@@ -35,7 +35,7 @@ pub fn run(global: &GlobalArgs, name: &str) -> Result<ExitStatus> {
     if global.quiet {
         return Ok(status);
     }
-    let stdout = std::io::stdout();
+    let stdout = crate::report::stdout();
     let mut out = stdout.lock();
     if global.format == Format::Json {
         let fixes: Vec<_> = report.into_iter().collect();

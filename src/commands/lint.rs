@@ -18,7 +18,7 @@ pub fn run(global: &GlobalArgs, args: &LintArgs) -> Result<ExitStatus> {
     if global.quiet {
         return Ok(status);
     }
-    let stdout = std::io::stdout();
+    let stdout = crate::report::stdout();
     let mut out = stdout.lock();
     match global.format {
         Format::Json => {

@@ -181,7 +181,7 @@ pub fn run(global: &GlobalArgs, args: &MatrixArgs) -> Result<ExitStatus> {
     }
     let status = if prepared.iter().any(|r| r.error.is_some()) { ExitStatus::Error } else { ExitStatus::Applied };
     if !global.quiet {
-        let mut out = std::io::stdout().lock();
+        let mut out = crate::report::stdout().lock();
         if args.markdown {
             markdown(&mut out, &fixes, &cells)?;
         } else if global.format == Format::Json {

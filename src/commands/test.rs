@@ -212,7 +212,7 @@ pub fn run(global: &GlobalArgs, args: &TestArgs) -> Result<ExitStatus> {
     )?;
     let status = if run.passed { ExitStatus::Applied } else { ExitStatus::NotApplied };
     if !global.quiet {
-        let mut out = std::io::stdout().lock();
+        let mut out = crate::report::stdout().lock();
         match global.format {
             Format::Json => {
                 let doc = serde_json::json!({

@@ -30,3 +30,51 @@ pub fn init_color(global: &GlobalArgs) {
 pub fn progress_allowed(global: &GlobalArgs) -> bool {
     global.format == crate::cli::Format::Human && !global.quiet && std::io::stderr().is_terminal()
 }
+
+/// Standard output for reports. Once its reader has gone (`gaudi-fixes apply --check | head
+/// -0`, EPIPE), the rest of the output is dropped instead of failing the command, so the exit
+/// code is still the verdict.
+pub fn stdout() -> Stdout {
+    Stdout(std::io::stdout())
+}
+
+/// See [`stdout`].
+pub struct Stdout(std::io::Stdout);
+
+impl Stdout {
+    pub fn lock(&self) -> StdoutLock<'static> {
+        StdoutLock(self.0.lock())
+    }
+}
+
+/// A locked [`Stdout`]; writes after a broken pipe succeed and go nowhere.
+pub struct StdoutLock<'a>(std::io::StdoutLock<'a>);
+
+static STDOUT_CLOSED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+fn closed_is_ok<T>(result: std::io::Result<T>, ok: T) -> std::io::Result<T> {
+    use std::sync::atomic::Ordering;
+    match result {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+            STDOUT_CLOSED.store(true, Ordering::Relaxed);
+            Ok(ok)
+        }
+        other => other,
+    }
+}
+
+impl std::io::Write for StdoutLock<'_> {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        if STDOUT_CLOSED.load(std::sync::atomic::Ordering::Relaxed) {
+            return Ok(buf.len());
+        }
+        closed_is_ok(self.0.write(buf), buf.len())
+    }
+
+    fn flush(&mut self) -> std::io::Result<()> {
+        if STDOUT_CLOSED.load(std::sync::atomic::Ordering::Relaxed) {
+            return Ok(());
+        }
+        closed_is_ok(self.0.flush(), ())
+    }
+}
