@@ -8,7 +8,10 @@ use common::{fixture, sha256, with_fixture};
 #[test]
 fn no_release_note_when_the_vllm_half_is_left_out() {
     let d = fixture();
-    d.write("cat/fixes/fix-a/v0.26.0/g.patch", "--- a/vllm_gaudi/x.py\n+++ b/vllm_gaudi/x.py\n@@ -1,3 +1,3 @@\n a = 0\n-x = 1\n+x = 2\n b = 0\n");
+    d.write(
+        "cat/fixes/fix-a/v0.26.0/g.patch",
+        "--- a/vllm_gaudi/x.py\n+++ b/vllm_gaudi/x.py\n@@ -1,3 +1,3 @@\n a = 0\n-x = 1\n+x = 2\n b = 0\n",
+    );
     let y = d.read_string("cat/fixes/fix-a/fix.yaml")
         + &format!(
             "      - tree: vllm_gaudi\n        file: vllm_gaudi/x.py\n        patch: v0.26.0/g.patch\n        pristine_sha256: {}\n",
@@ -28,8 +31,10 @@ fn no_release_note_when_the_vllm_half_is_left_out() {
     let (out, _) = d.cmd().args(with_fixture(&["--only-tree", "vllm_gaudi", "apply", "--check", "fix-a"])).expect(1);
     assert!(out.contains("offset +2"), "{out}");
     assert!(!out.contains("0.99.0 "), "a claim about the vLLM release whose file was left out:\n{out}");
-    let (out, _) =
-        d.cmd().args(with_fixture(&["--only-tree", "vllm_gaudi", "--format", "json", "apply", "--check", "fix-a"])).expect(1);
+    let (out, _) = d
+        .cmd()
+        .args(with_fixture(&["--only-tree", "vllm_gaudi", "--format", "json", "apply", "--check", "fix-a"]))
+        .expect(1);
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert!(v["fixes"][0]["reason"].is_null(), "{out}");
     assert!(v["fixes"][0]["files"].as_array().unwrap().iter().all(|f| f["reason"].is_null()), "{out}");

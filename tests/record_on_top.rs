@@ -23,7 +23,18 @@ fn record_leaves_the_required_fixs_edits_out_of_the_patch() {
     d.write("pristine/vllm/__init__.py", "");
     d.write("pristine/vllm/mod.py", PRISTINE);
     d.cmd()
-        .args(["--catalog", "cat", "record", "fix-b", "--release", "v0.26.0", "--pristine", "pristine", "--edited", "edited"])
+        .args([
+            "--catalog",
+            "cat",
+            "record",
+            "fix-b",
+            "--release",
+            "v0.26.0",
+            "--pristine",
+            "pristine",
+            "--edited",
+            "edited",
+        ])
         .expect(0);
     let patch = d.read_string("cat/fixes/fix-b/v0.26.0/mod.patch");
     assert_ne!(patch, FIX_B_PATCH);

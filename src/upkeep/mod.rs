@@ -84,10 +84,18 @@ pub fn checked_patch(file: &str, pristine: &[u8], patched: &[u8]) -> Result<Opti
 /// and `lint --upstream` give it — when `patched` carries their edits (a tree with the profile
 /// applied, then edited by hand); else the pristine file. Without this, `record` put the
 /// required fix's edits into this fix's patch, which then no longer applied after it.
-fn patch_base(catalog: &Catalog, fix: &Fix, release: &str, file: &str, pristine: &[u8], patched: &[u8]) -> Result<Vec<u8>> {
+fn patch_base(
+    catalog: &Catalog,
+    fix: &Fix,
+    release: &str,
+    file: &str,
+    pristine: &[u8],
+    patched: &[u8],
+) -> Result<Vec<u8>> {
     let shown = Path::new(file);
     let old = SourceText::decode(pristine, shown)?;
-    let Ok((base, required)) = crate::catalog::relations::with_required_applied(catalog, fix, release, file, old) else {
+    let Ok((base, required)) = crate::catalog::relations::with_required_applied(catalog, fix, release, file, old)
+    else {
         return Ok(pristine.to_vec());
     };
     if required.is_empty() {
@@ -96,9 +104,13 @@ fn patch_base(catalog: &Catalog, fix: &Fix, release: &str, file: &str, pristine:
     let new = SourceText::decode(patched, shown)?;
     let carries = required.iter().all(|name| {
         let Ok(other) = catalog.fix(name) else { return false };
-        other.variants.iter().filter(|v| v.release == release).flat_map(|v| &v.patches).filter(|p| p.file == file).all(
-            |p| state::evaluate(&p.diff, &new).state == crate::patch::FileState::Applied,
-        )
+        other
+            .variants
+            .iter()
+            .filter(|v| v.release == release)
+            .flat_map(|v| &v.patches)
+            .filter(|p| p.file == file)
+            .all(|p| state::evaluate(&p.diff, &new).state == crate::patch::FileState::Applied)
     });
     Ok(if carries { base.encode() } else { pristine.to_vec() })
 }
