@@ -5,8 +5,9 @@
 #   → revert (byte-identical to the pristine release) → a hand edit inside a hunk: --check
 #   says drifted (2) with the diff, apply refuses (2) and writes nothing.
 #   bash scripts/try-on-vllm.sh [RELEASE] [PROFILE]     # default v0.26.0 performance
-# Set GAUDI_FIXES_VLLM_GAUDI_SRC to a vllm-gaudi checkout to patch vllm_gaudi too; without
-# it only the vllm half is applied (--only-tree vllm), and the script says so.
+# vllm_gaudi comes from GAUDI_FIXES_VLLM_GAUDI_SRC (a vllm-gaudi checkout) or, in this
+# repository, the pristine archives in ../shared/upstream (scripts/fetch-upstream.sh); with
+# neither only the vllm half is applied (--only-tree vllm), and the script says so.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 REL=${1:-v0.26.0}
@@ -18,7 +19,7 @@ tree=$(mktemp -d "${TMPDIR:-/tmp}/gaudi-fixes-try.XXXXXX")
 cp -a "$pristine/." "$tree/"
 only=()
 if [ ! -d "$tree/vllm_gaudi" ]; then
-  echo "note: no vllm_gaudi (set GAUDI_FIXES_VLLM_GAUDI_SRC); applying the vllm half only" >&2
+  echo "note: no vllm_gaudi tree (set GAUDI_FIXES_VLLM_GAUDI_SRC); applying the vllm half only" >&2
   only=(--only-tree vllm)
 fi
 run() { echo; echo "\$ gaudi-fixes --root $tree ${only[*]} $*"; "$BIN" --root "$tree" "${only[@]}" "$@"; echo "(exit $?)"; }

@@ -74,8 +74,8 @@ fn print_error_document(command: Option<&str>, message: &str, code: u8) {
         "exit_code": code,
         "error": {"message": message, "file": file, "line": line},
     });
-    let stdout = std::io::stdout();
-    let mut out = gaudi_fixes::report::Out::new(stdout.lock());
+    let stdout = gaudi_fixes::report::stdout();
+    let mut out = stdout.lock();
     let _ = serde_json::to_writer_pretty(&mut out, &doc);
     let _ = writeln!(out);
 }

@@ -17,6 +17,7 @@ use std::collections::HashMap;
 use serde::Serialize;
 
 use crate::catalog::{Fix, Kind};
+use crate::cli::TreeName;
 use crate::discover::Trees;
 use crate::patch::{HunkReport, HunkState, SourceText};
 use crate::plan::{FileOutcome, FixReport, FixState};
@@ -76,6 +77,11 @@ pub fn explain(fix: &Fix, report: &mut FixReport, trees: &Trees) {
                 return;
             };
             let Some(release) = release else { return };
+            // A vLLM file left out (`--only-tree vllm_gaudi`) was not looked at: nothing can be
+            // said about how the fix fits this vLLM release.
+            if report.files.iter().any(|f| f.tree == TreeName::Vllm && !judged(f.state)) {
+                return;
+            }
             let offsets = report.files.iter().flat_map(|f| &f.hunks).any(|h| match h.state {
                 HunkState::Applied { offset, .. } | HunkState::NotApplied { offset, .. } => offset != 0,
                 HunkState::Drifted { .. } => false,

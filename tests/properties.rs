@@ -582,9 +582,9 @@ fn judge(fp: &FilePatch, t: &[Line], counts: &RefCell<Counts>) -> Result<FileSta
     Ok(eval.state)
 }
 
-/// Cases of `placement_is_exact` per run: about 10,000 of them make a change (the rest are
-/// skipped as no-ops), each judged on up to three files; with the parse tests, 11,900 in all.
-const PLACEMENT_CASES: u32 = 11_000;
+/// Cases of `placement_is_exact` per run: about 10,900 of them make a change (the rest are
+/// skipped as no-ops; the test checks that at least 10,000 did), each judged on up to three files.
+const PLACEMENT_CASES: u32 = 12_000;
 
 #[test]
 fn placement_is_exact() {
@@ -665,6 +665,8 @@ fn placement_is_exact() {
         panic!("{e}");
     }
     assert_eq!(c.wrong_place, 0);
+    // Issue 8 asks for at least 10,000 cases per run; about 9 in 10 generated ones change the file.
+    assert!(c.cases >= 10_000, "only {} cases changed something: raise PLACEMENT_CASES", c.cases);
     // Not vacuous: most original files read as not applied, most edited ones as applied, and
     // most changed ones are still placed.
     let parsed = c.cases - c.refused_at_load;

@@ -62,7 +62,7 @@ fn test_without_pytest_or_torch_is_a_clear_error() {
         .args(with_fixture(&["--python", "./py", "test", "fix-a"]))
         .env("FAKE_MISSING", "pytest torch")
         .expect(3);
-    assert!(err.contains("has no pytest torch") && err.contains("--python"), "{err}");
+    assert!(err.contains("has no pytest or torch") && err.contains("--python"), "{err}");
     let (_, err) = d.cmd().args(with_fixture(&["--python", "./no-such-python", "test", "fix-a"])).expect(3);
     assert!(err.contains("cannot run `") && err.contains("no-such-python`"), "{err}");
     let (_, err) = d.cmd().args(with_fixture(&["--python", "./py", "test", "fix-b"])).expect(3);

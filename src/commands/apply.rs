@@ -191,8 +191,8 @@ fn print(
     if global.quiet {
         return Ok(());
     }
-    let stdout = std::io::stdout();
-    let mut out = report::Out::new(stdout.lock());
+    let stdout = crate::report::stdout();
+    let mut out = stdout.lock();
     match global.format {
         Format::Json => report::json::print(
             &mut out,

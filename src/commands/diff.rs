@@ -35,8 +35,8 @@ pub fn run(global: &GlobalArgs, name: &str) -> Result<ExitStatus> {
     if global.quiet {
         return Ok(status);
     }
-    let stdout = std::io::stdout();
-    let mut out = report::Out::new(stdout.lock());
+    let stdout = crate::report::stdout();
+    let mut out = stdout.lock();
     if global.format == Format::Json {
         let fixes: Vec<_> = report.into_iter().collect();
         let doc = report::json::Document {

@@ -18,8 +18,8 @@ pub fn run(global: &GlobalArgs, args: &LintArgs) -> Result<ExitStatus> {
     if global.quiet {
         return Ok(status);
     }
-    let stdout = std::io::stdout();
-    let mut out = crate::report::Out::new(stdout.lock());
+    let stdout = crate::report::stdout();
+    let mut out = stdout.lock();
     match global.format {
         Format::Json => {
             serde_json::to_writer_pretty(

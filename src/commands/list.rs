@@ -60,7 +60,7 @@ pub fn run(global: &GlobalArgs) -> Result<ExitStatus> {
     if global.quiet {
         return Ok(ExitStatus::Applied);
     }
-    let stdout = std::io::stdout();
+    let stdout = crate::report::stdout();
     let mut out = stdout.lock();
     if global.format == Format::Json {
         let profiles: Vec<_> = catalog

@@ -2,7 +2,7 @@
 //! every fix × release on pristine upstream trees (fetched into the user cache, see
 //! [`crate::upkeep::upstream`]): the state, the variant used, and whether the fix's tests pass
 //! on the patched real code (the pristine tree is hard-link copied, the fix — after the fixes
-//! it comes `after:` — applied to the copy, and its tests run there). `--record` writes each
+//! it comes `after:` or `requires:` — applied to the copy, and its tests run there). `--record` writes each
 //! release whose cell applied exactly and passed its tests into the variant's `verified:`.
 //!
 //! Exit 0 when every release could be prepared, 3 otherwise (or on bad input).
@@ -71,14 +71,15 @@ fn version_key(tag: &str) -> Vec<u64> {
     tag.trim_start_matches('v').split(|c: char| !c.is_ascii_digit()).filter_map(|p| p.parse().ok()).collect()
 }
 
-/// The fixes `fix` must come after, transitively, that the catalogue has.
+/// The fixes `fix` comes after or requires, transitively, that the catalogue has: `apply`
+/// applies what a fix requires first, so its tests run with them.
 fn with_predecessors(catalog: &Catalog, fix: &Fix) -> Vec<String> {
     let mut names = BTreeSet::new();
     let mut todo = vec![fix.manifest.name.clone()];
     while let Some(n) = todo.pop() {
         if names.insert(n.clone()) {
             if let Ok(f) = catalog.fix(&n) {
-                todo.extend(f.manifest.after.iter().cloned());
+                todo.extend(f.manifest.after.iter().chain(&f.manifest.requires).cloned());
             }
         }
     }
@@ -181,7 +182,7 @@ pub fn run(global: &GlobalArgs, args: &MatrixArgs) -> Result<ExitStatus> {
     }
     let status = if prepared.iter().any(|r| r.error.is_some()) { ExitStatus::Error } else { ExitStatus::Applied };
     if !global.quiet {
-        let mut out = std::io::stdout().lock();
+        let mut out = crate::report::stdout().lock();
         if args.markdown {
             markdown(&mut out, &fixes, &cells)?;
         } else if global.format == Format::Json {

@@ -114,8 +114,9 @@ pub fn run(global: &GlobalArgs, args: &PortArgs) -> Result<ExitStatus> {
     }
     let written = upkeep::write_variant(&dir, &catalog, fix, &release, &new_files)?;
     if !global.quiet && global.format == Format::Human {
+        let mut out = crate::report::stdout().lock();
         for line in &how {
-            println!("{line}");
+            writeln!(out, "{line}")?;
         }
     }
     super::record::print_written(global, &fix.manifest.name, &written, "port")?;
@@ -181,7 +182,7 @@ fn print_conflicts(
     if global.quiet {
         return Ok(());
     }
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::report::stdout().lock();
     if global.format == Format::Json {
         let files: Vec<_> = conflicts
             .iter()

@@ -78,7 +78,7 @@ pub fn print_written(global: &GlobalArgs, fix: &str, w: &upkeep::Written, comman
     if global.quiet {
         return Ok(());
     }
-    let mut out = std::io::stdout().lock();
+    let mut out = crate::report::stdout().lock();
     if global.format == Format::Json {
         let doc = serde_json::json!({ "schema": 1, "command": command, "exit_code": 0, "fix": fix, "written": w });
         serde_json::to_writer_pretty(&mut out, &doc)?;

@@ -17,7 +17,7 @@ pub fn run(global: &GlobalArgs, name: &str, readme: bool) -> Result<ExitStatus> 
     if global.quiet {
         return Ok(ExitStatus::Applied);
     }
-    let stdout = std::io::stdout();
+    let stdout = crate::report::stdout();
     let mut out = stdout.lock();
     if readme {
         let text = catalog.files.text(&readme_path).with_context(|| format!("fix `{name}` has no README.md"))?;

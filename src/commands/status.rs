@@ -45,8 +45,8 @@ pub fn run(global: &GlobalArgs) -> Result<ExitStatus> {
         return Ok(ExitStatus::Applied);
     }
     let reports: &[FixReport] = plan.as_ref().map_or(&[], |p| &p.reports);
-    let stdout = std::io::stdout();
-    let mut out = report::Out::new(stdout.lock());
+    let stdout = crate::report::stdout();
+    let mut out = stdout.lock();
     match global.format {
         Format::Json => report::json::print(
             &mut out,

@@ -54,7 +54,7 @@ pub fn check_python(python: &str) -> Result<()> {
     if !out.status.success() {
         bail!("`{python}` failed: {}", String::from_utf8_lossy(&out.stderr).trim());
     }
-    let missing = String::from_utf8_lossy(&out.stdout).trim().to_string();
+    let missing = String::from_utf8_lossy(&out.stdout).split_whitespace().collect::<Vec<_>>().join(" or ");
     if !missing.is_empty() {
         bail!(
             "`{python}` has no {missing}: the fix's tests need pytest and torch \
@@ -212,7 +212,7 @@ pub fn run(global: &GlobalArgs, args: &TestArgs) -> Result<ExitStatus> {
     )?;
     let status = if run.passed { ExitStatus::Applied } else { ExitStatus::NotApplied };
     if !global.quiet {
-        let mut out = std::io::stdout().lock();
+        let mut out = crate::report::stdout().lock();
         match global.format {
             Format::Json => {
                 let doc = serde_json::json!({

@@ -31,43 +31,50 @@ pub fn progress_allowed(global: &GlobalArgs) -> bool {
     global.format == crate::cli::Format::Human && !global.quiet && std::io::stderr().is_terminal()
 }
 
-/// Stdout for reports: once its reader has gone (`| head -0`, `| true`), output ends quietly
-/// and every later write "succeeds", so a command still returns its own exit status.
-pub struct Out<W: std::io::Write> {
-    inner: W,
-    closed: bool,
+/// Standard output for reports. Once its reader has gone (`gaudi-fixes apply --check | head
+/// -0`, EPIPE), the rest of the output is dropped instead of failing the command, so the exit
+/// code is still the verdict.
+pub fn stdout() -> Stdout {
+    Stdout(std::io::stdout())
 }
 
-impl<W: std::io::Write> Out<W> {
-    pub fn new(inner: W) -> Out<W> {
-        Out { inner, closed: false }
+/// See [`stdout`].
+pub struct Stdout(std::io::Stdout);
+
+impl Stdout {
+    pub fn lock(&self) -> StdoutLock<'static> {
+        StdoutLock(self.0.lock())
     }
 }
 
-impl<W: std::io::Write> std::io::Write for Out<W> {
+/// A locked [`Stdout`]; writes after a broken pipe succeed and go nowhere.
+pub struct StdoutLock<'a>(std::io::StdoutLock<'a>);
+
+static STDOUT_CLOSED: std::sync::atomic::AtomicBool = std::sync::atomic::AtomicBool::new(false);
+
+fn closed_is_ok<T>(result: std::io::Result<T>, ok: T) -> std::io::Result<T> {
+    use std::sync::atomic::Ordering;
+    match result {
+        Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
+            STDOUT_CLOSED.store(true, Ordering::Relaxed);
+            Ok(ok)
+        }
+        other => other,
+    }
+}
+
+impl std::io::Write for StdoutLock<'_> {
     fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
-        if self.closed {
+        if STDOUT_CLOSED.load(std::sync::atomic::Ordering::Relaxed) {
             return Ok(buf.len());
         }
-        match self.inner.write(buf) {
-            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
-                self.closed = true;
-                Ok(buf.len())
-            }
-            other => other,
-        }
+        closed_is_ok(self.0.write(buf), buf.len())
     }
 
     fn flush(&mut self) -> std::io::Result<()> {
-        if self.closed {
+        if STDOUT_CLOSED.load(std::sync::atomic::Ordering::Relaxed) {
             return Ok(());
         }
-        match self.inner.flush() {
-            Err(e) if e.kind() == std::io::ErrorKind::BrokenPipe => {
-                self.closed = true;
-                Ok(())
-            }
-            other => other,
-        }
+        closed_is_ok(self.0.flush(), ())
     }
 }

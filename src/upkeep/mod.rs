@@ -79,6 +79,42 @@ pub fn checked_patch(file: &str, pristine: &[u8], patched: &[u8]) -> Result<Opti
     Ok(Some(text))
 }
 
+/// The file a fix's patch for `file` is made on: the pristine file with the patches of the
+/// fixes it `requires:` (to the same file, `release`'s variant) applied first — what `apply`
+/// and `lint --upstream` give it — when `patched` carries their edits (a tree with the profile
+/// applied, then edited by hand); else the pristine file. Without this, `record` put the
+/// required fix's edits into this fix's patch, which then no longer applied after it.
+fn patch_base(
+    catalog: &Catalog,
+    fix: &Fix,
+    release: &str,
+    file: &str,
+    pristine: &[u8],
+    patched: &[u8],
+) -> Result<Vec<u8>> {
+    let shown = Path::new(file);
+    let old = SourceText::decode(pristine, shown)?;
+    let Ok((base, required)) = crate::catalog::relations::with_required_applied(catalog, fix, release, file, old)
+    else {
+        return Ok(pristine.to_vec());
+    };
+    if required.is_empty() {
+        return Ok(pristine.to_vec());
+    }
+    let new = SourceText::decode(patched, shown)?;
+    let carries = required.iter().all(|name| {
+        let Ok(other) = catalog.fix(name) else { return false };
+        other
+            .variants
+            .iter()
+            .filter(|v| v.release == release)
+            .flat_map(|v| &v.patches)
+            .filter(|p| p.file == file)
+            .all(|p| state::evaluate(&p.diff, &new).state == crate::patch::FileState::Applied)
+    });
+    Ok(if carries { base.encode() } else { pristine.to_vec() })
+}
+
 /// The patch file name of `file` within the variant directory.
 fn patch_name(file: &str, taken: &[String]) -> String {
     let stem = Path::new(file).file_stem().unwrap_or_default().to_string_lossy().to_string();
@@ -114,7 +150,8 @@ pub fn write_variant(dir: &Path, catalog: &Catalog, fix: &Fix, release: &str, fi
             written.reused.push(reuse.clone());
             continue;
         }
-        let Some(text) = checked_patch(&f.file, &f.pristine, &f.patched)? else {
+        let base = patch_base(catalog, fix, release, &f.file, &f.pristine, &f.patched)?;
+        let Some(text) = checked_patch(&f.file, &base, &f.patched)? else {
             written.unchanged.push(f.file.clone());
             continue;
         };

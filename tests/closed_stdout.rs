@@ -1,0 +1,67 @@
+//! `gaudi-fixes apply --check | head -0` (or a CI step whose reader went away): the exit code is
+//! still the verdict. A closed stdout must neither turn a drift into 0 nor into an error 3.
+
+mod common;
+
+use std::process::{Command, Stdio};
+
+use common::{fixture, with_fixture, Dir};
+
+/// Run the real binary with a stdout pipe whose reading end is already closed: every write to
+/// it fails with EPIPE, deterministically. Returns the exit code and stderr.
+fn closed_stdout(d: &Dir, args: &[&str]) -> (Option<i32>, String) {
+    let (reader, writer) = std::io::pipe().expect("pipe");
+    drop(reader);
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_gaudi-fixes"));
+    for (k, _) in std::env::vars() {
+        if k.starts_with("GAUDI_FIXES_") {
+            cmd.env_remove(k);
+        }
+    }
+    let out = cmd
+        .current_dir(d.path())
+        .env("NO_COLOR", "1")
+        .args(with_fixture(args))
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(writer))
+        .stderr(Stdio::piped())
+        .output()
+        .expect("running gaudi-fixes");
+    (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+fn assert_code(d: &Dir, args: &[&str], code: i32) {
+    // The same command with a working stdout gives the reference verdict.
+    d.cmd().args(with_fixture(args)).expect(code);
+    let (got, err) = closed_stdout(d, args);
+    assert_eq!(got, Some(code), "gaudi-fixes {} with stdout closed\n--- stderr\n{err}", args.join(" "));
+    assert!(!err.contains("Broken pipe") && !err.contains("panicked"), "{err}");
+}
+
+#[test]
+fn a_closed_stdout_keeps_the_verdict_in_every_format() {
+    let d = fixture();
+    for format in ["human", "json", "github"] {
+        assert_code(&d, &["--format", format, "apply", "--check"], 1);
+        assert_code(&d, &["--format", format, "list"], 0);
+        assert_code(&d, &["--format", format, "lint"], 0);
+        assert_code(&d, &["--format", format, "status"], 0);
+    }
+    // Drift: fix-a's context is gone.
+    let drifted = common::PRISTINE.replace("a = x + 1", "a = x + 5");
+    d.write("root/vllm/mod.py", &drifted);
+    for format in ["human", "json", "github"] {
+        assert_code(&d, &["--format", format, "apply", "--check"], 2);
+        assert_code(&d, &["--format", format, "apply"], 2);
+        assert_code(&d, &["--format", format, "diff", "fix-a"], 2);
+    }
+    assert_eq!(d.read_string("root/vllm/mod.py"), drifted);
+}
+
+#[test]
+fn a_closed_stdout_does_not_stop_an_apply() {
+    let d = fixture();
+    let (got, err) = closed_stdout(&d, &["apply"]);
+    assert_eq!(got, Some(0), "{err}");
+    d.cmd().args(with_fixture(&["apply", "--check"])).expect(0);
+}
