@@ -8,7 +8,8 @@
 use serde::Serialize;
 use tch::{Kind, Tensor};
 
-use crate::reference::race::{Draw, Filtered};
+use crate::reference::filtered::Filtered;
+use crate::reference::race::Draw;
 
 /// Which logprobs a mask carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -139,7 +140,7 @@ pub fn capture(filtered: &Filtered, draw: &Draw, mode: MaskMode) -> SamplingMask
 mod tests {
     use super::*;
     use crate::reference::race::Noise;
-    use crate::reference::subset::Route;
+    use crate::reference::filtered::Route;
 
     fn window() -> Filtered {
         // Two rows of a 3-column window over a 10-token vocabulary, in ascending logit order.

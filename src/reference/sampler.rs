@@ -8,7 +8,8 @@ use tch::Tensor;
 use crate::reference::batch::Batch;
 use crate::reference::masks::{self, MaskMode, SamplingMasks};
 use crate::reference::mutants::Flaw;
-use crate::reference::race::{Filtered, Noise};
+use crate::reference::filtered::Filtered;
+use crate::reference::race::Noise;
 use crate::reference::{stock, subset, Release};
 
 /// Which filter to run.

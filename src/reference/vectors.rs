@@ -32,7 +32,8 @@ use crate::reference::exact::{self, Explanation, RowOutcome};
 use crate::reference::masks::{self, MaskMode};
 use crate::reference::race::{exponential_like, Noise};
 use crate::reference::sampler::Sampler;
-use crate::reference::subset::{self, Route};
+use crate::reference::filtered::Route;
+use crate::reference::subset;
 use crate::reference::Release;
 
 /// Vocabulary of the emitted cases: big enough for every window edge (1024 < 2048), small
