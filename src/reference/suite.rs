@@ -82,9 +82,6 @@ pub struct RowRef {
     pub row: usize,
 }
 
-/// The vocabulary of the bf16 tie-spill batches (Qwen-sized, as in issue 11's measurements).
-pub const MODEL_VOCAB: usize = 151_936;
-
 /// How many examples of a failure a report keeps.
 const EXAMPLES: usize = 10;
 
@@ -542,7 +539,7 @@ impl SamplerResult {
 pub fn run_suite(config: &Config, torch_threads: i32, progress: &mut dyn FnMut(Step<'_>)) -> SuiteReport {
     let mut cases = cases::generated(&config.plan);
     cases.extend(cases::fixtures(config.seed, config.fixture_vocab));
-    cases.extend(cases::model_tie_spills(config.seed, MODEL_VOCAB, 8));
+    cases.extend(cases::model_tie_spills(config.seed, cases::MODEL_VOCAB, 8));
     let mutants: Vec<Flaw> = Flaw::ALL.to_vec();
 
     let started = Instant::now();

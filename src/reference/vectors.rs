@@ -165,7 +165,7 @@ fn vector_cases(seed: u64) -> Vec<Case> {
     let mut all = cases::fixtures(seed, VOCAB as usize);
     all.extend(cases::generated(&plan));
     // Two rows of the model-sized bf16 spill at top_k 64 (≈2.4 MB of logits and noise).
-    all.extend(cases::model_tie_spills(seed, crate::reference::suite::MODEL_VOCAB, 2).into_iter().take(1));
+    all.extend(cases::model_tie_spills(seed, cases::MODEL_VOCAB, 2).into_iter().take(1));
     all
 }
 
