@@ -264,7 +264,10 @@ mod tests {
         let k = batch.k.unwrap();
         assert_eq!(k[0], 50);
         assert!(k.iter().all(|&k| (1..=50).contains(&k)));
-        assert_eq!(crate::reference::subset::route(Some(&k), 2048), crate::reference::filtered::Route::Subset { window: 64 });
+        assert_eq!(
+            crate::reference::subset::route(Some(&k), 2048),
+            crate::reference::filtered::Route::Subset { window: 64 }
+        );
     }
 
     #[test]

@@ -131,7 +131,8 @@ impl Filtered {
     /// Empty when the row has nothing to draw from.
     /// `probs` and `ids` are row `r` of [`Filtered::probs`] and [`Filtered::token_ids`] on the
     /// host (the caller computes them once per batch).
-    pub fn draw_row_counts(&self, probs: &[f32], ids: &[i64], r: usize, draws: usize) -> Vec<(i64, u64)> {        let positive: Vec<usize> = (0..probs.len()).filter(|&c| probs[c] > 0.0 && probs[c].is_finite()).collect();
+    pub fn draw_row_counts(&self, probs: &[f32], ids: &[i64], r: usize, draws: usize) -> Vec<(i64, u64)> {
+        let positive: Vec<usize> = (0..probs.len()).filter(|&c| probs[c] > 0.0 && probs[c].is_finite()).collect();
         if positive.is_empty() {
             return Vec::new();
         }

@@ -139,8 +139,8 @@ pub fn capture(filtered: &Filtered, draw: &Draw, mode: MaskMode) -> SamplingMask
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::reference::race::Noise;
     use crate::reference::filtered::Route;
+    use crate::reference::race::Noise;
 
     fn window() -> Filtered {
         // Two rows of a 3-column window over a 10-token vocabulary, in ascending logit order.

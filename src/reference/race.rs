@@ -1,6 +1,7 @@
 //! Drawing a token: vLLM's `random_sample` — divide the probabilities by Exp(1) noise and take
 //! the argmax (an exponential race, which picks token i with probability p_i without the
-//! device sync of `torch.multinomial`) — applied to what a sampler's filter step left.
+//! device sync of `torch.multinomial`) — applied to what a sampler's filter step left
+//! ([`crate::reference::filtered::Filtered::draw`]).
 //!
 //! The subset sampler (v2) adds one entry to the race: its column 0 stands for the whole tie
 //! class T at the k-th value (every token of the row with that logit, over the whole
@@ -111,7 +112,8 @@ impl Counts {
                 let target = (j + 1).unsqueeze(1);
                 // The block holding the (j+1)-th member, and the members before it.
                 let at = target.searchsorted(running, false, false, "left", None::<Tensor>).clamp_max(blocks - 1);
-                let before = running.gather(1, &(&at - 1).clamp_min(0), false).where_self(&at.gt(0), &target.zeros_like());
+                let before =
+                    running.gather(1, &(&at - 1).clamp_min(0), false).where_self(&at.gt(0), &target.zeros_like());
                 let segment = members
                     .view([rows, blocks, *block])
                     .gather(1, &at.unsqueeze(2).expand([rows, 1, *block], false), false)

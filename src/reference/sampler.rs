@@ -6,9 +6,9 @@
 use tch::Tensor;
 
 use crate::reference::batch::Batch;
+use crate::reference::filtered::Filtered;
 use crate::reference::masks::{self, MaskMode, SamplingMasks};
 use crate::reference::mutants::Flaw;
-use crate::reference::filtered::Filtered;
 use crate::reference::race::Noise;
 use crate::reference::{stock, subset, Release};
 

@@ -21,8 +21,8 @@
 use tch::{Device, Kind, Tensor};
 
 use crate::reference::batch::Batch;
-use crate::reference::mutants::Flaw;
 use crate::reference::filtered::{Fallback, Filtered, Route};
+use crate::reference::mutants::Flaw;
 use crate::reference::race::{Counts, MemberPick, TieClass};
 use crate::reference::stock;
 use crate::reference::Release;

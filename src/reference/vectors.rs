@@ -29,10 +29,10 @@ use tch::{Device, Kind, Tensor};
 
 use crate::reference::cases::{self, Case, Plan};
 use crate::reference::exact::{self, Explanation, RowOutcome};
+use crate::reference::filtered::Route;
 use crate::reference::masks::{self, MaskMode};
 use crate::reference::race::{exponential_like, Noise};
 use crate::reference::sampler::Sampler;
-use crate::reference::filtered::Route;
 use crate::reference::subset;
 use crate::reference::Release;
 
@@ -216,7 +216,9 @@ pub fn emit(dir: &Path, release: Release, seed: u64) -> Result<Emitted> {
         let mut subset_may_differ = Vec::new();
         let mut kth_tie_spill_rows = Vec::new();
         for row in 0..b {
-            if window.is_some_and(|w| exact::kth_facts(batch.row(row), batch.k_of(row)).is_some_and(|f| f.kept as i64 > w)) {
+            if window
+                .is_some_and(|w| exact::kth_facts(batch.row(row), batch.k_of(row)).is_some_and(|f| f.kept as i64 > w))
+            {
                 kth_tie_spill_rows.push(row);
             }
             let (stock_ids, _) = stock_rows.row(row);
