@@ -54,6 +54,7 @@ fn equiv_finds_the_subset_equivalent_and_catches_every_mutant() {
     let (output, shown) = run(&args);
     assert_eq!(output.status.code(), Some(0), "{shown}");
     let report = json(&output, &shown);
+    assert_eq!(report["schema"], 1, "README, JSON output: every document carries schema 1\n{shown}");
     assert_eq!(report["verdict"], "equivalent", "{shown}");
     for verdict in report["subset"]["verdicts"].as_array().unwrap() {
         assert_eq!(verdict["passed"], true, "{verdict}\n{shown}");
@@ -220,10 +221,14 @@ impl Npy {
 fn emit_vectors_writes_parseable_cases_and_a_manifest() {
     let dir = tempfile::tempdir().unwrap();
     let out = dir.path().join("vectors");
-    let (output, shown) = run(&["equiv", "--emit-vectors", out.to_str().unwrap()]);
+    let (output, shown) = run(&["equiv", "--emit-vectors", out.to_str().unwrap(), "--format", "json"]);
     assert_eq!(output.status.code(), Some(0), "{shown}");
     let manifest: Value = serde_json::from_slice(&std::fs::read(out.join("manifest.json")).unwrap()).unwrap();
     let cases = manifest["cases"].as_array().unwrap();
+    let doc = json(&output, &shown);
+    assert_eq!(doc["schema"], 1, "{shown}");
+    assert_eq!(doc["cases"].as_u64(), Some(cases.len() as u64), "{shown}");
+    assert_eq!(doc["manifest"].as_str().map(Path::new), Some(out.join("manifest.json").as_path()), "{shown}");
     assert!(cases.len() >= 10, "{manifest}");
     let names: Vec<&str> = cases.iter().map(|c| c["name"].as_str().unwrap()).collect();
     for needle in [
@@ -289,6 +294,7 @@ fn bench_runs_a_small_shape_and_reports_json() {
         run(&["bench", "--batch", "2", "--vocab", "4096", "--repeats", "1", "--threads", "1", "--format", "json"]);
     assert_eq!(output.status.code(), Some(0), "{shown}");
     let report = json(&output, &shown);
+    assert_eq!(report["schema"], 1, "{shown}");
     assert_eq!(report["torch_threads"], 1);
     assert_eq!(report["window"], 64);
     let shape = &report["shapes"][0];

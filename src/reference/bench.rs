@@ -6,29 +6,14 @@
 
 use std::time::Instant;
 
-use anyhow::{bail, Result};
 use serde::Serialize;
 use tch::{Device, Kind, Tensor};
 
-use crate::cli::{BenchArgs, GlobalArgs};
-use crate::exit_status::ExitStatus;
 use crate::reference::batch::Batch;
 use crate::reference::masks::MaskMode;
 use crate::reference::race::Noise;
 use crate::reference::sampler::Sampler;
-use crate::reference::subset;
 use crate::reference::Release;
-
-/// Set libtorch's intra-op threads (`None`: every core) and return what it now uses.
-pub fn set_threads(threads: Option<i32>) -> Result<i32> {
-    let threads = match threads {
-        Some(n) if n < 1 => bail!("--threads must be at least 1"),
-        Some(n) => n,
-        None => std::thread::available_parallelism().map_or(1, |n| n.get() as i32),
-    };
-    tch::set_num_threads(threads);
-    Ok(tch::get_num_threads())
-}
 
 /// Median milliseconds of each operation at one shape.
 #[derive(Debug, Clone, Serialize)]
@@ -127,43 +112,45 @@ pub struct BenchReport {
 /// The shape the targets refer to.
 const TARGET_SHAPE: (i64, i64) = (256, 151_936);
 
-/// Entry point of `gaudi-fixes bench`.
-pub fn run(global: &GlobalArgs, args: &BenchArgs) -> Result<ExitStatus> {
-    let release = Release::parse(&args.release)?;
-    if args.repeats == 0 {
-        bail!("--repeats must be at least 1");
-    }
-    if args.batch.iter().any(|&b| b < 1) || args.vocab.iter().any(|&v| v < 2048) {
-        bail!("--batch must be ≥ 1 and --vocab ≥ 2048");
-    }
-    let Some(window) = subset::window_for(args.top_k).filter(|_| args.top_k >= 1) else {
-        bail!("--top-k must be in 1..=1024 (above that the fix keeps the stock path: nothing to compare)");
-    };
-    if !(args.top_p > 0.0 && args.top_p <= 1.0) {
-        bail!("--top-p must be in (0, 1]");
-    }
-    let torch_threads = set_threads(args.threads)?;
-    let mut progress = crate::report::bench::Progress::new(global);
-    let mut shapes = Vec::new();
-    for &vocab in &args.vocab {
-        for &batch in &args.batch {
-            progress.shape(batch, vocab);
-            shapes.push(measure(batch, vocab, args, release, window));
-        }
-    }
-    progress.clear();
-    let report = BenchReport {
-        release: release.as_str(),
+/// What `bench` times (checked by `commands::bench`).
+#[derive(Debug, Clone, Copy)]
+pub struct Settings {
+    /// Stock release timed.
+    pub release: Release,
+    /// Repeats per measurement (median reported), at least 1.
+    pub repeats: usize,
+    /// Largest per-row top_k.
+    pub top_k: i64,
+    /// top_p of every row.
+    pub top_p: f32,
+    /// The window K the fix uses for `top_k`.
+    pub window: i64,
+}
+
+/// Time every `(batch, vocab)` shape in turn; `progress` hears each shape as it starts.
+pub fn run_bench(
+    settings: &Settings,
+    shapes: &[(i64, i64)],
+    torch_threads: i32,
+    progress: &mut dyn FnMut(i64, i64),
+) -> BenchReport {
+    let shapes: Vec<ShapeResult> = shapes
+        .iter()
+        .map(|&(batch, vocab)| {
+            progress(batch, vocab);
+            measure(batch, vocab, settings)
+        })
+        .collect();
+    BenchReport {
+        release: settings.release.as_str(),
         torch_threads,
-        repeats: args.repeats,
-        top_k: args.top_k,
-        top_p: args.top_p,
-        window,
+        repeats: settings.repeats,
+        top_k: settings.top_k,
+        top_p: settings.top_p,
+        window: settings.window,
         targets: targets(&shapes),
         shapes,
-    };
-    crate::report::bench::print(global, &report)?;
-    Ok(ExitStatus::Applied)
+    }
 }
 
 /// A batch of `rows` model-like rows: top_k spread over 1..=top_k (row 0 has the largest,
@@ -184,8 +171,9 @@ fn median(mut values: Vec<f64>) -> f64 {
     values[values.len() / 2]
 }
 
-fn measure(rows: i64, vocab: i64, args: &BenchArgs, release: Release, window: i64) -> ShapeResult {
-    let batch = bench_batch(rows, vocab, args.top_k, args.top_p);
+fn measure(rows: i64, vocab: i64, settings: &Settings) -> ShapeResult {
+    let Settings { release, repeats, top_k, top_p, window } = *settings;
+    let batch = bench_batch(rows, vocab, top_k, top_p);
     let sample = |sampler: Sampler, mask: Option<MaskMode>| {
         let _ = sampler.sample(&batch, release, Noise::Fresh, mask);
     };
@@ -207,8 +195,8 @@ fn measure(rows: i64, vocab: i64, args: &BenchArgs, release: Release, window: i6
     // within each repeat, so that a burst of load on the machine hits all of them alike and
     // the per-repeat ratios stay meaningful.
     ops.iter().for_each(|op| op());
-    let mut ms: Vec<Vec<f64>> = (0..OPS).map(|_| Vec::with_capacity(args.repeats)).collect();
-    for _ in 0..args.repeats {
+    let mut ms: Vec<Vec<f64>> = (0..OPS).map(|_| Vec::with_capacity(repeats)).collect();
+    for _ in 0..repeats {
         for (i, (op, times)) in ops.iter().zip(&mut ms).enumerate() {
             // The first call after stock's full-vocabulary sort runs ~30% slower (allocator
             // and cache state left behind), a cost a decode loop without stock never pays:
@@ -276,7 +264,22 @@ mod tests {
         let k = batch.k.unwrap();
         assert_eq!(k[0], 50);
         assert!(k.iter().all(|&k| (1..=50).contains(&k)));
-        assert_eq!(subset::route(Some(&k), 2048), subset::Route::Subset { window: 64 });
+        assert_eq!(
+            crate::reference::subset::route(Some(&k), 2048),
+            crate::reference::filtered::Route::Subset { window: 64 }
+        );
+    }
+
+    #[test]
+    fn every_shape_is_announced_then_measured_in_the_order_given() {
+        let settings = Settings { release: Release::V0_30_0, repeats: 1, top_k: 3, top_p: 1.0, window: 64 };
+        let shapes = [(2, 2048), (1, 2048), (1, 4096)];
+        let mut heard = Vec::new();
+        let report = run_bench(&settings, &shapes, 1, &mut |batch, vocab| heard.push((batch, vocab)));
+        assert_eq!(heard, shapes);
+        let measured: Vec<(i64, i64)> = report.shapes.iter().map(|s| (s.batch, s.vocab)).collect();
+        assert_eq!(measured, shapes);
+        assert_eq!((report.repeats, report.top_k, report.window, report.torch_threads), (1, 3, 64, 1));
     }
 
     #[test]

@@ -233,6 +233,9 @@ fn tied_row(rng: &mut Rng, vocab: usize, distinct: usize, tied: usize) -> Vec<f3
     row
 }
 
+/// The vocabulary of the bf16 tie-spill batches (Qwen-sized, as in issue 11's measurements).
+pub const MODEL_VOCAB: usize = 151_936;
+
 /// bf16 language-model-like batches over a model-sized vocabulary with top_k equal to a window
 /// size (64, 128, 1024): the tie group at the k-th value spills past the window in most rows
 /// (a bf16 logit has 8 significant bits, so the tail of 151936 values is full of ties).

@@ -8,7 +8,8 @@
 use serde::Serialize;
 use tch::{Kind, Tensor};
 
-use crate::reference::race::{Draw, Filtered};
+use crate::reference::filtered::Filtered;
+use crate::reference::race::Draw;
 
 /// Which logprobs a mask carries.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
@@ -138,8 +139,8 @@ pub fn capture(filtered: &Filtered, draw: &Draw, mode: MaskMode) -> SamplingMask
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::reference::filtered::Route;
     use crate::reference::race::Noise;
-    use crate::reference::subset::Route;
 
     fn window() -> Filtered {
         // Two rows of a 3-column window over a 10-token vocabulary, in ascending logit order.

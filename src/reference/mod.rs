@@ -5,7 +5,9 @@
 //!
 //! - [`batch`]: one sampler call's input (logits, per-row top_k/top_p) as vLLM passes it.
 //! - [`stock`]: `apply_top_k_top_p_pytorch` (the HPU path); [`subset`]: one `topk(K)` window.
-//! - [`race`]: the exponential race both use to draw (vLLM's `random_sample`).
+//! - [`filtered`]: what a filter step leaves to draw from, and the route (stock, subset window,
+//!   fallback) that produced it; [`race`]: the exponential race both use to draw (vLLM's
+//!   `random_sample`) and the subset's tie class.
 //! - [`sampler`]: stock, subset or a mutant, behind one call.
 //! - [`masks`]: sampling masks (support ids + logprobs as flat arrays), captured only on request.
 //! - [`cases`]: generated and hand-built inputs; [`mutants`]: deliberately broken subsets.
@@ -13,12 +15,16 @@
 //! - [`statistical`]: the chi-square gate and its calibration; [`stats`]: the formulas.
 //! - [`suite`]: the `equiv` checks and verdict.
 //! - [`vectors`]: `.npy` test vectors for the Python test of the patched vLLM code.
-//! - [`bench`]: `gaudi-fixes bench`.
+//! - [`bench`]: the timings of `gaudi-fixes bench`.
+//!
+//! Nothing here prints or reads flags: `commands::equiv` / `commands::bench` check the flags
+//! and hand progress callbacks in; `report::equiv` / `report::bench` render the results.
 
 pub mod batch;
 pub mod bench;
 pub mod cases;
 pub mod exact;
+pub mod filtered;
 pub mod masks;
 pub mod mutants;
 pub mod race;
@@ -32,6 +38,12 @@ pub mod vectors;
 
 use anyhow::{bail, Result};
 use tch::Kind;
+
+/// Set libtorch's intra-op threads (at least 1) and return what it now uses.
+pub fn set_threads(threads: i32) -> i32 {
+    tch::set_num_threads(threads);
+    tch::get_num_threads()
+}
 
 /// The vLLM release whose stock sampler is mirrored. Both releases' `apply_top_k_top_p_pytorch`
 /// are the same op for op except for the dtype of the top-p softmax.

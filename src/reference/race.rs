@@ -1,6 +1,7 @@
 //! Drawing a token: vLLM's `random_sample` — divide the probabilities by Exp(1) noise and take
 //! the argmax (an exponential race, which picks token i with probability p_i without the
-//! device sync of `torch.multinomial`) — applied to what a sampler's filter step left.
+//! device sync of `torch.multinomial`) — applied to what a sampler's filter step left
+//! ([`crate::reference::filtered::Filtered::draw`]).
 //!
 //! The subset sampler (v2) adds one entry to the race: its column 0 stands for the whole tie
 //! class T at the k-th value (every token of the row with that logit, over the whole
@@ -11,22 +12,6 @@
 //! under stock). See `/work/handoff/SAMPLER_V2.md` and [`crate::reference::subset`].
 
 use tch::{Device, Kind, Tensor};
-
-use crate::reference::subset::Route;
-
-/// What a filter step leaves to draw from.
-#[derive(Debug)]
-pub struct Filtered {
-    /// `[B, W]` processed logits, `-inf` where masked.
-    pub logits: Tensor,
-    /// `[B, W]` int64 token id of each column; `None` when column j is token j (W = V).
-    pub ids: Option<Tensor>,
-    /// Which path produced it (the stock sampler, the subset window, or a fallback to stock).
-    pub route: Route,
-    /// The subset's tie class at the k-th value, raced as column 0 (`None`: every column is
-    /// one token, as in stock and the v1 subset).
-    pub tie: Option<TieClass>,
-}
 
 /// How a winning tie class picks its member under fresh noise.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -127,7 +112,8 @@ impl Counts {
                 let target = (j + 1).unsqueeze(1);
                 // The block holding the (j+1)-th member, and the members before it.
                 let at = target.searchsorted(running, false, false, "left", None::<Tensor>).clamp_max(blocks - 1);
-                let before = running.gather(1, &(&at - 1).clamp_min(0), false).where_self(&at.gt(0), &target.zeros_like());
+                let before =
+                    running.gather(1, &(&at - 1).clamp_min(0), false).where_self(&at.gt(0), &target.zeros_like());
                 let segment = members
                     .view([rows, blocks, *block])
                     .gather(1, &at.unsqueeze(2).expand([rows, 1, *block], false), false)
@@ -204,84 +190,8 @@ pub enum Noise<'a> {
 pub struct Draw {
     /// `[B]` int64 token ids.
     pub tokens: Tensor,
-    /// `[B]` int64 column of each token in [`Filtered::logits`] (for the selected logprob).
+    /// `[B]` int64 column of each token in [`crate::reference::filtered::Filtered::logits`] (for the selected logprob).
     pub columns: Tensor,
-}
-
-impl Filtered {
-    /// `[B, W]` float32 probabilities, as `forward_native` computes them after filtering.
-    pub fn probs(&self) -> Tensor {
-        self.logits.softmax(-1, Kind::Float)
-    }
-
-    /// `[B, W]` int64 token ids of the columns.
-    pub fn token_ids(&self) -> Tensor {
-        match &self.ids {
-            Some(ids) => ids.shallow_clone(),
-            None => {
-                let (rows, width) = self.logits.size2().expect("filtered logits are [B, W]");
-                Tensor::arange(width, (Kind::Int64, self.logits.device())).expand([rows, width], false)
-            }
-        }
-    }
-
-    /// Draw one token per row with the exponential race.
-    pub fn draw(&self, noise: Noise<'_>) -> Draw {
-        let probs = self.probs();
-        let q = match (noise, &self.ids) {
-            (Noise::Fresh, _) => exponential_like(&probs),
-            (Noise::Coupled(full), Some(ids)) => full.gather(1, ids, false),
-            (Noise::Coupled(full), None) => full.shallow_clone(),
-        };
-        // Column 0 of a tie class: fresh noise already holds an Exp(1) E there; coupled noise
-        // puts min_T q · nT there and remembers the member holding the minimum.
-        let member = self.tie.as_ref().map(|tie| match noise {
-            Noise::Fresh => {
-                let u = Tensor::rand([probs.size()[0]], (Kind::Float, probs.device()));
-                tie.pick_member(&u)
-            }
-            Noise::Coupled(full) => {
-                let (e, member) = tie.coupled(full);
-                q.narrow(1, 0, 1).copy_(&e.unsqueeze(1));
-                member
-            }
-        });
-        let columns = race(&probs, &q);
-        let mut tokens = match &self.ids {
-            Some(ids) => ids.gather(1, &columns.unsqueeze(1), false).squeeze_dim(1),
-            None => columns.shallow_clone(),
-        };
-        if let Some(member) = member {
-            tokens = member.where_self(&columns.eq(0), &tokens);
-        }
-        Draw { tokens, columns }
-    }
-
-    /// `draws` independent fresh draws of row `r` through the same race and member pick as
-    /// [`Filtered::draw`], as `(token, count)` pairs. Only positive-probability columns race
-    /// (a zero scores 0 and never wins, so the distribution is the same, for less noise).
-    /// Empty when the row has nothing to draw from.
-    /// `probs` and `ids` are row `r` of [`Filtered::probs`] and [`Filtered::token_ids`] on the
-    /// host (the caller computes them once per batch).
-    pub fn draw_row_counts(&self, probs: &[f32], ids: &[i64], r: usize, draws: usize) -> Vec<(i64, u64)> {        let positive: Vec<usize> = (0..probs.len()).filter(|&c| probs[c] > 0.0 && probs[c].is_finite()).collect();
-        if positive.is_empty() {
-            return Vec::new();
-        }
-        let weights: Vec<f32> = positive.iter().map(|&c| probs[c]).collect();
-        let counts = race_counts(&weights, draws);
-        let mut tally = std::collections::BTreeMap::<i64, u64>::new();
-        for (&column, count) in positive.iter().zip(counts).filter(|(_, n)| *n > 0) {
-            match &self.tie {
-                Some(tie) if column == 0 => {
-                    for token in tie.pick_row(r as i64, count as usize) {
-                        *tally.entry(token).or_default() += 1;
-                    }
-                }
-                _ => *tally.entry(ids[column]).or_default() += count,
-            }
-        }
-        tally.into_iter().collect()
-    }
 }
 
 /// The (j+1)-th member of each row's class: `(running <= j).sum(1)` (`running` `[N, V]` int32
@@ -339,22 +249,6 @@ mod tests {
         let probs = Tensor::from_slice(&[0.1f32, 0.6, 0.3, 0.2, 0.2, 0.6]).view([2, 3]);
         let q = Tensor::from_slice(&[1.0f32, 10.0, 1.0, 1.0, 0.1, 1.0]).view([2, 3]);
         assert_eq!(Vec::<i64>::try_from(&race(&probs, &q)).unwrap(), vec![2, 1]);
-    }
-
-    #[test]
-    fn coupled_noise_is_gathered_at_the_window_ids() {
-        // A 2-column window over tokens 3 and 1 of a 4-token vocabulary.
-        let filtered = Filtered {
-            logits: Tensor::from_slice(&[0.0f32, 0.0]).view([1, 2]),
-            ids: Some(Tensor::from_slice(&[3i64, 1]).view([1, 2])),
-            route: Route::Subset { window: 2 },
-            tie: None,
-        };
-        // Token 1 gets tiny noise, so it wins the race.
-        let noise = Tensor::from_slice(&[1.0f32, 0.01, 1.0, 1.0]).view([1, 4]);
-        let draw = filtered.draw(Noise::Coupled(&noise));
-        assert_eq!(Vec::<i64>::try_from(&draw.tokens).unwrap(), vec![1]);
-        assert_eq!(Vec::<i64>::try_from(&draw.columns).unwrap(), vec![1]);
     }
 
     #[test]

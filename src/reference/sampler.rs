@@ -6,9 +6,10 @@
 use tch::Tensor;
 
 use crate::reference::batch::Batch;
+use crate::reference::filtered::Filtered;
 use crate::reference::masks::{self, MaskMode, SamplingMasks};
 use crate::reference::mutants::Flaw;
-use crate::reference::race::{Filtered, Noise};
+use crate::reference::race::Noise;
 use crate::reference::{stock, subset, Release};
 
 /// Which filter to run.

@@ -2,7 +2,7 @@
 //! probabilities — a chi-square per row (bins merged to ≥ 10 expected), summed over a case's
 //! rows, one p-value per case, Bonferroni across cases. A draw of a token stock gives
 //! probability 0 fails outright. The draws go through the sampler's own race and tie-class
-//! member pick ([`crate::reference::race::Filtered::draw_row_counts`]). Where stock's top-p
+//! member pick ([`crate::reference::filtered::Filtered::draw_row_counts`]). Where stock's top-p
 //! cut splits an equal-logit class (which members it keeps is arbitrary), that class is one
 //! bin ([`CLASS_BIN`]): the contract there is the class's mass.
 //!

@@ -6,8 +6,7 @@
 use tch::{Kind, Tensor};
 
 use crate::reference::batch::Batch;
-use crate::reference::race::Filtered;
-use crate::reference::subset::Route;
+use crate::reference::filtered::{Filtered, Route};
 use crate::reference::Release;
 
 /// The stock filter over a batch: processed logits over the whole vocabulary.

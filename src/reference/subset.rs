@@ -21,66 +21,14 @@
 use tch::{Device, Kind, Tensor};
 
 use crate::reference::batch::Batch;
+use crate::reference::filtered::{Fallback, Filtered, Route};
 use crate::reference::mutants::Flaw;
-use crate::reference::race::{Counts, Filtered, MemberPick, TieClass};
+use crate::reference::race::{Counts, MemberPick, TieClass};
 use crate::reference::stock;
 use crate::reference::Release;
 
 /// The window sizes the fix compiles for, smallest first.
 pub const WINDOWS: [i64; 5] = [64, 128, 256, 512, 1024];
-
-/// The path a batch takes.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(tag = "path", rename_all = "snake_case")]
-pub enum Route {
-    /// The stock sampler itself.
-    Stock,
-    /// The subset path with a `topk(window)`.
-    Subset {
-        /// K.
-        window: i64,
-    },
-    /// The subset sampler handing the batch to the stock path.
-    Fallback {
-        /// Why.
-        reason: Fallback,
-    },
-}
-
-/// Why a batch keeps the stock path.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
-#[serde(tag = "reason", rename_all = "snake_case")]
-pub enum Fallback {
-    /// No row has top_k (k=None), or some row has none (k = vocab), so no window covers it.
-    RowWithoutTopK,
-    /// The batch's largest top_k is above the largest window.
-    TopKAboveWindows {
-        /// The batch's largest top_k.
-        max_top_k: i64,
-    },
-    /// The window would be at least as wide as the vocabulary (nothing to save; the patched
-    /// vLLM code takes the stock path there too).
-    WindowAboveVocab {
-        /// K.
-        window: i64,
-    },
-}
-
-impl std::fmt::Display for Route {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            Route::Stock => f.write_str("stock"),
-            Route::Subset { window } => write!(f, "subset K={window}"),
-            Route::Fallback { reason: Fallback::RowWithoutTopK } => f.write_str("fallback: a row without top_k"),
-            Route::Fallback { reason: Fallback::TopKAboveWindows { max_top_k } } => {
-                write!(f, "fallback: top_k {max_top_k} > 1024")
-            }
-            Route::Fallback { reason: Fallback::WindowAboveVocab { window } } => {
-                write!(f, "fallback: K={window} >= vocab")
-            }
-        }
-    }
-}
 
 /// The smallest window covering `max_top_k`, or `None` above 1024.
 pub fn window_for(max_top_k: i64) -> Option<i64> {

@@ -21,25 +21,23 @@
 
 use std::time::Instant;
 
-use anyhow::{bail, Result};
 use serde::Serialize;
 use tch::{Device, Kind, Tensor};
 
-use crate::cli::{EquivArgs, GlobalArgs};
-use crate::exit_status::ExitStatus;
 use crate::reference::batch::Batch;
 use crate::reference::cases::{self, Case, Plan};
 use crate::reference::exact::{self, Explanation, RowOutcome};
+use crate::reference::filtered::{Filtered, Route};
 use crate::reference::masks::{support_rows, FlatRows, Values};
 use crate::reference::mutants::Flaw;
-use crate::reference::race::{exponential_like, Filtered, Noise};
+use crate::reference::race::{exponential_like, Noise};
 use crate::reference::sampler::Sampler;
 use crate::reference::statistical::{self, Calibration, CaseTest, Expected, Power, RowTest};
 use crate::reference::stats::bonferroni;
-use crate::reference::subset::{self, Route};
-use crate::reference::{vectors, Release};
+use crate::reference::subset;
+use crate::reference::Release;
 
-/// Validated `equiv` settings.
+/// `equiv` settings (checked by `commands::equiv`).
 #[derive(Debug, Clone)]
 pub struct Config {
     /// Stock release mirrored.
@@ -60,42 +58,6 @@ pub struct Config {
     pub ulp_bound: u64,
     /// Base seed.
     pub seed: u64,
-}
-
-impl Config {
-    /// Check the flags before any work.
-    pub fn from_args(args: &EquivArgs) -> Result<Config> {
-        let release = Release::parse(&args.release)?;
-        if args.batch < 1 {
-            bail!("--batch must be at least 1");
-        }
-        if args.vocab.is_empty() || args.vocab.iter().any(|&v| v < 2048) {
-            bail!("--vocab sizes must be at least 2048 (the largest window, 1024, needs room for ties)");
-        }
-        if args.draws < 100 {
-            bail!("--draws must be at least 100 for a chi-square with bins of 10 expected draws");
-        }
-        if !(args.alpha > 0.0 && args.alpha < 1.0) {
-            bail!("--alpha must be in (0, 1)");
-        }
-        if args.calibration_runs < 100 {
-            bail!("--calibration-runs must be at least 100 to measure a false-alarm rate against a 1% limit");
-        }
-        if args.power_runs < 20 {
-            bail!("--power-runs must be at least 20 to measure a power against a 95% requirement");
-        }
-        Ok(Config {
-            release,
-            plan: Plan { rows: args.batch, vocabs: args.vocab.clone(), per_config: args.cases, seed: args.seed },
-            fixture_vocab: args.vocab[0] as usize,
-            draws: args.draws,
-            alpha: args.alpha,
-            calibration_runs: args.calibration_runs,
-            power_runs: args.power_runs,
-            ulp_bound: args.ulp_bound,
-            seed: args.seed,
-        })
-    }
 }
 
 /// The overall outcome.
@@ -119,9 +81,6 @@ pub struct RowRef {
     /// Row index.
     pub row: usize,
 }
-
-/// The vocabulary of the bf16 tie-spill batches (Qwen-sized, as in issue 11's measurements).
-pub const MODEL_VOCAB: usize = 151_936;
 
 /// How many examples of a failure a report keeps.
 const EXAMPLES: usize = 10;
@@ -377,23 +336,32 @@ pub struct SuiteReport {
     pub power_seconds: f64,
 }
 
-/// Entry point of `gaudi-fixes equiv`.
-pub fn run(global: &GlobalArgs, args: &EquivArgs) -> Result<ExitStatus> {
-    let config = Config::from_args(args)?;
-    let threads = crate::reference::bench::set_threads(Some(args.threads))?;
-    if let Some(dir) = &args.emit_vectors {
-        let emitted = vectors::emit(dir, config.release, config.seed)?;
-        crate::report::equiv::print_emitted(global, &emitted)?;
-        return Ok(ExitStatus::Applied);
-    }
-    let mut progress = crate::report::equiv::Progress::new(global);
-    let report = run_suite(&config, threads, &mut progress);
-    progress.clear();
-    crate::report::equiv::print(global, &report)?;
-    Ok(match report.verdict {
-        Verdict::Equivalent => ExitStatus::Applied,
-        Verdict::NotEquivalent | Verdict::SuiteBroken => ExitStatus::NotApplied,
-    })
+/// Where a run of the suite is, for a progress display (the caller decides what to show).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Step<'a> {
+    /// Case `index` (0-based) of `total` is starting.
+    Case {
+        /// 0-based.
+        index: usize,
+        /// Cases in all.
+        total: usize,
+        /// Case name.
+        name: &'a str,
+    },
+    /// Calibration run `run` (0-based) of `runs` is starting.
+    Calibration {
+        /// 0-based.
+        run: usize,
+        /// Runs in all.
+        runs: usize,
+    },
+    /// Power run `run` (0-based) of `runs` (all rows of the table) is starting.
+    Power {
+        /// 0-based.
+        run: usize,
+        /// Runs in all.
+        runs: usize,
+    },
 }
 
 /// Stock's side of one case, shared by every sampler checked on it.
@@ -566,10 +534,12 @@ impl SamplerResult {
 }
 
 /// Run every case through stock, the fix and the mutants, then calibrate the gate.
-pub fn run_suite(config: &Config, torch_threads: i32, progress: &mut crate::report::equiv::Progress) -> SuiteReport {
+///
+/// `progress` hears where the run is ([`Step`]); it may ignore it.
+pub fn run_suite(config: &Config, torch_threads: i32, progress: &mut dyn FnMut(Step<'_>)) -> SuiteReport {
     let mut cases = cases::generated(&config.plan);
     cases.extend(cases::fixtures(config.seed, config.fixture_vocab));
-    cases.extend(cases::model_tie_spills(config.seed, MODEL_VOCAB, 8));
+    cases.extend(cases::model_tie_spills(config.seed, cases::MODEL_VOCAB, 8));
     let mutants: Vec<Flaw> = Flaw::ALL.to_vec();
 
     let started = Instant::now();
@@ -580,7 +550,7 @@ pub fn run_suite(config: &Config, torch_threads: i32, progress: &mut crate::repo
     let mut calibration_cases: Vec<Vec<Expected>> = Vec::new();
 
     for (i, case) in cases.iter().enumerate() {
-        progress.case(i, cases.len(), &case.name);
+        progress(Step::Case { index: i, total: cases.len(), name: &case.name });
         let stock = StockSide::new(case, config.release);
         let outcome = check_case(config, case, &stock, Sampler::Subset, 0);
         count_ties(&case.batch, &stock, &outcome.outcomes, &mut ties);
@@ -610,7 +580,7 @@ pub fn run_suite(config: &Config, torch_threads: i32, progress: &mut crate::repo
         config.calibration_runs,
         config.alpha,
         config.seed,
-        |run| progress.calibration(run, config.calibration_runs),
+        |run| progress(Step::Calibration { run, runs: config.calibration_runs }),
     );
     let calibration_seconds = started.elapsed().as_secs_f64();
 
@@ -621,7 +591,7 @@ pub fn run_suite(config: &Config, torch_threads: i32, progress: &mut crate::repo
         config.power_runs,
         config.alpha,
         config.seed,
-        |run, runs| progress.power(run, runs),
+        |run, runs| progress(Step::Power { run, runs }),
     );
     let power_seconds = started.elapsed().as_secs_f64();
 

@@ -29,10 +29,11 @@ use tch::{Device, Kind, Tensor};
 
 use crate::reference::cases::{self, Case, Plan};
 use crate::reference::exact::{self, Explanation, RowOutcome};
+use crate::reference::filtered::Route;
 use crate::reference::masks::{self, MaskMode};
 use crate::reference::race::{exponential_like, Noise};
 use crate::reference::sampler::Sampler;
-use crate::reference::subset::{self, Route};
+use crate::reference::subset;
 use crate::reference::Release;
 
 /// Vocabulary of the emitted cases: big enough for every window edge (1024 < 2048), small
@@ -164,7 +165,7 @@ fn vector_cases(seed: u64) -> Vec<Case> {
     let mut all = cases::fixtures(seed, VOCAB as usize);
     all.extend(cases::generated(&plan));
     // Two rows of the model-sized bf16 spill at top_k 64 (≈2.4 MB of logits and noise).
-    all.extend(cases::model_tie_spills(seed, crate::reference::suite::MODEL_VOCAB, 2).into_iter().take(1));
+    all.extend(cases::model_tie_spills(seed, cases::MODEL_VOCAB, 2).into_iter().take(1));
     all
 }
 
@@ -215,7 +216,9 @@ pub fn emit(dir: &Path, release: Release, seed: u64) -> Result<Emitted> {
         let mut subset_may_differ = Vec::new();
         let mut kth_tie_spill_rows = Vec::new();
         for row in 0..b {
-            if window.is_some_and(|w| exact::kth_facts(batch.row(row), batch.k_of(row)).is_some_and(|f| f.kept as i64 > w)) {
+            if window
+                .is_some_and(|w| exact::kth_facts(batch.row(row), batch.k_of(row)).is_some_and(|f| f.kept as i64 > w))
+            {
                 kth_tie_spill_rows.push(row);
             }
             let (stock_ids, _) = stock_rows.row(row);

@@ -1,5 +1,6 @@
 //! Output of `gaudi-fixes bench`: a table of median times and ratios per shape, the targets,
-//! or the JSON document (`--format json`, the serialised [`BenchReport`]).
+//! or the JSON document (`--format json`, the serialised [`BenchReport`] after a `schema`
+//! field).
 
 use std::io::Write;
 
@@ -26,7 +27,8 @@ pub fn print(global: &GlobalArgs, report: &BenchReport) -> Result<()> {
     let mut out = std::io::stdout().lock();
     match global.format {
         Format::Json => {
-            serde_json::to_writer_pretty(&mut out, report).context("writing the JSON report")?;
+            serde_json::to_writer_pretty(&mut out, &super::equiv::Document::new(report))
+                .context("writing the JSON report")?;
             writeln!(out)?;
         }
         Format::Human | Format::Github => human(&mut out, report)?,

@@ -1,36 +1,47 @@
 //! Output of `gaudi-fixes equiv`: a readable summary (checks, ties, calibration, mutants,
 //! per-case table), the JSON document (`--format json`, the serialised
-//! [`SuiteReport`]), GitHub annotations for failures, and the progress line on stderr.
+//! [`SuiteReport`] after a `schema` field), GitHub annotations for failures, and the progress line on stderr.
 
 use std::io::Write;
 
 use anyhow::{Context, Result};
 use colored::Colorize;
+use serde::Serialize;
 
 use crate::cli::{Format, GlobalArgs};
-use crate::reference::suite::{SuiteReport, Verdict};
+use crate::reference::statistical::BiasDirection;
+use crate::reference::suite::{Step, SuiteReport, Verdict};
 use crate::reference::vectors::Emitted;
 
 pub use super::progress::Progress;
 
 impl Progress {
-    /// Case `index` of `total` is starting.
-    pub fn case(&mut self, index: usize, total: usize, name: &str) {
-        self.draw(&format!("equiv: case {}/{total} {name}", index + 1));
-    }
-
-    /// Power run `run` of `runs` (all rows of the table) is starting (drawn every tenth).
-    pub fn power(&mut self, run: usize, runs: usize) {
-        if run.is_multiple_of(10) {
-            self.draw(&format!("equiv: measuring the gate's power, run {}/{runs}", run + 1));
+    /// Show where the suite is: every case, every tenth calibration and power run.
+    pub fn step(&mut self, step: Step<'_>) {
+        match step {
+            Step::Case { index, total, name } => self.draw(&format!("equiv: case {}/{total} {name}", index + 1)),
+            Step::Power { run, runs } if run.is_multiple_of(10) => {
+                self.draw(&format!("equiv: measuring the gate's power, run {}/{runs}", run + 1));
+            }
+            Step::Calibration { run, runs } if run.is_multiple_of(10) => {
+                self.draw(&format!("equiv: calibrating the statistical gate, run {}/{runs}", run + 1));
+            }
+            Step::Power { .. } | Step::Calibration { .. } => {}
         }
     }
+}
 
-    /// Calibration run `run` of `runs` is starting (drawn every tenth run).
-    pub fn calibration(&mut self, run: usize, runs: usize) {
-        if run.is_multiple_of(10) {
-            self.draw(&format!("equiv: calibrating the statistical gate, run {}/{runs}", run + 1));
-        }
+/// A report as a JSON document: `schema` (README, "JSON output"), then the report's fields.
+#[derive(Serialize)]
+pub(super) struct Document<'a, T: Serialize> {
+    schema: u32,
+    #[serde(flatten)]
+    report: &'a T,
+}
+
+impl<'a, T: Serialize> Document<'a, T> {
+    pub(super) fn new(report: &'a T) -> Document<'a, T> {
+        Document { schema: super::json::SCHEMA, report }
     }
 }
 
@@ -43,7 +54,7 @@ pub fn print(global: &GlobalArgs, report: &SuiteReport) -> Result<()> {
     let mut out = stdout.lock();
     match global.format {
         Format::Json => {
-            serde_json::to_writer_pretty(&mut out, report).context("writing the JSON report")?;
+            serde_json::to_writer_pretty(&mut out, &Document::new(report)).context("writing the JSON report")?;
             writeln!(out)?;
         }
         Format::Human => human(&mut out, report)?,
@@ -65,6 +76,7 @@ pub fn print_emitted(global: &GlobalArgs, emitted: &Emitted) -> Result<()> {
     match global.format {
         Format::Json => {
             let doc = serde_json::json!({
+                "schema": super::json::SCHEMA,
                 "vectors_dir": emitted.dir,
                 "cases": emitted.cases,
                 "bytes": emitted.bytes,
@@ -207,8 +219,8 @@ fn human(out: &mut impl Write, r: &SuiteReport) -> Result<()> {
     writeln!(out, "  {:>6} {:<10} {:>13} {:>8} {:>7}", "TVD", "mass", "mean row TVD", "alarms", "power")?;
     for row in &pw.rows {
         let direction = match row.direction {
-            crate::reference::statistical::BiasDirection::FromTop => "from top",
-            crate::reference::statistical::BiasDirection::ToTop => "to top",
+            BiasDirection::FromTop => "from top",
+            BiasDirection::ToTop => "to top",
         };
         writeln!(
             out,
