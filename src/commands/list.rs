@@ -74,7 +74,7 @@ pub fn run(global: &GlobalArgs) -> Result<ExitStatus> {
             .collect();
         serde_json::to_writer_pretty(
             &mut out,
-            &serde_json::json!({"schema": report::json::SCHEMA, "catalog": catalog.files.origin, "fixes": rows, "profiles": profiles, "trees": trees}),
+            &serde_json::json!({"schema": report::json::SCHEMA, "command": "list", "catalog": catalog.files.origin, "fixes": rows, "profiles": profiles, "trees": trees}),
         )?;
         writeln!(out)?;
         return Ok(ExitStatus::Applied);

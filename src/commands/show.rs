@@ -27,7 +27,7 @@ pub fn run(global: &GlobalArgs, name: &str, readme: bool) -> Result<ExitStatus> 
     if global.format == Format::Json {
         serde_json::to_writer_pretty(
             &mut out,
-            &serde_json::json!({"manifest": fix.manifest, "required_by": catalog.required_by(name), "profiles": catalog.profiles_selecting(name), "readme": catalog.files.display(&readme_path)}),
+            &serde_json::json!({"schema": crate::report::json::SCHEMA, "command": "show", "manifest": fix.manifest, "required_by": catalog.required_by(name), "profiles": catalog.profiles_selecting(name), "readme": catalog.files.display(&readme_path)}),
         )?;
         writeln!(out)?;
         return Ok(ExitStatus::Applied);
