@@ -153,3 +153,36 @@ fn errors() {
     d.write("cat/fixes/x/fix.yaml", "name: x\n");
     snap("error_bad_manifest_json", &d, &["status", "--format", "json"]);
 }
+
+#[test]
+fn only_tree() {
+    let d = fixture();
+    snap("check_only_vllm_gaudi_human", &d, &["apply", "--check", "--only-tree", "vllm-gaudi"]);
+    snap("check_only_vllm_gaudi_json", &d, &["apply", "--check", "--only-tree", "vllm_gaudi", "--format", "json"]);
+    snap("error_bad_only_tree", &d, &["status", "--only-tree", "torch"]);
+}
+
+#[test]
+fn root_from_the_environment() {
+    let d = fixture();
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_gaudi-fixes"));
+    cmd.current_dir(d.path()).env_clear().env("NO_COLOR", "1").env("GAUDI_FIXES_ROOT", "nowhere");
+    let out = cmd.args(["--catalog", "cat", "status"]).output().unwrap();
+    insta::assert_snapshot!(
+        "error_env_root_missing",
+        format!("exit: {:?}\n{}", out.status.code(), String::from_utf8_lossy(&out.stderr))
+    );
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_gaudi-fixes"));
+    cmd.current_dir(d.path()).env_clear().env("NO_COLOR", "1").env("GAUDI_FIXES_ROOT", "cat");
+    let out = cmd.args(["--catalog", "cat", "status"]).output().unwrap();
+    insta::assert_snapshot!(
+        "error_env_root_empty",
+        format!("exit: {:?}\n{}", out.status.code(), String::from_utf8_lossy(&out.stderr))
+    );
+}
+
+#[test]
+fn help() {
+    let d = fixture();
+    snap("help_apply", &d, &["apply", "--help"]);
+}
