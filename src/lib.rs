@@ -3,7 +3,7 @@
 //! sampler fix draws from the same distribution as stock.
 //!
 //! Modules:
-//! - [`cli`]: flags; [`exit_status`]: the 0/1/2/3 contract.
+//! - [`tree`]: tree names and the `--only-tree` filter; [`exit_status`]: the 0/1/2/3 contract.
 //! - [`catalog`]: fix manifests, profiles, ordering and lint.
 //! - [`discover`]: which trees to act on.
 //! - [`patch`]: unified-diff parsing, exact hunk location, per-hunk state.
@@ -11,6 +11,7 @@
 //! - [`transaction`]: all-or-nothing, crash-safe writes under a lock.
 //! - [`report`]: human / JSON / GitHub output (the only place with colour).
 //! - [`commands`]: one file per subcommand.
+//! - [`cli`]: flags, turned into the inputs above once, at the top.
 //! - `reference` (feature `reference`): the tch reference sampler, `equiv` and `bench`.
 
 pub mod catalog;
@@ -25,6 +26,7 @@ pub mod reason;
 pub mod reference;
 pub mod report;
 pub mod transaction;
+pub mod tree;
 pub mod upkeep;
 
 pub use exit_status::ExitStatus;
@@ -35,7 +37,7 @@ use cli::{Cli, Command};
 
 /// Run one parsed command line and say how it ended.
 pub fn run(cli: Cli) -> Result<ExitStatus> {
-    report::init_color(&cli.global);
+    report::init_color(cli.global.color);
     transaction::set_lock_timeout(cli.global.lock_timeout);
     match &cli.command {
         Command::List => commands::list::run(&cli.global),

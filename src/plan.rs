@@ -16,7 +16,7 @@ use serde::Serialize;
 use sha2::{Digest, Sha256};
 
 use crate::catalog::{Fix, Kind, Variant};
-use crate::cli::TreeName;
+use crate::tree::{TreeFilter, TreeName};
 use crate::discover::{Tree, Trees};
 use crate::exit_status::ExitStatus;
 use crate::patch::state::{self, FileEval};
@@ -235,7 +235,7 @@ fn read_real_file(path: &Path, real: &Path) -> Result<Vec<u8>> {
 }
 
 /// Evaluate and (for apply/revert) simulate `fixes`, in the order given.
-pub fn plan(fixes: &[&Fix], trees: &Trees, only: &[TreeName], op: Op) -> Result<Plan> {
+pub fn plan(fixes: &[&Fix], trees: &Trees, only: &TreeFilter, op: Op) -> Result<Plan> {
     let mut ws = Workspace::new();
     let mut reports = Vec::new();
     let ordered: Vec<&Fix> = if op == Op::Revert { fixes.iter().rev().copied().collect() } else { fixes.to_vec() };
@@ -287,7 +287,7 @@ pub fn plan(fixes: &[&Fix], trees: &Trees, only: &[TreeName], op: Op) -> Result<
 fn evaluate<'f>(
     fix: &'f Fix,
     trees: &Trees,
-    only: &[TreeName],
+    only: &TreeFilter,
     ws: &mut Workspace,
 ) -> Result<(FixReport, Option<&'f Variant>)> {
     let (mut report, chosen) = evaluate_found(fix, trees, only, ws)?;
@@ -296,7 +296,7 @@ fn evaluate<'f>(
         .variants
         .iter()
         .flat_map(|v| v.patches.iter().map(|p| p.tree))
-        .filter(|t| (only.is_empty() || only.contains(t)) && trees.get(*t).is_none())
+        .filter(|t| only.includes(*t) && trees.get(*t).is_none())
         .map(|t| t.to_string())
         .collect::<std::collections::BTreeSet<_>>()
         .into_iter()
@@ -328,7 +328,7 @@ fn evaluate<'f>(
 fn evaluate_found<'f>(
     fix: &'f Fix,
     trees: &Trees,
-    only: &[TreeName],
+    only: &TreeFilter,
     ws: &mut Workspace,
 ) -> Result<(FixReport, Option<&'f Variant>)> {
     let mut report = FixReport {
@@ -341,7 +341,7 @@ fn evaluate_found<'f>(
         reason: None,
         files: Vec::new(),
     };
-    let selected = |t: TreeName| only.is_empty() || only.contains(&t);
+    let selected = |t: TreeName| only.includes(t);
     let needed: Vec<TreeName> = {
         let mut v: Vec<TreeName> =
             fix.variants.iter().flat_map(|v| v.patches.iter().map(|p| p.tree)).filter(|t| selected(*t)).collect();
@@ -542,13 +542,13 @@ fn shared_file_conflict(fix: &Fix, report: &FixReport, trees: &Trees, ws: &mut W
 fn edit_variant(
     variant: &Variant,
     trees: &Trees,
-    only: &[TreeName],
+    only: &TreeFilter,
     ws: &mut Workspace,
     forward: bool,
     fix: &str,
 ) -> Result<()> {
     for vp in &variant.patches {
-        if !(only.is_empty() || only.contains(&vp.tree)) {
+        if !only.includes(vp.tree) {
             continue;
         }
         let tree = trees.get(vp.tree).expect("evaluated trees exist");

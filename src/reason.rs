@@ -17,7 +17,7 @@ use std::collections::HashMap;
 use serde::Serialize;
 
 use crate::catalog::{Fix, Kind};
-use crate::cli::TreeName;
+use crate::tree::TreeName;
 use crate::discover::Trees;
 use crate::patch::{HunkReport, HunkState, SourceText};
 use crate::plan::{FileOutcome, FixReport, FixState};

@@ -10,18 +10,24 @@ use std::process::Command;
 
 use common::{fixture, Dir, PRISTINE};
 
-/// Run the real binary in `d` with `--catalog cat --root root` plus `args`, the environment
-/// cleared, and return a snapshot-ready transcript (paths filtered by the caller's settings).
-fn transcript(d: &Dir, args: &[&str]) -> String {
+/// Run the real binary in `d` with `--catalog cat` (and `--root root` unless `env` names the
+/// trees) plus `args`, the environment cleared but for `env`, and return a snapshot-ready
+/// transcript (paths filtered by the caller's settings).
+fn transcript(d: &Dir, env: &[(&str, &str)], args: &[&str]) -> String {
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_gaudi-fixes"));
-    cmd.current_dir(d.path()).env_clear().env("NO_COLOR", "1");
+    cmd.current_dir(d.path()).env_clear().env("NO_COLOR", "1").envs(env.iter().copied());
     if let Some(path) = std::env::var_os("PATH") {
         cmd.env("PATH", path);
     }
-    cmd.args(["--catalog", "cat", "--root", "root"]).args(args);
+    cmd.args(["--catalog", "cat"]);
+    if env.is_empty() {
+        cmd.args(["--root", "root"]);
+    }
+    cmd.args(args);
     let out = cmd.output().expect("running gaudi-fixes");
     format!(
-        "$ gaudi-fixes {}\nexit: {:?}\n--- stdout\n{}--- stderr\n{}",
+        "$ {}gaudi-fixes {}\nexit: {:?}\n--- stdout\n{}--- stderr\n{}",
+        env.iter().map(|(k, v)| format!("{k}={v} ")).collect::<String>(),
         args.join(" "),
         out.status.code(),
         String::from_utf8_lossy(&out.stdout),
@@ -32,6 +38,11 @@ fn transcript(d: &Dir, args: &[&str]) -> String {
 /// Snapshot `transcript(d, args)` under `name`, with `d`'s path (and its canonical form)
 /// shown as `[TREE]`.
 fn snap(name: &str, d: &Dir, args: &[&str]) {
+    snap_env(name, d, &[], args)
+}
+
+/// [`snap`] with these environment variables set.
+fn snap_env(name: &str, d: &Dir, env: &[(&str, &str)], args: &[&str]) {
     let mut settings = insta::Settings::clone_current();
     let mut paths = vec![d.path().display().to_string()];
     if let Ok(canonical) = d.path().canonicalize() {
@@ -43,7 +54,7 @@ fn snap(name: &str, d: &Dir, args: &[&str]) {
         settings.add_filter(&regex_escape(&p), "[TREE]");
     }
     settings.set_prepend_module_to_snapshot(false);
-    settings.bind(|| insta::assert_snapshot!(name, transcript(d, args)));
+    settings.bind(|| insta::assert_snapshot!(name, transcript(d, env, args)));
 }
 
 fn regex_escape(s: &str) -> String {
@@ -165,20 +176,9 @@ fn only_tree() {
 #[test]
 fn root_from_the_environment() {
     let d = fixture();
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_gaudi-fixes"));
-    cmd.current_dir(d.path()).env_clear().env("NO_COLOR", "1").env("GAUDI_FIXES_ROOT", "nowhere");
-    let out = cmd.args(["--catalog", "cat", "status"]).output().unwrap();
-    insta::assert_snapshot!(
-        "error_env_root_missing",
-        format!("exit: {:?}\n{}", out.status.code(), String::from_utf8_lossy(&out.stderr))
-    );
-    let mut cmd = Command::new(env!("CARGO_BIN_EXE_gaudi-fixes"));
-    cmd.current_dir(d.path()).env_clear().env("NO_COLOR", "1").env("GAUDI_FIXES_ROOT", "cat");
-    let out = cmd.args(["--catalog", "cat", "status"]).output().unwrap();
-    insta::assert_snapshot!(
-        "error_env_root_empty",
-        format!("exit: {:?}\n{}", out.status.code(), String::from_utf8_lossy(&out.stderr))
-    );
+    snap_env("error_env_root_missing", &d, &[("GAUDI_FIXES_ROOT", "nowhere")], &["status"]);
+    snap_env("error_env_root_empty", &d, &[("GAUDI_FIXES_ROOT", "cat")], &["status"]);
+    snap_env("status_env_root_human", &d, &[("GAUDI_FIXES_ROOT", "root")], &["status"]);
 }
 
 #[test]

@@ -10,7 +10,7 @@ use anyhow::{bail, Context, Result};
 use super::manifest::{check_relative, line_of, Manifest, Release, UpstreamStatus};
 use super::profile::Profile;
 use super::source::CatalogFiles;
-use crate::cli::TreeName;
+use crate::tree::TreeName;
 use crate::patch::{parse, FilePatch};
 
 /// A loaded, validated catalogue.

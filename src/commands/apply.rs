@@ -43,7 +43,7 @@ pub fn selection(catalog: &Catalog, args: &SelectArgs) -> Result<Vec<String>> {
 pub fn roots(trees: &Trees, global: &GlobalArgs) -> Vec<PathBuf> {
     trees
         .all()
-        .filter(|t| global.only_tree.is_empty() || global.only_tree.contains(&t.name))
+        .filter(|t| global.tree_filter().includes(t.name))
         .map(|t| t.root.clone())
         .collect()
 }
@@ -62,7 +62,7 @@ pub fn run_select(global: &GlobalArgs, args: &SelectArgs, op: Op, command: &str)
         names = closure.names;
     }
     let fixes: Vec<&Fix> = catalog.order(&names)?;
-    let trees = discover::discover(global)?;
+    let trees = discover::discover(&global.tree_query())?;
     let roots = roots(&trees, global);
     let writes = matches!(op, Op::Apply | Op::Revert) && !args.dry_run && !args.check;
 
@@ -82,7 +82,7 @@ pub fn run_select(global: &GlobalArgs, args: &SelectArgs, op: Op, command: &str)
     if op == Op::Revert {
         refuse_reverting_what_applied_fixes_require(&catalog, &names, &trees, global)?;
     }
-    let plan = plan::plan(&fixes, &trees, &global.only_tree, op)?;
+    let plan = plan::plan(&fixes, &trees, &global.tree_filter(), op)?;
     let status = plan.status(op);
     let mut written = Vec::new();
     if writes && status == ExitStatus::Applied && !plan.edits.is_empty() {
@@ -114,7 +114,7 @@ fn refuse_reverting_what_applied_fixes_require(
         return Ok(());
     }
     let fixes: Vec<&Fix> = dependants.iter().map(|(fix, _)| *fix).collect();
-    let reports = plan::plan(&fixes, trees, &global.only_tree, Op::Status)?.reports;
+    let reports = plan::plan(&fixes, trees, &global.tree_filter(), Op::Status)?.reports;
     let applied: Vec<(&str, &str)> = reports
         .iter()
         .zip(&dependants)

@@ -19,13 +19,13 @@ use crate::transaction;
 pub fn run(global: &GlobalArgs, name: &str) -> Result<ExitStatus> {
     let catalog = Catalog::load(global.catalog.as_deref())?;
     let fix = catalog.fix(name)?;
-    let trees = discover::discover(global)?;
+    let trees = discover::discover(&global.tree_query())?;
     let roots = super::apply::roots(&trees, global);
     let report = if roots.is_empty() {
         None
     } else {
         let _locks = transaction::lock(&roots, false)?;
-        Some(plan::plan(&[fix], &trees, &global.only_tree, Op::Status)?.reports.remove(0))
+        Some(plan::plan(&[fix], &trees, &global.tree_filter(), Op::Status)?.reports.remove(0))
     };
     let status = match report.as_ref().map(|r| r.state) {
         Some(FixState::Drifted) => ExitStatus::Drifted,
@@ -63,7 +63,7 @@ pub fn run(global: &GlobalArgs, name: &str) -> Result<ExitStatus> {
         None => fix.variants.iter().collect(),
     };
     for v in variants {
-        for p in v.patches.iter().filter(|p| global.only_tree.is_empty() || global.only_tree.contains(&p.tree)) {
+        for p in v.patches.iter().filter(|p| global.tree_filter().includes(p.tree)) {
             writeln!(out, "{}", format!("# {} {} ({})", v.release, p.file, p.patch_path.display()).bold())?;
             let text = catalog.files.text(&p.patch_path)?;
             for line in text.lines() {

@@ -32,14 +32,14 @@ struct Row<'a> {
 /// Run `list`.
 pub fn run(global: &GlobalArgs) -> Result<ExitStatus> {
     let catalog = Catalog::load(global.catalog.as_deref())?;
-    let trees = discover::discover(global)?;
+    let trees = discover::discover(&global.tree_query())?;
     let roots = super::apply::roots(&trees, global);
     let all: Vec<&Fix> = catalog.fixes.iter().collect();
     let reports = if roots.is_empty() {
         None
     } else {
         let _locks = transaction::lock(&roots, false)?;
-        Some(plan::plan(&all, &trees, &global.only_tree, Op::Status)?.reports)
+        Some(plan::plan(&all, &trees, &global.tree_filter(), Op::Status)?.reports)
     };
     let rows: Vec<Row> = catalog
         .fixes

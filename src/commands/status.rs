@@ -18,7 +18,7 @@ use crate::transaction;
 /// Run `status`. Exits 0 (it reports; `apply --check` is the gate), 3 on error.
 pub fn run(global: &GlobalArgs) -> Result<ExitStatus> {
     let catalog = Catalog::load(global.catalog.as_deref())?;
-    let trees = discover::discover(global)?;
+    let trees = discover::discover(&global.tree_query())?;
     let roots = super::apply::roots(&trees, global);
     let all: Vec<&Fix> = catalog.fixes.iter().collect();
     let mut notes = trees.notes.clone();
@@ -33,7 +33,7 @@ pub fn run(global: &GlobalArgs) -> Result<ExitStatus> {
             ));
         }
     }
-    let plan = if roots.is_empty() { None } else { Some(plan::plan(&all, &trees, &global.only_tree, Op::Status)?) };
+    let plan = if roots.is_empty() { None } else { Some(plan::plan(&all, &trees, &global.tree_filter(), Op::Status)?) };
     if let Some(plan) = &plan {
         notes.extend(provenance_notes(&plan.reports, &roots)?);
     } else {

@@ -12,11 +12,36 @@ pub mod progress;
 
 use std::io::IsTerminal;
 
-use crate::cli::{ColorChoice, GlobalArgs};
+/// How results are printed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// For people; coloured on a terminal.
+    Human,
+    /// A stable, documented JSON document on stdout.
+    Json,
+    /// GitHub Actions `::error file=…,line=…::` annotations.
+    Github,
+}
+
+/// Colour policy for human output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ColorChoice {
+    Auto,
+    Always,
+    Never,
+}
+
+/// What the printers and the progress line need to know of the run's output flags.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Output {
+    pub format: Format,
+    /// `--quiet`: print nothing, the exit code tells.
+    pub quiet: bool,
+}
 
 /// Decide colour once per run: `--color`, then NO_COLOR, then whether stdout is a terminal.
-pub fn init_color(global: &GlobalArgs) {
-    let on = match global.color {
+pub fn init_color(color: ColorChoice) {
+    let on = match color {
         ColorChoice::Always => true,
         ColorChoice::Never => false,
         ColorChoice::Auto => {
@@ -27,8 +52,8 @@ pub fn init_color(global: &GlobalArgs) {
 }
 
 /// Whether progress output (bars, spinners) may be drawn: human format on a terminal, not quiet.
-pub fn progress_allowed(global: &GlobalArgs) -> bool {
-    global.format == crate::cli::Format::Human && !global.quiet && std::io::stderr().is_terminal()
+pub fn progress_allowed(output: Output) -> bool {
+    output.format == Format::Human && !output.quiet && std::io::stderr().is_terminal()
 }
 
 /// Standard output for reports. Once its reader has gone (`gaudi-fixes apply --check | head

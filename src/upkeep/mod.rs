@@ -14,7 +14,7 @@ use anyhow::{bail, Context, Result};
 
 use crate::catalog::manifest::PatchEntry;
 use crate::catalog::{Catalog, Fix};
-use crate::cli::TreeName;
+use crate::tree::TreeName;
 use crate::patch::{parse, state, SourceText};
 use crate::plan::sha256_hex;
 
