@@ -89,6 +89,30 @@ pub struct FileReport {
     pub reason: Option<crate::reason::Reason>,
 }
 
+/// What a run does to a fix: the direction of its edits (also a journal's operation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Action {
+    Apply,
+    Revert,
+}
+
+impl Action {
+    /// The word used in reports and journals.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Apply => "apply",
+            Action::Revert => "revert",
+        }
+    }
+}
+
+impl std::fmt::Display for Action {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
 /// A fix's full report.
 #[derive(Debug, Clone, Serialize)]
 pub struct FixReport {
@@ -97,8 +121,8 @@ pub struct FixReport {
     pub state: FixState,
     /// The release variant that matched (or, when drifted, the nearest one).
     pub variant: Option<String>,
-    /// What this run does about it: `apply`, `revert`, or nothing.
-    pub action: Option<&'static str>,
+    /// What this run does about it: apply, revert, or nothing.
+    pub action: Option<Action>,
     /// Why the state is what it is, when a sentence helps (missing tree, upstreamed, …).
     pub message: Option<String>,
     /// Why, with the next step: unsupported release, locally modified, unverified release, …
@@ -253,7 +277,7 @@ pub fn plan(fixes: &[&Fix], trees: &Trees, only: &TreeFilter, op: Op) -> Result<
         };
         if let (Some(forward), Some(variant)) = (simulate, chosen) {
             if op != Op::Check {
-                report.action = Some(if forward { "apply" } else { "revert" });
+                report.action = Some(if forward { Action::Apply } else { Action::Revert });
             }
             edit_variant(variant, trees, only, &mut ws, forward, &fix.manifest.name)?;
         }

@@ -46,7 +46,7 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
-use crate::plan::{sha256_hex, Edit, MAX_FILE_BYTES};
+use crate::plan::{sha256_hex, Action, Edit, MAX_FILE_BYTES};
 
 /// The per-tree state directory (journal, saved copies, provenance).
 pub const STATE_DIR: &str = ".gaudi-fixes";
@@ -549,7 +549,7 @@ pub struct JournalFile {
 pub struct Journal {
     pub format: u32,
     pub tool: String,
-    pub operation: String,
+    pub operation: Action,
     /// Identifies the transaction across its roots.
     pub id: String,
     pub trees: Vec<TreeId>,
@@ -688,7 +688,10 @@ pub fn recover(roots: &[PathBuf]) -> Result<Vec<String>> {
                         journal.operation,
                         root.path.display(),
                         journal.files.len(),
-                        if journal.operation == "revert" { "reverted" } else { "patched" }
+                        match journal.operation {
+                            Action::Revert => "reverted",
+                            Action::Apply => "patched",
+                        }
                     ));
                 }
                 None => {
@@ -853,7 +856,7 @@ impl Target<'_> {
 /// Write `edits` as one transaction (locks must be held). `provenance` is the record each
 /// tree root should have afterwards. On any failure before the journal, nothing was written;
 /// after it, the files written so far are put back (or, if that fails, [`RollbackFailed`]).
-pub fn commit(operation: &str, edits: &[Edit], provenance: BTreeMap<PathBuf, Provenance>) -> Result<()> {
+pub fn commit(operation: Action, edits: &[Edit], provenance: BTreeMap<PathBuf, Provenance>) -> Result<()> {
     if edits.is_empty() && provenance.is_empty() {
         return Ok(());
     }
@@ -861,7 +864,7 @@ pub fn commit(operation: &str, edits: &[Edit], provenance: BTreeMap<PathBuf, Pro
 }
 
 fn commit_locked(
-    operation: &str,
+    operation: Action,
     edits: &[Edit],
     provenance: &BTreeMap<PathBuf, Provenance>,
     locked: &[Root],
@@ -910,7 +913,7 @@ fn commit_locked(
     let mut journal = Journal {
         format: JOURNAL_FORMAT,
         tool: tool_version(),
-        operation: operation.to_string(),
+        operation,
         id: format!("{}-{}", std::process::id(), now_nanos()),
         trees: involved.iter().map(|r| r.id.clone()).collect(),
         files: targets

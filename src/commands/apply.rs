@@ -12,7 +12,7 @@ use crate::catalog::{Catalog, Fix};
 use crate::cli::{Format, GlobalArgs, SelectArgs};
 use crate::discover::{self, Trees};
 use crate::exit_status::ExitStatus;
-use crate::plan::{self, FixState, Op, Plan};
+use crate::plan::{self, Action, FixState, Op, Plan};
 use crate::report;
 use crate::transaction::{self, Provenance, ProvenanceFix};
 
@@ -88,7 +88,8 @@ pub fn run_select(global: &GlobalArgs, args: &SelectArgs, op: Op, command: &str)
     if writes && status == ExitStatus::Applied && !plan.edits.is_empty() {
         plan::check_writable(&plan.edits)?;
         let provenance = provenance_after(&plan, &trees, &roots)?;
-        transaction::commit(command, &plan.edits, provenance)?;
+        let action = if op == Op::Revert { Action::Revert } else { Action::Apply };
+        transaction::commit(action, &plan.edits, provenance)?;
         written = plan.edits.iter().map(|e| e.path.clone()).collect();
     }
     let mode = match (op, args.dry_run) {
@@ -151,7 +152,7 @@ fn provenance_after(plan: &Plan, trees: &Trees, roots: &[PathBuf]) -> Result<BTr
         if report.state == FixState::Skipped {
             continue; // its trees were left out: whatever the record says about it stands
         }
-        let keep = report.action == Some("apply") || (report.action.is_none() && report.state == FixState::Applied);
+        let keep = report.action == Some(Action::Apply) || (report.action.is_none() && report.state == FixState::Applied);
         for record in records.values_mut() {
             record.fixes.remove(&report.name);
         }
