@@ -8,7 +8,8 @@
 //! - [`discover`]: which trees to act on.
 //! - [`patch`]: unified-diff parsing, exact hunk location, per-hunk state.
 //! - [`plan`]: per-fix state and variant choice across trees; the edits to make.
-//! - [`transaction`]: all-or-nothing, crash-safe writes under a lock.
+//! - [`transaction`]: all-or-nothing, crash-safe writes under a lock; [`provenance`]: the
+//!   record of what was applied, and where it disagrees with the files.
 //! - [`report`]: human / JSON / GitHub output (the only place with colour).
 //! - [`commands`]: one file per subcommand.
 //! - [`cli`]: flags, turned into the inputs above once, at the top.
@@ -21,6 +22,7 @@ pub mod discover;
 pub mod exit_status;
 pub mod patch;
 pub mod plan;
+pub mod provenance;
 pub mod reason;
 #[cfg(feature = "reference")]
 pub mod reference;

@@ -41,6 +41,18 @@ pub enum FixState {
 }
 
 impl FixState {
+    /// The word reports use (as serialised).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FixState::Applied => "applied",
+            FixState::NotApplied => "not-applied",
+            FixState::Drifted => "drifted",
+            FixState::Upstreamed => "upstreamed",
+            FixState::Error => "error",
+            FixState::Skipped => "skipped",
+        }
+    }
+
     /// The exit status this state asks for under `--check`.
     pub fn check_status(self) -> ExitStatus {
         match self {
@@ -606,4 +618,17 @@ pub fn check_writable(edits: &[Edit]) -> Result<()> {
 /// Where a tree's package file lives, for messages.
 pub fn display_path(root: &Path, rel: &str) -> String {
     root.join(rel).display().to_string()
+}
+
+#[cfg(test)]
+mod fix_state_tests {
+    use super::*;
+
+    #[test]
+    fn fix_state_words_are_their_json_spelling() {
+        use FixState::*;
+        for state in [Applied, NotApplied, Drifted, Upstreamed, Error, Skipped] {
+            assert_eq!(serde_json::to_value(state).unwrap(), state.as_str());
+        }
+    }
 }

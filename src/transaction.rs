@@ -47,6 +47,7 @@ use anyhow::{anyhow, bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
 use crate::plan::{sha256_hex, Action, Edit, MAX_FILE_BYTES};
+use crate::provenance::{tool_version, Provenance};
 
 /// The per-tree state directory (journal, saved copies, provenance).
 pub const STATE_DIR: &str = ".gaudi-fixes";
@@ -568,27 +569,6 @@ impl Journal {
         let value = serde_json::to_value(&copy).expect("journal serialises");
         sha256_hex(&serde_json::to_vec(&value).expect("journal serialises"))
     }
-}
-
-/// What gaudi-fixes applied to one tree root, for audits. Never overrides file contents.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-pub struct Provenance {
-    pub tool: String,
-    /// Fix name → what was applied.
-    pub fixes: BTreeMap<String, ProvenanceFix>,
-}
-
-/// One applied fix in a provenance record.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct ProvenanceFix {
-    pub variant: String,
-    /// Tree-relative path → sha256 after the apply.
-    pub files: BTreeMap<String, String>,
-}
-
-/// The tool name and version written into journals and provenance.
-pub fn tool_version() -> String {
-    format!("gaudi-fixes {}", env!("CARGO_PKG_VERSION"))
 }
 
 /// The state directory of `root` if there is one; a symlink there is an error.

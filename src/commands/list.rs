@@ -9,11 +9,10 @@ use serde::Serialize;
 
 use crate::catalog::{Catalog, Fix};
 use crate::cli::{Format, GlobalArgs};
-use crate::discover;
+use super::session::{Access, Session};
 use crate::exit_status::ExitStatus;
 use crate::plan::{self, FixState, Op};
 use crate::report;
-use crate::transaction;
 
 #[derive(Serialize)]
 struct Row<'a> {
@@ -32,15 +31,17 @@ struct Row<'a> {
 /// Run `list`.
 pub fn run(global: &GlobalArgs) -> Result<ExitStatus> {
     let catalog = Catalog::load(global.catalog.as_deref())?;
-    let trees = discover::discover(&global.tree_query())?;
-    let roots = super::apply::roots(&trees, global);
+    let session = Session::open(global, Access::Read)?;
+    let trees = &session.trees;
     let all: Vec<&Fix> = catalog.fixes.iter().collect();
-    let reports = if roots.is_empty() {
+    let reports = if session.roots.is_empty() {
         None
     } else {
-        let _locks = transaction::lock(&roots, false)?;
-        Some(plan::plan(&all, &trees, &global.tree_filter(), Op::Status)?.reports)
+        Some(plan::plan(&all, trees, &session.filter, Op::Status)?.reports)
     };
+    // Judged: let writers in while the list is printed.
+    let trees = &trees.clone();
+    drop(session);
     let rows: Vec<Row> = catalog
         .fixes
         .iter()
@@ -80,7 +81,7 @@ pub fn run(global: &GlobalArgs) -> Result<ExitStatus> {
         return Ok(ExitStatus::Applied);
     }
     writeln!(out, "catalogue: {}", catalog.files.origin)?;
-    report::human::trees(&mut out, &trees)?;
+    report::human::trees(&mut out, trees)?;
     writeln!(out, "\n{}", "fixes".bold())?;
     for row in &rows {
         let state = row.state.map_or("-".normal(), report::human::state_word);

@@ -8,6 +8,7 @@ pub mod equiv;
 pub mod github;
 pub mod human;
 pub mod json;
+pub mod outcome;
 pub mod progress;
 
 use std::io::IsTerminal;
@@ -54,6 +55,17 @@ pub fn init_color(color: ColorChoice) {
 /// Whether progress output (bars, spinners) may be drawn: human format on a terminal, not quiet.
 pub fn progress_allowed(output: Output) -> bool {
     output.format == Format::Human && !output.quiet && std::io::stderr().is_terminal()
+}
+
+/// Hand `print` the report writer: the locked, closed-pipe-safe [`stdout`], unless `--quiet`
+/// says print nothing. Every command prints through here.
+pub fn emit(quiet: bool, print: impl FnOnce(&mut dyn std::io::Write) -> anyhow::Result<()>) -> anyhow::Result<()> {
+    if quiet {
+        return Ok(());
+    }
+    let stdout = stdout();
+    let mut out = stdout.lock();
+    print(&mut out)
 }
 
 /// Standard output for reports. Once its reader has gone (`gaudi-fixes apply --check | head
