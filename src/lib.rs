@@ -20,6 +20,7 @@ pub mod cli;
 pub mod commands;
 pub mod discover;
 pub mod exit_status;
+pub mod hash;
 pub mod patch;
 pub mod plan;
 pub mod provenance;

@@ -9,7 +9,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
-use crate::plan::{sha256_hex, Action, FixReport, FixState, Plan};
+use crate::hash::sha256_hex;
+use crate::plan::{Action, FixReport, FixState, Plan};
 
 /// What gaudi-fixes applied to one tree root, for audits. Never overrides file contents.
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]

@@ -46,7 +46,8 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
-use crate::plan::{sha256_hex, Action, Edit, MAX_FILE_BYTES};
+use crate::hash::sha256_hex;
+use crate::plan::{Action, Edit, MAX_FILE_BYTES};
 use crate::provenance::{tool_version, Provenance};
 
 /// The per-tree state directory (journal, saved copies, provenance).

@@ -14,7 +14,7 @@ use crate::patch::locate::{anchor_matches, anchors_at, occurrences, Image};
 use crate::patch::state::{self, FileEval, FileState, HunkState};
 use crate::patch::SourceText;
 use crate::patch::{FilePatch, Hunk};
-use crate::plan::sha256_hex;
+use crate::hash::sha256_hex;
 
 /// One lint finding (data, not an error).
 #[derive(Debug, Clone, Serialize)]

@@ -16,7 +16,7 @@ use crate::catalog::{Catalog, Variant};
 use crate::cli::{Format, GlobalArgs, PortArgs, TreeName};
 use crate::exit_status::ExitStatus;
 use crate::patch::{state, FileState, SourceText};
-use crate::plan::sha256_hex;
+use crate::hash::sha256_hex;
 use crate::upkeep::{self, merge, upstream, NewFile};
 
 /// Run `port`.

@@ -16,7 +16,7 @@ use crate::catalog::manifest::PatchEntry;
 use crate::catalog::{Catalog, Fix};
 use crate::tree::TreeName;
 use crate::patch::{parse, state, SourceText};
-use crate::plan::sha256_hex;
+use crate::hash::sha256_hex;
 
 /// One file of a variant to write.
 #[derive(Debug, Clone)]
