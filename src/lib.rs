@@ -24,7 +24,6 @@ pub mod hash;
 pub mod patch;
 pub mod plan;
 pub mod provenance;
-pub mod reason;
 #[cfg(feature = "reference")]
 pub mod reference;
 pub mod report;

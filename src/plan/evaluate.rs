@@ -18,7 +18,7 @@ pub(super) fn evaluate<'f>(
     ws: &mut Workspace,
 ) -> Result<(FixReport, Option<&'f Variant>)> {
     let (mut report, chosen) = evaluate_found(fix, trees, only, ws)?;
-    crate::reason::explain(fix, &mut report, trees);
+    crate::plan::reason::explain(fix, &mut report, trees);
     let missing: Vec<String> = fix
         .variants
         .iter()
@@ -145,7 +145,7 @@ fn evaluate_found<'f>(
                 continue;
             };
             let mut eval: FileEval = state::evaluate(&vp.diff, &loaded.text);
-            crate::reason::align_excerpts(&loaded.text, &mut eval.hunks);
+            crate::plan::reason::align_excerpts(&loaded.text, &mut eval.hunks);
             let sha256 = sha256_hex(&loaded.text.encode());
             let pristine = sha256 == vp.pristine_sha256;
             let state = match eval.state {

@@ -12,6 +12,7 @@
 //! for writing them) in `workspace.rs`.
 
 mod evaluate;
+pub mod reason;
 mod workspace;
 
 use std::path::PathBuf;
@@ -105,8 +106,8 @@ pub struct FileReport {
     pub hunks: Vec<HunkReport>,
     /// sha256 of the file as found (null when it was not read).
     pub sha256: Option<String>,
-    /// Why this file is in its state, with the next step (see [`crate::reason`]).
-    pub reason: Option<crate::reason::Reason>,
+    /// Why this file is in its state, with the next step (see [`reason`]).
+    pub reason: Option<crate::plan::reason::Reason>,
 }
 
 /// What a run does to a fix: the direction of its edits (also a journal's operation).
@@ -146,7 +147,7 @@ pub struct FixReport {
     /// Why the state is what it is, when a sentence helps (missing tree, upstreamed, …).
     pub message: Option<String>,
     /// Why, with the next step: unsupported release, locally modified, unverified release, …
-    pub reason: Option<crate::reason::Reason>,
+    pub reason: Option<crate::plan::reason::Reason>,
     pub files: Vec<FileReport>,
 }
 

@@ -20,7 +20,7 @@ use crate::catalog::{Fix, Kind};
 use crate::tree::TreeName;
 use crate::discover::Trees;
 use crate::patch::{HunkReport, HunkState, SourceText};
-use crate::plan::{FileOutcome, FixReport, FixState};
+use super::{FileOutcome, FixReport, FixState};
 
 /// The kind of explanation.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
