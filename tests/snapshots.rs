@@ -91,6 +91,7 @@ fn show() {
     let d = fixture();
     snap("show_human", &d, &["show", "fix-b"]);
     snap("show_json", &d, &["show", "fix-b", "--format", "json"]);
+    snap("show_quiet", &d, &["show", "fix-b", "--quiet"]);
 }
 
 #[test]
@@ -147,6 +148,8 @@ fn status() {
 fn lint() {
     let d = fixture();
     snap("lint_clean_human", &d, &["lint"]);
+    snap("lint_clean_json", &d, &["lint", "--format", "json"]);
+    snap("lint_clean_github", &d, &["lint", "--format", "github"]);
     d.write("cat/fixes/fix-b/fix.yaml", "name: fix-b\nsummary: [unclosed\n");
     snap("lint_broken_human", &d, &["lint"]);
     snap("lint_broken_json", &d, &["lint", "--format", "json"]);
