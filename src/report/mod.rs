@@ -8,8 +8,10 @@ pub mod equiv;
 pub mod github;
 pub mod human;
 pub mod json;
+pub mod lint;
 pub mod outcome;
 pub mod progress;
+pub mod show;
 
 use std::io::IsTerminal;
 
