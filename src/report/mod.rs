@@ -9,6 +9,7 @@ pub mod github;
 pub mod human;
 pub mod json;
 pub mod lint;
+pub mod list;
 pub mod outcome;
 pub mod progress;
 pub mod show;
