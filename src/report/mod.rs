@@ -35,6 +35,18 @@ pub enum ColorChoice {
     Never,
 }
 
+/// What the run was asked to do; the JSON `mode` of [`outcome::RunOutcome`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    Check,
+    DryRun,
+    Apply,
+    Revert,
+    Status,
+    Diff,
+}
+
 /// What the printers and the progress line need to know of the run's output flags.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Output {

@@ -6,24 +6,12 @@ use std::path::PathBuf;
 
 use anyhow::Result;
 use colored::Colorize;
-use serde::Serialize;
 
+pub use super::Mode;
 use super::{github, human, json, Format};
 use crate::discover::Trees;
 use crate::exit_status::ExitStatus;
 use crate::plan::FixReport;
-
-/// What the run was asked to do; the JSON `mode`.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum Mode {
-    Check,
-    DryRun,
-    Apply,
-    Revert,
-    Status,
-    Diff,
-}
 
 /// One run's findings and writes.
 #[derive(Debug)]
