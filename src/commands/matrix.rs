@@ -20,7 +20,7 @@ use crate::tree::{TreeFilter, TreeName};
 use crate::discover::{self, Tree, Trees};
 use crate::exit_status::ExitStatus;
 use crate::plan::{self, FixState, Op};
-use crate::plan::reason::ReasonCode;
+use crate::plan::ReasonCode;
 use crate::report::progress::Progress;
 use crate::upkeep::{self, upstream, yaml_edit};
 

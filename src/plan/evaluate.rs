@@ -3,11 +3,15 @@
 
 use anyhow::{Context, Result};
 
+use super::reason;
+use super::verdict::*;
 use super::workspace::Workspace;
-use super::*;
-use crate::catalog::Variant;
+use crate::catalog::{Fix, Variant};
+use crate::discover::Trees;
 use crate::hash::sha256_hex;
 use crate::patch::state::{self, FileEval};
+use crate::patch::FileState;
+use crate::tree::{TreeFilter, TreeName};
 
 /// Judge one fix on the trees found, explain the verdict, and when a tree it needs is
 /// missing, make it an error that still shows what the other tree holds.
@@ -18,7 +22,7 @@ pub(super) fn evaluate<'f>(
     ws: &mut Workspace,
 ) -> Result<(FixReport, Option<&'f Variant>)> {
     let (mut report, chosen) = evaluate_found(fix, trees, only, ws)?;
-    crate::plan::reason::explain(fix, &mut report, trees);
+    reason::explain(fix, &mut report, trees);
     let missing: Vec<String> = fix
         .variants
         .iter()
@@ -145,7 +149,7 @@ fn evaluate_found<'f>(
                 continue;
             };
             let mut eval: FileEval = state::evaluate(&vp.diff, &loaded.text);
-            crate::plan::reason::align_excerpts(&loaded.text, &mut eval.hunks);
+            reason::align_excerpts(&loaded.text, &mut eval.hunks);
             let sha256 = sha256_hex(&loaded.text.encode());
             let pristine = sha256 == vp.pristine_sha256;
             let state = match eval.state {

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 
-use super::{Edit, MAX_FILE_BYTES};
+use super::verdict::{Edit, MAX_FILE_BYTES};
 use crate::discover::Tree;
 use crate::patch::SourceText;
 use crate::tree::TreeName;

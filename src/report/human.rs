@@ -9,7 +9,7 @@ use colored::Colorize;
 use crate::discover::Trees;
 use crate::patch::HunkState;
 use crate::plan::{Action, FileOutcome, FileReport, FixReport, FixState};
-use crate::plan::reason::{Reason, ReasonCode};
+use crate::plan::{Reason, ReasonCode};
 
 /// The trees line(s) at the top of a report.
 pub fn trees(out: &mut dyn Write, trees: &Trees) -> Result<()> {
