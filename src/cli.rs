@@ -5,11 +5,11 @@ use std::path::PathBuf;
 
 use clap::{Args, Parser, Subcommand};
 
-use crate::exit_status::ExitStatus;
-pub use crate::tree::TreeName;
 use crate::discover::TreeQuery;
+use crate::exit_status::ExitStatus;
 pub use crate::report::{ColorChoice, Format};
 use crate::tree::TreeFilter;
+pub use crate::tree::TreeName;
 
 /// Apply a catalogue of vLLM / vllm_gaudi fixes to installed trees, with drift detection.
 #[derive(Debug, Parser)]

@@ -10,11 +10,11 @@ use anyhow::Result;
 
 use super::catalog::{Catalog, Fix};
 pub use super::finding::{Finding, LintReport};
+use crate::hash::sha256_hex;
 use crate::patch::locate::{anchor_matches, anchors_at, occurrences, Image};
 use crate::patch::state::{self, FileEval, FileState, HunkState};
 use crate::patch::SourceText;
 use crate::patch::{FilePatch, Hunk};
-use crate::hash::sha256_hex;
 
 /// Lint `catalog`; with `upstream`, also check every variant against `<upstream>/<release>/`.
 pub fn lint(catalog: &Catalog, upstream: Option<&Path>) -> Result<LintReport> {

@@ -97,11 +97,7 @@ pub fn run_select(global: &GlobalArgs, args: &SelectArgs, op: Op, command: &'sta
 
 /// A revert of a fix that an applied fix outside the selection requires is an error (exit 3,
 /// nothing written): the dependant would be left applied without what makes it sound.
-fn refuse_reverting_what_applied_fixes_require(
-    catalog: &Catalog,
-    names: &[String],
-    session: &Session,
-) -> Result<()> {
+fn refuse_reverting_what_applied_fixes_require(catalog: &Catalog, names: &[String], session: &Session) -> Result<()> {
     let dependants = catalog.dependants(names);
     if dependants.is_empty() {
         return Ok(());

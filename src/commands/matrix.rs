@@ -16,12 +16,12 @@ use serde::Serialize;
 
 use crate::catalog::{Catalog, Fix};
 use crate::cli::{Format, GlobalArgs, MatrixArgs};
-use crate::tree::{TreeFilter, TreeName};
 use crate::discover::{self, Tree, Trees};
 use crate::exit_status::ExitStatus;
-use crate::plan::{self, FixState, Op};
 use crate::plan::ReasonCode;
+use crate::plan::{self, FixState, Op};
 use crate::report::progress::Progress;
+use crate::tree::{TreeFilter, TreeName};
 use crate::upkeep::{self, upstream, yaml_edit};
 
 /// One fix on one release.
