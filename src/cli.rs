@@ -3,9 +3,13 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand, ValueEnum};
+use clap::{Args, Parser, Subcommand};
 
+use crate::discover::TreeQuery;
 use crate::exit_status::ExitStatus;
+pub use crate::report::{ColorChoice, Format};
+use crate::tree::TreeFilter;
+pub use crate::tree::TreeName;
 
 /// Apply a catalogue of vLLM / vllm_gaudi fixes to installed trees, with drift detection.
 #[derive(Debug, Parser)]
@@ -36,7 +40,7 @@ pub struct GlobalArgs {
     #[arg(long, global = true, default_value = "python3", value_name = "PYTHON")]
     pub python: String,
     /// Only touch/inspect patches of these trees; the others are reported as skipped.
-    #[arg(long = "only-tree", global = true, value_enum, value_name = "TREE")]
+    #[arg(long = "only-tree", global = true, value_parser = tree_name_parser(), value_name = "TREE")]
     pub only_tree: Vec<TreeName>,
     /// Output format.
     #[arg(long, global = true, value_enum, default_value_t = Format::Human)]
@@ -53,61 +57,51 @@ pub struct GlobalArgs {
     pub lock_timeout: Option<f64>,
 }
 
+/// `vllm` or `vllm_gaudi` (alias `vllm-gaudi`), listed in `--help` and in clap's errors as
+/// a value enum would be; [`TreeName`] itself stays free of clap.
+fn tree_name_parser() -> impl clap::builder::TypedValueParser<Value = TreeName> {
+    use clap::builder::{PossibleValue, PossibleValuesParser, TypedValueParser};
+    PossibleValuesParser::new([
+        PossibleValue::new("vllm").help("vLLM core (the directory holding `vllm/`)"),
+        PossibleValue::new("vllm_gaudi")
+            .alias("vllm-gaudi")
+            .help("The Gaudi plugin (the directory holding `vllm_gaudi/`)"),
+    ])
+    .map(|s| s.parse::<TreeName>().expect("clap only passes the possible values"))
+}
+
+impl GlobalArgs {
+    /// Where to look for the trees. First match wins: the flags (`--root`, `--vllm`,
+    /// `--vllm-gaudi`), then `GAUDI_FIXES_ROOT`, then the Python interpreter.
+    pub fn tree_query(&self) -> TreeQuery {
+        let flags = self.root.is_some() || self.vllm.is_some() || self.vllm_gaudi.is_some();
+        let root = match &self.root {
+            Some(root) => Some((root.clone(), "--root")),
+            None if flags => None,
+            None => std::env::var_os("GAUDI_FIXES_ROOT")
+                .filter(|v| !v.is_empty())
+                .map(|root| (PathBuf::from(root), "GAUDI_FIXES_ROOT")),
+        };
+        TreeQuery { root, vllm: self.vllm.clone(), vllm_gaudi: self.vllm_gaudi.clone(), python: self.python.clone() }
+    }
+
+    /// The trees `--only-tree` leaves in (all of them without it).
+    pub fn tree_filter(&self) -> TreeFilter {
+        TreeFilter::only(self.only_tree.clone())
+    }
+}
+
+impl From<&GlobalArgs> for crate::report::Output {
+    fn from(global: &GlobalArgs) -> crate::report::Output {
+        crate::report::Output { format: global.format, quiet: global.quiet }
+    }
+}
+
 fn parse_seconds(s: &str) -> Result<f64, String> {
     match s.parse::<f64>() {
         Ok(v) if v.is_finite() && v >= 0.0 => Ok(v),
         _ => Err(format!("`{s}` is not a number of seconds (0 or more)")),
     }
-}
-
-/// The two source trees a fix may patch.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, ValueEnum, serde::Serialize, serde::Deserialize)]
-#[serde(rename_all = "snake_case")]
-pub enum TreeName {
-    /// vLLM core (the directory holding `vllm/`).
-    #[value(name = "vllm")]
-    Vllm,
-    /// The Gaudi plugin (the directory holding `vllm_gaudi/`).
-    #[value(name = "vllm_gaudi", alias = "vllm-gaudi")]
-    VllmGaudi,
-}
-
-impl TreeName {
-    /// The package directory name inside the tree root, as written in manifests.
-    pub fn as_str(self) -> &'static str {
-        match self {
-            TreeName::Vllm => "vllm",
-            TreeName::VllmGaudi => "vllm_gaudi",
-        }
-    }
-
-    /// Both trees, in report order.
-    pub const ALL: [TreeName; 2] = [TreeName::Vllm, TreeName::VllmGaudi];
-}
-
-impl std::fmt::Display for TreeName {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(self.as_str())
-    }
-}
-
-/// How results are printed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum Format {
-    /// For people; coloured on a terminal.
-    Human,
-    /// A stable, documented JSON document on stdout.
-    Json,
-    /// GitHub Actions `::error file=…,line=…::` annotations.
-    Github,
-}
-
-/// Colour policy for human output.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, ValueEnum)]
-pub enum ColorChoice {
-    Auto,
-    Always,
-    Never,
 }
 
 /// The subcommands.

@@ -1,6 +1,7 @@
-//! Which trees to act on. First match wins: the flags (`--root`, `--vllm`, `--vllm-gaudi`), then
-//! `GAUDI_FIXES_ROOT`, then one spawn of the Python interpreter asking
-//! `importlib.util.find_spec` where the packages are (it never imports vLLM).
+//! Which trees to act on, from a [`TreeQuery`]: the directories given (`--root` or
+//! `GAUDI_FIXES_ROOT`, `--vllm`, `--vllm-gaudi`, resolved by the caller), else one spawn of the
+//! Python interpreter asking `importlib.util.find_spec` where the packages are (it never
+//! imports vLLM).
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -8,7 +9,7 @@ use std::process::Command;
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
 
-use crate::cli::{GlobalArgs, TreeName};
+use crate::tree::TreeName;
 
 /// One tree found.
 #[derive(Debug, Clone, Serialize)]
@@ -47,44 +48,54 @@ impl Trees {
     }
 }
 
-/// Find the trees for this run.
-pub fn discover(global: &GlobalArgs) -> Result<Trees> {
-    if global.root.is_some() || global.vllm.is_some() || global.vllm_gaudi.is_some() {
-        let mut trees = Trees::default();
-        if let Some(root) = &global.root {
-            let root = existing_dir(root, "--root")?;
-            for name in TreeName::ALL {
-                if root.join(name.as_str()).is_dir() {
-                    set(&mut trees, tree(name, root.clone(), "--root"));
-                }
-            }
-            if trees.vllm.is_none() && trees.vllm_gaudi.is_none() {
-                bail!("--root {}: holds neither vllm/ nor vllm_gaudi/", root.display());
-            }
-        }
-        for (name, flag, path) in
-            [(TreeName::Vllm, "--vllm", &global.vllm), (TreeName::VllmGaudi, "--vllm-gaudi", &global.vllm_gaudi)]
-        {
-            if let Some(path) = path {
-                set(&mut trees, tree(name, package_root(path, name, flag)?, flag));
-            }
-        }
-        return Ok(trees);
+/// Where to look for the trees, resolved once from the flags and the environment.
+#[derive(Debug, Clone, Default)]
+pub struct TreeQuery {
+    /// A directory holding `vllm/` and/or `vllm_gaudi/`, with what it came from (`--root` or
+    /// `GAUDI_FIXES_ROOT`), for reports and messages.
+    pub root: Option<(PathBuf, &'static str)>,
+    /// `--vllm`: the directory holding `vllm/` (or that package directory itself).
+    pub vllm: Option<PathBuf>,
+    /// `--vllm-gaudi`: the directory holding `vllm_gaudi/` (or that package directory itself).
+    pub vllm_gaudi: Option<PathBuf>,
+    /// Asked where the packages are installed when no directory is given.
+    pub python: String,
+}
+
+/// Find the trees for this run: the directories given, else what `python` has installed.
+pub fn discover(query: &TreeQuery) -> Result<Trees> {
+    if query.root.is_none() && query.vllm.is_none() && query.vllm_gaudi.is_none() {
+        return from_python(&query.python);
     }
-    if let Some(root) = std::env::var_os("GAUDI_FIXES_ROOT").filter(|v| !v.is_empty()) {
-        let root = existing_dir(Path::new(&root), "GAUDI_FIXES_ROOT")?;
-        let mut trees = Trees::default();
+    let mut trees = Trees::default();
+    if let Some((root, found_by)) = &query.root {
+        let root = existing_dir(root, found_by)?;
         for name in TreeName::ALL {
             if root.join(name.as_str()).is_dir() {
-                set(&mut trees, tree(name, root.clone(), "GAUDI_FIXES_ROOT"));
+                set(&mut trees, tree(name, root.clone(), found_by));
             }
         }
         if trees.vllm.is_none() && trees.vllm_gaudi.is_none() {
-            bail!("GAUDI_FIXES_ROOT={}: holds neither vllm/ nor vllm_gaudi/", root.display());
+            bail!("{}: holds neither vllm/ nor vllm_gaudi/", spelled(found_by, &root));
         }
-        return Ok(trees);
     }
-    from_python(&global.python)
+    for (name, flag, path) in
+        [(TreeName::Vllm, "--vllm", &query.vllm), (TreeName::VllmGaudi, "--vllm-gaudi", &query.vllm_gaudi)]
+    {
+        if let Some(path) = path {
+            set(&mut trees, tree(name, package_root(path, name, flag)?, flag));
+        }
+    }
+    Ok(trees)
+}
+
+/// A path as the user gave it: `--root DIR` for a flag, `GAUDI_FIXES_ROOT=DIR` for a variable.
+fn spelled(what: &str, path: &Path) -> String {
+    if what.starts_with("--") {
+        format!("{what} {}", path.display())
+    } else {
+        format!("{what}={}", path.display())
+    }
 }
 
 fn set(trees: &mut Trees, t: Tree) {
@@ -103,9 +114,9 @@ fn tree(name: TreeName, root: PathBuf, found_by: &str) -> Tree {
 /// it is locked once. A path that is not UTF-8 is refused (paths go into reports and journals).
 fn existing_dir(path: &Path, what: &str) -> Result<PathBuf> {
     if !path.is_dir() {
-        bail!("{what} {}: no such directory", path.display());
+        bail!("{}: no such directory", spelled(what, path));
     }
-    let real = std::fs::canonicalize(path).with_context(|| format!("{what} {}", path.display()))?;
+    let real = std::fs::canonicalize(path).with_context(|| spelled(what, path))?;
     utf8_path(&real, what)?;
     Ok(real)
 }
@@ -113,8 +124,8 @@ fn existing_dir(path: &Path, what: &str) -> Result<PathBuf> {
 fn utf8_path(path: &Path, what: &str) -> Result<()> {
     if path.to_str().is_none() {
         bail!(
-            "{what} {}: the path is not valid UTF-8; gaudi-fixes only works on UTF-8 paths (rename the directory)",
-            path.display()
+            "{}: the path is not valid UTF-8; gaudi-fixes only works on UTF-8 paths (rename the directory)",
+            spelled(what, path)
         );
     }
     Ok(())
@@ -131,7 +142,7 @@ fn package_root(path: &Path, name: TreeName, flag: &str) -> Result<PathBuf> {
             return Ok(parent.to_path_buf());
         }
     }
-    bail!("{flag} {}: no {}/ package there (give the directory that holds it)", path.display(), name)
+    bail!("{}: no {name}/ package there (give the directory that holds it)", spelled(flag, &path))
 }
 
 const FIND_SPEC: &str = r#"

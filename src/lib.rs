@@ -3,14 +3,16 @@
 //! sampler fix draws from the same distribution as stock.
 //!
 //! Modules:
-//! - [`cli`]: flags; [`exit_status`]: the 0/1/2/3 contract.
+//! - [`tree`]: tree names and the `--only-tree` filter; [`exit_status`]: the 0/1/2/3 contract.
 //! - [`catalog`]: fix manifests, profiles, ordering and lint.
 //! - [`discover`]: which trees to act on.
 //! - [`patch`]: unified-diff parsing, exact hunk location, per-hunk state.
 //! - [`plan`]: per-fix state and variant choice across trees; the edits to make.
-//! - [`transaction`]: all-or-nothing, crash-safe writes under a lock.
+//! - [`transaction`]: all-or-nothing, crash-safe writes under a lock; [`provenance`]: the
+//!   record of what was applied, and where it disagrees with the files.
 //! - [`report`]: human / JSON / GitHub output (the only place with colour).
 //! - [`commands`]: one file per subcommand.
+//! - [`cli`]: flags, turned into the inputs above once, at the top.
 //! - `reference` (feature `reference`): the tch reference sampler, `equiv` and `bench`.
 
 pub mod catalog;
@@ -18,13 +20,15 @@ pub mod cli;
 pub mod commands;
 pub mod discover;
 pub mod exit_status;
+pub mod hash;
 pub mod patch;
 pub mod plan;
-pub mod reason;
+pub mod provenance;
 #[cfg(feature = "reference")]
 pub mod reference;
 pub mod report;
 pub mod transaction;
+pub mod tree;
 pub mod upkeep;
 
 pub use exit_status::ExitStatus;
@@ -35,7 +39,7 @@ use cli::{Cli, Command};
 
 /// Run one parsed command line and say how it ended.
 pub fn run(cli: Cli) -> Result<ExitStatus> {
-    report::init_color(&cli.global);
+    report::init_color(cli.global.color);
     transaction::set_lock_timeout(cli.global.lock_timeout);
     match &cli.command {
         Command::List => commands::list::run(&cli.global),

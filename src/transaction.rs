@@ -46,7 +46,9 @@ use std::time::{Duration, Instant};
 use anyhow::{anyhow, bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
-use crate::plan::{sha256_hex, Edit, MAX_FILE_BYTES};
+use crate::hash::sha256_hex;
+use crate::plan::{Action, Edit, MAX_FILE_BYTES};
+use crate::provenance::{tool_version, Provenance};
 
 /// The per-tree state directory (journal, saved copies, provenance).
 pub const STATE_DIR: &str = ".gaudi-fixes";
@@ -549,7 +551,7 @@ pub struct JournalFile {
 pub struct Journal {
     pub format: u32,
     pub tool: String,
-    pub operation: String,
+    pub operation: Action,
     /// Identifies the transaction across its roots.
     pub id: String,
     pub trees: Vec<TreeId>,
@@ -568,27 +570,6 @@ impl Journal {
         let value = serde_json::to_value(&copy).expect("journal serialises");
         sha256_hex(&serde_json::to_vec(&value).expect("journal serialises"))
     }
-}
-
-/// What gaudi-fixes applied to one tree root, for audits. Never overrides file contents.
-#[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
-pub struct Provenance {
-    pub tool: String,
-    /// Fix name → what was applied.
-    pub fixes: BTreeMap<String, ProvenanceFix>,
-}
-
-/// One applied fix in a provenance record.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq)]
-pub struct ProvenanceFix {
-    pub variant: String,
-    /// Tree-relative path → sha256 after the apply.
-    pub files: BTreeMap<String, String>,
-}
-
-/// The tool name and version written into journals and provenance.
-pub fn tool_version() -> String {
-    format!("gaudi-fixes {}", env!("CARGO_PKG_VERSION"))
 }
 
 /// The state directory of `root` if there is one; a symlink there is an error.
@@ -688,7 +669,10 @@ pub fn recover(roots: &[PathBuf]) -> Result<Vec<String>> {
                         journal.operation,
                         root.path.display(),
                         journal.files.len(),
-                        if journal.operation == "revert" { "reverted" } else { "patched" }
+                        match journal.operation {
+                            Action::Revert => "reverted",
+                            Action::Apply => "patched",
+                        }
                     ));
                 }
                 None => {
@@ -853,7 +837,7 @@ impl Target<'_> {
 /// Write `edits` as one transaction (locks must be held). `provenance` is the record each
 /// tree root should have afterwards. On any failure before the journal, nothing was written;
 /// after it, the files written so far are put back (or, if that fails, [`RollbackFailed`]).
-pub fn commit(operation: &str, edits: &[Edit], provenance: BTreeMap<PathBuf, Provenance>) -> Result<()> {
+pub fn commit(operation: Action, edits: &[Edit], provenance: BTreeMap<PathBuf, Provenance>) -> Result<()> {
     if edits.is_empty() && provenance.is_empty() {
         return Ok(());
     }
@@ -861,7 +845,7 @@ pub fn commit(operation: &str, edits: &[Edit], provenance: BTreeMap<PathBuf, Pro
 }
 
 fn commit_locked(
-    operation: &str,
+    operation: Action,
     edits: &[Edit],
     provenance: &BTreeMap<PathBuf, Provenance>,
     locked: &[Root],
@@ -910,7 +894,7 @@ fn commit_locked(
     let mut journal = Journal {
         format: JOURNAL_FORMAT,
         tool: tool_version(),
-        operation: operation.to_string(),
+        operation,
         id: format!("{}-{}", std::process::id(), now_nanos()),
         trees: involved.iter().map(|r| r.id.clone()).collect(),
         files: targets

@@ -10,8 +10,8 @@ use anyhow::{bail, Context, Result};
 use super::manifest::{check_relative, line_of, Manifest, Release, UpstreamStatus};
 use super::profile::Profile;
 use super::source::CatalogFiles;
-use crate::cli::TreeName;
 use crate::patch::{parse, FilePatch};
+use crate::tree::TreeName;
 
 /// A loaded, validated catalogue.
 #[derive(Debug)]

@@ -7,32 +7,14 @@ use std::fs;
 use std::path::{Path, PathBuf};
 
 use anyhow::Result;
-use serde::Serialize;
 
 use super::catalog::{Catalog, Fix};
+pub use super::finding::{Finding, LintReport};
+use crate::hash::sha256_hex;
 use crate::patch::locate::{anchor_matches, anchors_at, occurrences, Image};
 use crate::patch::state::{self, FileEval, FileState, HunkState};
 use crate::patch::SourceText;
 use crate::patch::{FilePatch, Hunk};
-use crate::plan::sha256_hex;
-
-/// One lint finding (data, not an error).
-#[derive(Debug, Clone, Serialize)]
-pub struct Finding {
-    /// The catalogue file the finding is about.
-    pub file: String,
-    pub message: String,
-}
-
-/// What `lint` found and what it checked.
-#[derive(Debug, Default, Serialize)]
-pub struct LintReport {
-    pub findings: Vec<Finding>,
-    /// Things verified, one sentence each (so a clean run says what it proved).
-    pub checked: Vec<String>,
-    /// Things not checked and why (e.g. a tree missing from --upstream).
-    pub skipped: Vec<String>,
-}
 
 /// Lint `catalog`; with `upstream`, also check every variant against `<upstream>/<release>/`.
 pub fn lint(catalog: &Catalog, upstream: Option<&Path>) -> Result<LintReport> {

@@ -4,7 +4,7 @@
 use indexmap::IndexMap;
 use serde::{Deserialize, Serialize};
 
-use crate::cli::TreeName;
+use crate::tree::TreeName;
 
 /// One fix's manifest.
 #[derive(Debug, Clone, Deserialize, Serialize)]

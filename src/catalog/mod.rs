@@ -4,6 +4,7 @@
 
 #[allow(clippy::module_inception)]
 pub mod catalog;
+pub mod finding;
 pub mod lint;
 pub mod manifest;
 pub mod profile;

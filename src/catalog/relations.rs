@@ -10,7 +10,7 @@ use std::path::Path;
 use anyhow::{bail, Result};
 
 use super::catalog::{Catalog, Fix};
-use super::lint::{Finding, LintReport};
+use super::finding::{Finding, LintReport};
 use super::manifest::Kind;
 use crate::patch::state;
 use crate::patch::SourceText;

@@ -2,85 +2,64 @@
 //! tree, or every variant when no tree is found), or, when drifted, why: each hunk's expected
 //! lines against the nearest actual lines.
 
-use std::io::Write;
-
 use anyhow::Result;
-use colored::Colorize;
 
+use super::session::{Access, Session};
 use crate::catalog::Catalog;
 use crate::cli::{Format, GlobalArgs};
-use crate::discover;
 use crate::exit_status::ExitStatus;
 use crate::plan::{self, FixState, Op};
-use crate::report;
-use crate::transaction;
+use crate::report::{self, outcome::Mode, outcome::RunOutcome};
 
 /// Run `diff`: exit 0 when shown, 2 when the fix drifted, 3 on error.
 pub fn run(global: &GlobalArgs, name: &str) -> Result<ExitStatus> {
     let catalog = Catalog::load(global.catalog.as_deref())?;
     let fix = catalog.fix(name)?;
-    let trees = discover::discover(global)?;
-    let roots = super::apply::roots(&trees, global);
-    let report = if roots.is_empty() {
+    let session = Session::open(global, Access::Read)?;
+    let report = if session.roots.is_empty() {
         None
     } else {
-        let _locks = transaction::lock(&roots, false)?;
-        Some(plan::plan(&[fix], &trees, &global.only_tree, Op::Status)?.reports.remove(0))
+        Some(plan::plan(&[fix], &session.trees, &session.filter, Op::Status)?.reports.remove(0))
     };
     let status = match report.as_ref().map(|r| r.state) {
         Some(FixState::Drifted) => ExitStatus::Drifted,
         Some(FixState::Error) => ExitStatus::Error,
         _ => ExitStatus::Applied,
     };
-    if global.quiet {
-        return Ok(status);
-    }
-    let stdout = crate::report::stdout();
-    let mut out = stdout.lock();
-    if global.format == Format::Json {
-        let fixes: Vec<_> = report.into_iter().collect();
-        let doc = report::json::Document {
-            schema: report::json::SCHEMA,
-            command: "diff",
-            mode: "diff",
-            exit_code: status.code(),
-            trees: &trees,
-            fixes: &fixes,
-            written: Vec::new(),
-            notes: &[],
-        };
-        report::json::print(&mut out, &doc, status)?;
-        return Ok(status);
-    }
-    if let Some(r) = &report {
-        report::human::trees(&mut out, &trees)?;
-        report::human::fix(&mut out, r, true)?;
-    }
-    // The matched variant, or when drifted the nearest one (the excerpts above are against
-    // it); every variant only when no tree was judged.
+    // The matched variant, or when drifted the nearest one (the excerpts are against it);
+    // every variant only when no tree was judged.
     let variants: Vec<_> = match report.as_ref().and_then(|r| r.variant.clone()) {
         Some(v) => fix.variants.iter().filter(|x| x.release == v).collect(),
         None => fix.variants.iter().collect(),
     };
-    for v in variants {
-        for p in v.patches.iter().filter(|p| global.only_tree.is_empty() || global.only_tree.contains(&p.tree)) {
-            writeln!(out, "{}", format!("# {} {} ({})", v.release, p.file, p.patch_path.display()).bold())?;
-            let text = catalog.files.text(&p.patch_path)?;
-            for line in text.lines() {
-                let shown = if line.starts_with("+++") || line.starts_with("---") {
-                    line.bold()
-                } else if line.starts_with('+') {
-                    line.green()
-                } else if line.starts_with('-') {
-                    line.red()
-                } else if line.starts_with("@@") {
-                    line.cyan()
-                } else {
-                    line.normal()
-                };
-                writeln!(out, "{shown}")?;
+    // Judged: let writers in while the patch is printed.
+    let filter = session.filter.clone();
+    let trees = session.trees.clone();
+    drop(session);
+    let outcome = RunOutcome {
+        command: "diff",
+        mode: Mode::Diff,
+        status,
+        trees,
+        reports: report.into_iter().collect(),
+        written: Vec::new(),
+        would_write: 0,
+        notes: Vec::new(),
+        nothing_selected: false,
+    };
+    report::emit(global.quiet, |out| {
+        if global.format == Format::Json {
+            return report::outcome::render(out, Format::Json, &outcome);
+        }
+        // GitHub format shows the human text too: the patch is what a reader wants here.
+        report::outcome::render(out, Format::Human, &outcome)?;
+        for v in variants {
+            for p in v.patches.iter().filter(|p| filter.includes(p.tree)) {
+                let heading = format!("# {} {} ({})", v.release, p.file, p.patch_path.display());
+                report::outcome::patch_text(out, &heading, catalog.files.text(&p.patch_path)?)?;
             }
         }
-    }
+        Ok(())
+    })?;
     Ok(status)
 }

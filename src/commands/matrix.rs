@@ -15,12 +15,13 @@ use anyhow::{bail, Context, Result};
 use serde::Serialize;
 
 use crate::catalog::{Catalog, Fix};
-use crate::cli::{Format, GlobalArgs, MatrixArgs, TreeName};
+use crate::cli::{Format, GlobalArgs, MatrixArgs};
 use crate::discover::{self, Tree, Trees};
 use crate::exit_status::ExitStatus;
+use crate::plan::ReasonCode;
 use crate::plan::{self, FixState, Op};
-use crate::reason::ReasonCode;
 use crate::report::progress::Progress;
+use crate::tree::{TreeFilter, TreeName};
 use crate::upkeep::{self, upstream, yaml_edit};
 
 /// One fix on one release.
@@ -166,7 +167,7 @@ pub fn run(global: &GlobalArgs, args: &MatrixArgs) -> Result<ExitStatus> {
             }),
             notes: Vec::new(),
         };
-        let only: Vec<TreeName> = if gaudi.is_some() { Vec::new() } else { vec![TreeName::Vllm] };
+        let only = if gaudi.is_some() { TreeFilter::all() } else { TreeFilter::only(vec![TreeName::Vllm]) };
         for fix in &fixes {
             progress.draw(&format!("{step}: {}: checking", fix.manifest.name));
             let cell =
@@ -225,7 +226,7 @@ fn evaluate_cell(
     fix: &Fix,
     release: &str,
     trees: &Trees,
-    only: &[TreeName],
+    only: &TreeFilter,
     python: &str,
     no_tests: Option<&str>,
     mut progress: impl FnMut(&str),
@@ -282,7 +283,7 @@ fn evaluate_cell(
     }
     progress("copying the tree and applying");
     let scratch = ScratchTree::new(release, &fix.manifest.name)?;
-    for tree in trees.all().filter(|t| only.is_empty() || only.contains(&t.name)) {
+    for tree in trees.all().filter(|t| only.includes(t.name)) {
         upstream::link_copy(&tree.root.join(tree.name.as_str()), &scratch.0.join(tree.name.as_str()))?;
     }
     for edit in &plan.edits {

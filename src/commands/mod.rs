@@ -12,6 +12,7 @@ pub mod matrix;
 pub mod port;
 pub mod record;
 pub mod revert;
+pub mod session;
 pub mod show;
 pub mod status;
 pub mod test;

@@ -15,8 +15,8 @@ use colored::Colorize;
 use crate::catalog::{Catalog, Variant};
 use crate::cli::{Format, GlobalArgs, PortArgs, TreeName};
 use crate::exit_status::ExitStatus;
+use crate::hash::sha256_hex;
 use crate::patch::{state, FileState, SourceText};
-use crate::plan::sha256_hex;
 use crate::upkeep::{self, merge, upstream, NewFile};
 
 /// Run `port`.
@@ -179,42 +179,40 @@ fn print_conflicts(
     to: &str,
     conflicts: &[(String, Vec<merge::Conflict>)],
 ) -> Result<()> {
-    if global.quiet {
-        return Ok(());
-    }
-    let mut out = crate::report::stdout().lock();
-    if global.format == Format::Json {
-        let files: Vec<_> = conflicts
-            .iter()
-            .map(|(f, cs)| {
-                serde_json::json!({ "file": f, "conflicts": cs.iter().map(|c| serde_json::json!({
-                    "base_line": c.base_line, "base": c.base, "ours": c.ours, "theirs": c.theirs })).collect::<Vec<_>>() })
-            })
-            .collect();
-        let doc = serde_json::json!({ "schema": 1, "command": "port", "exit_code": 2, "fix": fix, "from": from,
-            "release": to, "conflicts": files });
-        serde_json::to_writer_pretty(&mut out, &doc)?;
-        writeln!(out)?;
-        return Ok(());
-    }
-    writeln!(
-        out,
-        "{} {fix} {from} → {to}: the fix changes lines that {to} changed too; nothing was written",
-        "port: conflict:".red().bold()
-    )?;
-    for (file, cs) in conflicts {
-        for c in cs {
-            writeln!(out, "{}", format!("--- {file} near line {} of {from}", c.base_line).bold())?;
-            writeln!(out, "  {from} (pristine) → the fix:")?;
-            crate::report::human::diff_lines(&mut out, &c.base, &c.ours)?;
-            writeln!(out, "  {from} (pristine) → {to} (pristine):")?;
-            crate::report::human::diff_lines(&mut out, &c.base, &c.theirs)?;
+    crate::report::emit(global.quiet, |out| {
+        if global.format == Format::Json {
+            let files: Vec<_> = conflicts
+                .iter()
+                .map(|(f, cs)| {
+                    serde_json::json!({ "file": f, "conflicts": cs.iter().map(|c| serde_json::json!({
+                        "base_line": c.base_line, "base": c.base, "ours": c.ours, "theirs": c.theirs })).collect::<Vec<_>>() })
+                })
+                .collect();
+            let doc = serde_json::json!({ "schema": 1, "command": "port", "exit_code": 2, "fix": fix, "from": from,
+                "release": to, "conflicts": files });
+            serde_json::to_writer_pretty(&mut *out, &doc)?;
+            writeln!(out)?;
+            return Ok(());
         }
-    }
-    writeln!(
-        out,
-        "next: copy the {to} tree, make the fix's change there by hand, and run \
-         `gaudi-fixes --catalog DIR record {fix} --release {to} --pristine <{to} tree> --edited <copy>`"
-    )?;
-    Ok(())
+        writeln!(
+            out,
+            "{} {fix} {from} → {to}: the fix changes lines that {to} changed too; nothing was written",
+            "port: conflict:".red().bold()
+        )?;
+        for (file, cs) in conflicts {
+            for c in cs {
+                writeln!(out, "{}", format!("--- {file} near line {} of {from}", c.base_line).bold())?;
+                writeln!(out, "  {from} (pristine) → the fix:")?;
+                crate::report::human::diff_lines(&mut *out, &c.base, &c.ours)?;
+                writeln!(out, "  {from} (pristine) → {to} (pristine):")?;
+                crate::report::human::diff_lines(&mut *out, &c.base, &c.theirs)?;
+            }
+        }
+        writeln!(
+            out,
+            "next: copy the {to} tree, make the fix's change there by hand, and run \
+             `gaudi-fixes --catalog DIR record {fix} --release {to} --pristine <{to} tree> --edited <copy>`"
+        )?;
+        Ok(())
+    })
 }

@@ -4,8 +4,6 @@
 //! and the edited copy becomes the variant's patch, with anchors and unique images, checked to
 //! reproduce the edited bytes exactly; the entry goes into the directory catalogue's fix.yaml.
 
-use std::io::Write;
-
 use anyhow::{bail, Result};
 
 use crate::catalog::Catalog;
@@ -75,31 +73,29 @@ pub fn run(global: &GlobalArgs, args: &RecordArgs) -> Result<ExitStatus> {
 
 /// Report what `record` / `port` wrote.
 pub fn print_written(global: &GlobalArgs, fix: &str, w: &upkeep::Written, command: &str) -> Result<()> {
-    if global.quiet {
-        return Ok(());
-    }
-    let mut out = crate::report::stdout().lock();
-    if global.format == Format::Json {
-        let doc = serde_json::json!({ "schema": 1, "command": command, "exit_code": 0, "fix": fix, "written": w });
-        serde_json::to_writer_pretty(&mut out, &doc)?;
-        writeln!(out)?;
-        return Ok(());
-    }
-    writeln!(out, "{command}: {fix} {}: wrote {}", w.release, w.manifest.display())?;
-    for p in &w.patches {
-        writeln!(out, "  patch {}", p.display())?;
-    }
-    for p in &w.reused {
-        writeln!(out, "  reused {p} (the pristine file is the same)")?;
-    }
-    for f in &w.unchanged {
-        writeln!(out, "  {f}: no change, not part of the variant")?;
-    }
-    writeln!(
-        out,
-        "next: `gaudi-fixes --catalog {} lint --upstream DIR`, then `gaudi-fixes matrix --releases {} --record`",
-        global.catalog.as_deref().map_or(".".into(), |p| p.display().to_string()),
-        w.release
-    )?;
-    Ok(())
+    crate::report::emit(global.quiet, |out| {
+        if global.format == Format::Json {
+            let doc = serde_json::json!({ "schema": 1, "command": command, "exit_code": 0, "fix": fix, "written": w });
+            serde_json::to_writer_pretty(&mut *out, &doc)?;
+            writeln!(out)?;
+            return Ok(());
+        }
+        writeln!(out, "{command}: {fix} {}: wrote {}", w.release, w.manifest.display())?;
+        for p in &w.patches {
+            writeln!(out, "  patch {}", p.display())?;
+        }
+        for p in &w.reused {
+            writeln!(out, "  reused {p} (the pristine file is the same)")?;
+        }
+        for f in &w.unchanged {
+            writeln!(out, "  {f}: no change, not part of the variant")?;
+        }
+        writeln!(
+            out,
+            "next: `gaudi-fixes --catalog {} lint --upstream DIR`, then `gaudi-fixes matrix --releases {} --record`",
+            global.catalog.as_deref().map_or(".".into(), |p| p.display().to_string()),
+            w.release
+        )?;
+        Ok(())
+    })
 }

@@ -180,13 +180,13 @@ pub fn run_tests(
 pub fn run(global: &GlobalArgs, args: &TestArgs) -> Result<ExitStatus> {
     let catalog = Catalog::load(global.catalog.as_deref())?;
     let fix = catalog.fix(&args.fix)?;
-    let trees: Trees = discover::discover(global)?;
+    let trees: Trees = discover::discover(&global.tree_query())?;
     if trees.vllm.is_none() && trees.vllm_gaudi.is_none() {
         let notes = trees.notes.join("; ");
         bail!("no vllm or vllm_gaudi tree found to test {} against ({notes}); give --root DIR", fix.manifest.name);
     }
     // Say what the tests will see: the fix's state on these trees.
-    let plan = plan::plan(&[fix], &trees, &global.only_tree, Op::Status)?;
+    let plan = plan::plan(&[fix], &trees, &global.tree_filter(), Op::Status)?;
     let state = &plan.reports[0];
     let vllm_root = trees.vllm.as_ref().map(|t| t.root.clone());
     let gaudi_root = trees.vllm_gaudi.as_ref().map(|t| t.root.clone());

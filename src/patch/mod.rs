@@ -7,5 +7,5 @@ pub mod state;
 pub mod text;
 
 pub use parse::{FilePatch, Hunk, HunkLine, Patch};
-pub use state::{FileState, HunkReport, HunkState};
+pub use state::{FileState, HunkReport, HunkState, Side};
 pub use text::SourceText;

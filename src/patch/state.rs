@@ -20,6 +20,24 @@ use super::locate::{anchor_matches, definition_name, enclosing_name, nearest, oc
 use super::parse::{FilePatch, Hunk, HunkLine};
 use super::text::SourceText;
 
+/// Which side of a hunk a drifted file is compared against: the lines before the fix
+/// (`pre`) or after it (`post`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Side {
+    Pre,
+    Post,
+}
+
+impl std::fmt::Display for Side {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Side::Pre => "pre",
+            Side::Post => "post",
+        })
+    }
+}
+
 /// What one hunk found.
 #[derive(Debug, Clone, PartialEq, Eq, Serialize)]
 #[serde(tag = "state", rename_all = "kebab-case")]
@@ -32,7 +50,7 @@ pub enum HunkState {
     /// looks most like the pre- (or post-) image, with those lines, so a maintainer sees it.
     Drifted {
         reason: String,
-        expected_image: &'static str,
+        expected_image: Side,
         /// Where the hunk header says that image starts.
         expected_line: usize,
         expected: Vec<String>,
@@ -403,8 +421,8 @@ fn drifted(hunk: &Hunk, text: &SourceText, reason: String) -> HunkState {
     let near_post = nearest(&text.lines, &post, hunk.new_start.saturating_sub(1));
     // Show against whichever image the file resembles more (a half-applied hunk shows as post).
     let (label, image, near, expected_line) = match (near_pre, near_post) {
-        (Some(a), Some(b)) if b.1 > a.1 => ("post", post, Some(b), hunk.new_start),
-        (a, _) => ("pre", pre, a, hunk.old_start),
+        (Some(a), Some(b)) if b.1 > a.1 => (Side::Post, post, Some(b), hunk.new_start),
+        (a, _) => (Side::Pre, pre, a, hunk.old_start),
     };
     let (nearest_line, nearest_lines) = match near {
         Some((start, _)) => {

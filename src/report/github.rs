@@ -22,7 +22,7 @@ pub fn print(out: &mut dyn Write, reports: &[FixReport], check: bool) -> Result<
             writeln!(
                 out,
                 "::{level}{at}::{}",
-                escape(&format!("{}: {} Next: {}", r.name, reason.message, reason.next_step))
+                escape(&format!("{}: {}. Next: {}", r.name, reason.message.trim_end_matches('.'), reason.next_step))
             )?;
         }
         match r.state {

@@ -8,8 +8,8 @@ use colored::Colorize;
 
 use crate::discover::Trees;
 use crate::patch::HunkState;
-use crate::plan::{FileOutcome, FileReport, FixReport, FixState};
-use crate::reason::{Reason, ReasonCode};
+use crate::plan::{Action, FileOutcome, FileReport, FixReport, FixState};
+use crate::plan::{Reason, ReasonCode};
 
 /// The trees line(s) at the top of a report.
 pub fn trees(out: &mut dyn Write, trees: &Trees) -> Result<()> {
@@ -56,9 +56,9 @@ fn file_word(state: FileOutcome) -> colored::ColoredString {
 pub fn fix(out: &mut dyn Write, report: &FixReport, verbose: bool) -> Result<()> {
     let variant = report.variant.as_deref().map_or(String::new(), |v| format!(" [{v}]"));
     let action = match report.action {
-        Some("apply") => format!("  → {}", "applying".bold()),
-        Some("revert") => format!("  → {}", "reverting".bold()),
-        _ => String::new(),
+        Some(Action::Apply) => format!("  → {}", "applying".bold()),
+        Some(Action::Revert) => format!("  → {}", "reverting".bold()),
+        None => String::new(),
     };
     let why = match &report.reason {
         Some(r) if !r.note => format!(": {}", reason_word(r.code)).red().bold().to_string(),

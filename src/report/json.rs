@@ -19,7 +19,7 @@ pub struct Document<'a> {
     pub schema: u32,
     pub command: &'a str,
     /// `check`, `dry-run`, `apply`, `revert`, `status`, `diff`.
-    pub mode: &'a str,
+    pub mode: super::Mode,
     pub exit_code: u8,
     pub trees: &'a Trees,
     pub fixes: &'a [FixReport],

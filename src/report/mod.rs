@@ -8,15 +8,56 @@ pub mod equiv;
 pub mod github;
 pub mod human;
 pub mod json;
+pub mod lint;
+pub mod list;
+pub mod outcome;
 pub mod progress;
+pub mod show;
 
 use std::io::IsTerminal;
 
-use crate::cli::{ColorChoice, GlobalArgs};
+/// How results are printed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// For people; coloured on a terminal.
+    Human,
+    /// A stable, documented JSON document on stdout.
+    Json,
+    /// GitHub Actions `::error file=…,line=…::` annotations.
+    Github,
+}
+
+/// Colour policy for human output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ColorChoice {
+    Auto,
+    Always,
+    Never,
+}
+
+/// What the run was asked to do; the JSON `mode` of [`outcome::RunOutcome`].
+#[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum Mode {
+    Check,
+    DryRun,
+    Apply,
+    Revert,
+    Status,
+    Diff,
+}
+
+/// What the printers and the progress line need to know of the run's output flags.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Output {
+    pub format: Format,
+    /// `--quiet`: print nothing, the exit code tells.
+    pub quiet: bool,
+}
 
 /// Decide colour once per run: `--color`, then NO_COLOR, then whether stdout is a terminal.
-pub fn init_color(global: &GlobalArgs) {
-    let on = match global.color {
+pub fn init_color(color: ColorChoice) {
+    let on = match color {
         ColorChoice::Always => true,
         ColorChoice::Never => false,
         ColorChoice::Auto => {
@@ -27,8 +68,19 @@ pub fn init_color(global: &GlobalArgs) {
 }
 
 /// Whether progress output (bars, spinners) may be drawn: human format on a terminal, not quiet.
-pub fn progress_allowed(global: &GlobalArgs) -> bool {
-    global.format == crate::cli::Format::Human && !global.quiet && std::io::stderr().is_terminal()
+pub fn progress_allowed(output: Output) -> bool {
+    output.format == Format::Human && !output.quiet && std::io::stderr().is_terminal()
+}
+
+/// Hand `print` the report writer: the locked, closed-pipe-safe [`stdout`], unless `--quiet`
+/// says print nothing. Every command prints through here.
+pub fn emit(quiet: bool, print: impl FnOnce(&mut dyn std::io::Write) -> anyhow::Result<()>) -> anyhow::Result<()> {
+    if quiet {
+        return Ok(());
+    }
+    let stdout = stdout();
+    let mut out = stdout.lock();
+    print(&mut out)
 }
 
 /// Standard output for reports. Once its reader has gone (`gaudi-fixes apply --check | head

@@ -3,8 +3,6 @@
 
 use std::io::Write;
 
-use crate::cli::GlobalArgs;
-
 /// The indicator; each command adds its own "what now" methods on top of [`Progress::draw`].
 pub struct Progress {
     enabled: bool,
@@ -13,8 +11,8 @@ pub struct Progress {
 
 impl Progress {
     /// Progress for this run's output settings.
-    pub fn new(global: &GlobalArgs) -> Progress {
-        Progress { enabled: super::progress_allowed(global), drawn: false }
+    pub fn new(output: impl Into<super::Output>) -> Progress {
+        Progress { enabled: super::progress_allowed(output.into()), drawn: false }
     }
 
     /// Replace the line with `line`.

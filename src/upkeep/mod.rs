@@ -14,9 +14,9 @@ use anyhow::{bail, Context, Result};
 
 use crate::catalog::manifest::PatchEntry;
 use crate::catalog::{Catalog, Fix};
-use crate::cli::TreeName;
+use crate::hash::sha256_hex;
 use crate::patch::{parse, state, SourceText};
-use crate::plan::sha256_hex;
+use crate::tree::TreeName;
 
 /// One file of a variant to write.
 #[derive(Debug, Clone)]

@@ -122,7 +122,7 @@ pub fn put_release(text: &str, key: &str, patches: &[PatchEntry], verified: &[St
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::cli::TreeName;
+    use crate::tree::TreeName;
 
     const Y: &str = "name: x\nsummary: s\nkind: performance\nupstream: {status: not-filed}\nreleases:\n  v0.26.0:\n    # a comment that must survive\n    patches:\n      - tree: vllm\n        file: vllm/a.py\n        patch: v0.26.0/a.patch\n        pristine_sha256: aa\ntests: [t.py]\n";
 

@@ -14,41 +14,11 @@
 
 use std::collections::HashMap;
 
-use serde::Serialize;
-
+use super::verdict::{FileOutcome, FixReport, FixState, Reason, ReasonCode};
 use crate::catalog::{Fix, Kind};
-use crate::cli::TreeName;
 use crate::discover::Trees;
 use crate::patch::{HunkReport, HunkState, SourceText};
-use crate::plan::{FileOutcome, FixReport, FixState};
-
-/// The kind of explanation.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum ReasonCode {
-    /// The tree is a release the fix has no variant for.
-    UnsupportedRelease,
-    /// The tree is a release the fix covers, but the file was changed.
-    LocallyModified,
-    /// A variant applies exactly, but to a release it was not verified on (a note).
-    UnverifiedRelease,
-    /// Some hunks are applied and others are not.
-    PartiallyApplied,
-    /// A file the fix patches is not in the tree.
-    FileMissing,
-}
-
-/// An explanation: what was found and what to do next.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-pub struct Reason {
-    pub code: ReasonCode,
-    /// One sentence: what was found.
-    pub message: String,
-    /// One sentence: what to do about it.
-    pub next_step: String,
-    /// True when this is only a note: it does not change the state or the exit code.
-    pub note: bool,
-}
+use crate::tree::TreeName;
 
 /// The release the trees say they are, as a tag (`v0.33.0`): vLLM's version, since variants
 /// are keyed by vLLM release (vllm_gaudi follows a pinned vLLM).

@@ -1,0 +1,302 @@
+//! Judging one fix on the trees (each release variant tried, the verdict chosen, explained)
+//! and simulating its edits on the workspace.
+
+use anyhow::{Context, Result};
+
+use super::reason;
+use super::verdict::*;
+use super::workspace::Workspace;
+use crate::catalog::{Fix, Variant};
+use crate::discover::Trees;
+use crate::hash::sha256_hex;
+use crate::patch::state::{self, FileEval};
+use crate::patch::FileState;
+use crate::tree::{TreeFilter, TreeName};
+
+/// Judge one fix on the trees found, explain the verdict, and when a tree it needs is
+/// missing, make it an error that still shows what the other tree holds.
+pub(super) fn evaluate<'f>(
+    fix: &'f Fix,
+    trees: &Trees,
+    only: &TreeFilter,
+    ws: &mut Workspace,
+) -> Result<(FixReport, Option<&'f Variant>)> {
+    let (mut report, chosen) = evaluate_found(fix, trees, only, ws)?;
+    reason::explain(fix, &mut report, trees);
+    let missing: Vec<String> = fix
+        .variants
+        .iter()
+        .flat_map(|v| v.patches.iter().map(|p| p.tree))
+        .filter(|t| only.includes(*t) && trees.get(*t).is_none())
+        .map(|t| t.to_string())
+        .collect::<std::collections::BTreeSet<_>>()
+        .into_iter()
+        .collect();
+    if missing.is_empty() {
+        return Ok((report, chosen));
+    }
+    let checked = report.files.iter().any(|f| !matches!(f.state, FileOutcome::NoTree | FileOutcome::Skipped));
+    let mut message = format!(
+        "needs the {} tree, which was not found (give --root DIR holding {}/, or --{} DIR; or leave it out with --only-tree)",
+        missing.join(" and "),
+        missing[0],
+        missing[0].replace('_', "-")
+    );
+    if checked {
+        let state = serde_json::to_value(report.state).ok().and_then(|v| v.as_str().map(str::to_string));
+        message.push_str(&format!(
+            "; the trees found were checked: {}{}",
+            state.unwrap_or_default().replace('-', " "),
+            report.variant.as_deref().map_or(String::new(), |v| format!(" [{v}]"))
+        ));
+    }
+    report.message = Some(message);
+    report.state = FixState::Error;
+    Ok((report, None))
+}
+
+/// Judge one fix: try each variant, keep the first clean one.
+fn evaluate_found<'f>(
+    fix: &'f Fix,
+    trees: &Trees,
+    only: &TreeFilter,
+    ws: &mut Workspace,
+) -> Result<(FixReport, Option<&'f Variant>)> {
+    let mut report = FixReport {
+        name: fix.manifest.name.clone(),
+        kind: fix.manifest.kind,
+        state: FixState::Error,
+        variant: None,
+        action: None,
+        message: None,
+        reason: None,
+        files: Vec::new(),
+    };
+    let selected = |t: TreeName| only.includes(t);
+    let needed: Vec<TreeName> = {
+        let mut v: Vec<TreeName> =
+            fix.variants.iter().flat_map(|v| v.patches.iter().map(|p| p.tree)).filter(|t| selected(*t)).collect();
+        v.sort();
+        v.dedup();
+        v
+    };
+    if needed.is_empty() && fix.variants.iter().any(|v| !v.patches.is_empty()) {
+        report.state = FixState::Skipped;
+        report.message = Some("every file of this fix is in a tree left out with --only-tree".into());
+        return Ok((report, None));
+    }
+    // A tree that is missing makes the fix an error (in `evaluate`), but the trees found are
+    // still judged, so one missing tree does not hide the other's state.
+    if needed.iter().all(|t| trees.get(*t).is_none()) {
+        return Ok((report, None));
+    }
+
+    struct Candidate<'f> {
+        variant: &'f Variant,
+        files: Vec<FileReport>,
+        clean: Option<FixState>,
+        pristine: bool,
+        drifted_hunks: usize,
+    }
+    let mut candidates = Vec::new();
+    for variant in fix.variants.iter().filter(|v| !v.upstreamed) {
+        let mut files = Vec::new();
+        for vp in &variant.patches {
+            let patch = vp.patch_path.display().to_string();
+            if !selected(vp.tree) {
+                files.push(FileReport {
+                    tree: vp.tree,
+                    path: vp.file.clone(),
+                    tree_root: None,
+                    state: FileOutcome::Skipped,
+                    pristine: false,
+                    partial: false,
+                    patch,
+                    hunks: Vec::new(),
+                    sha256: None,
+                    reason: None,
+                });
+                continue;
+            }
+            let Some(tree) = trees.get(vp.tree) else {
+                files.push(FileReport {
+                    tree: vp.tree,
+                    path: vp.file.clone(),
+                    tree_root: None,
+                    state: FileOutcome::NoTree,
+                    pristine: false,
+                    partial: false,
+                    patch,
+                    hunks: Vec::new(),
+                    sha256: None,
+                    reason: None,
+                });
+                continue;
+            };
+            let Some(loaded) = ws.get(tree, &vp.file)? else {
+                files.push(FileReport {
+                    tree: vp.tree,
+                    path: vp.file.clone(),
+                    tree_root: Some(tree.root.clone()),
+                    state: FileOutcome::Missing,
+                    pristine: false,
+                    partial: false,
+                    patch,
+                    hunks: Vec::new(),
+                    sha256: None,
+                    reason: None,
+                });
+                continue;
+            };
+            let mut eval: FileEval = state::evaluate(&vp.diff, &loaded.text);
+            reason::align_excerpts(&loaded.text, &mut eval.hunks);
+            let sha256 = sha256_hex(&loaded.text.encode());
+            let pristine = sha256 == vp.pristine_sha256;
+            let state = match eval.state {
+                FileState::Applied => FileOutcome::Applied,
+                FileState::NotApplied => FileOutcome::NotApplied,
+                FileState::Drifted => FileOutcome::Drifted,
+            };
+            files.push(FileReport {
+                tree: vp.tree,
+                path: vp.file.clone(),
+                tree_root: Some(tree.root.clone()),
+                state,
+                pristine,
+                partial: eval.partial,
+                patch,
+                hunks: eval.hunks,
+                sha256: Some(sha256),
+                reason: None,
+            });
+        }
+        let judged: Vec<FileOutcome> = files
+            .iter()
+            .map(|f| f.state)
+            .filter(|s| !matches!(s, FileOutcome::Skipped | FileOutcome::NoTree))
+            .collect();
+        let clean = if !judged.is_empty() && judged.iter().all(|s| *s == FileOutcome::Applied) {
+            Some(FixState::Applied)
+        } else if !judged.is_empty() && judged.iter().all(|s| *s == FileOutcome::NotApplied) {
+            Some(FixState::NotApplied)
+        } else {
+            None
+        };
+        let pristine =
+            files.iter().filter(|f| !matches!(f.state, FileOutcome::Skipped | FileOutcome::NoTree)).all(|f| f.pristine);
+        let drifted_hunks = files
+            .iter()
+            .map(|f| match f.state {
+                FileOutcome::Missing => 1000,
+                _ => f.hunks.iter().filter(|h| matches!(h.state, crate::patch::HunkState::Drifted { .. })).count(),
+            })
+            .sum();
+        candidates.push(Candidate { variant, files, clean, pristine, drifted_hunks });
+    }
+
+    let hint_matches = |release: &str| {
+        let want = release.trim_start_matches('v');
+        trees.vllm.as_ref().and_then(|t| t.version.as_deref()).is_some_and(|v| v == want)
+    };
+    // A pristine tree is the strongest evidence; then any clean variant, in manifest order.
+    let best = candidates
+        .iter()
+        .enumerate()
+        .filter(|(_, c)| c.clean.is_some())
+        .min_by_key(|(i, c)| (!c.pristine, !hint_matches(&c.variant.release), *i));
+    if let Some((_, c)) = best {
+        report.state = c.clean.expect("filtered");
+        report.variant = Some(c.variant.release.clone());
+        report.files = c.files.clone();
+        let offsets = c.files.iter().flat_map(|f| &f.hunks).any(|h| match h.state {
+            crate::patch::HunkState::Applied { offset, .. } | crate::patch::HunkState::NotApplied { offset, .. } => {
+                offset != 0
+            }
+            _ => false,
+        });
+        if offsets {
+            report.message = Some("some hunks were found at an offset (another fix or local change above them)".into());
+        }
+        return Ok((report, Some(c.variant)));
+    }
+    if let Some(up) = fix.variants.iter().find(|v| v.upstreamed && hint_matches(&v.release)) {
+        report.state = FixState::Upstreamed;
+        report.variant = Some(up.release.clone());
+        report.message = Some(format!("release {} has this fix upstream; nothing to apply", up.release));
+        return Ok((report, None));
+    }
+    report.state = FixState::Drifted;
+    if let Some((_, c)) =
+        candidates.iter().enumerate().min_by_key(|(i, c)| (!hint_matches(&c.variant.release), c.drifted_hunks, *i))
+    {
+        report.variant = Some(c.variant.release.clone());
+        report.files = c.files.clone();
+        let partial = c.files.iter().any(|f| f.partial)
+            || (c.files.iter().any(|f| f.state == FileOutcome::Applied)
+                && c.files.iter().any(|f| f.state == FileOutcome::NotApplied));
+        report.message = Some(if partial {
+            "partially applied: some hunks are applied and others are not".into()
+        } else if c.files.iter().any(|f| f.state == FileOutcome::Missing) {
+            "a file this fix patches is missing from the tree".into()
+        } else {
+            format!("no release variant applies exactly to this tree; showing the nearest ({})", c.variant.release)
+        });
+    }
+    Ok((report, None))
+}
+
+/// When a drifted fix patches a file an earlier fix of this run already edited (under this
+/// name or another), the two conflict: say so, naming both.
+pub(super) fn shared_file_conflict(
+    fix: &Fix,
+    report: &FixReport,
+    trees: &Trees,
+    ws: &mut Workspace,
+) -> Result<Option<String>> {
+    for file in report.files.iter().filter(|f| f.state == FileOutcome::Drifted) {
+        let Some(tree) = trees.get(file.tree) else { continue };
+        let Some(loaded) = ws.get(tree, &file.path)? else { continue };
+        let others: Vec<String> = loaded
+            .edited_by
+            .iter()
+            .filter(|(name, _)| *name != fix.manifest.name)
+            .map(|(name, rel)| if *rel == file.path { format!("`{name}`") } else { format!("`{name}` (as {rel})") })
+            .collect();
+        if !others.is_empty() {
+            return Ok(Some(format!(
+                "conflict: {} is also patched by {}, applied before `{}` in after: order, and its hunks do not apply on top of that; select one of them, or make one patch the other's result",
+                file.path,
+                others.join(" and "),
+                fix.manifest.name
+            )));
+        }
+    }
+    Ok(None)
+}
+
+/// Apply (`forward`) or revert a variant's patches to the in-memory copies.
+pub(super) fn edit_variant(
+    variant: &Variant,
+    trees: &Trees,
+    only: &TreeFilter,
+    ws: &mut Workspace,
+    forward: bool,
+    fix: &str,
+) -> Result<()> {
+    for vp in &variant.patches {
+        if !only.includes(vp.tree) {
+            continue;
+        }
+        let tree = trees.get(vp.tree).expect("evaluated trees exist");
+        let loaded = ws.get(tree, &vp.file)?.expect("evaluated files exist");
+        let eval = state::evaluate(&vp.diff, &loaded.text);
+        let edited = if forward {
+            state::apply(&vp.diff, &loaded.text, &eval)
+        } else {
+            state::revert(&vp.diff, &loaded.text, &eval)
+        };
+        loaded.text = edited.with_context(|| format!("{}: state changed while planning", loaded.path.display()))?;
+        loaded.edited_by.push((fix.to_string(), vp.file.clone()));
+    }
+    Ok(())
+}

@@ -1,0 +1,217 @@
+//! The vocabulary of a plan: a fix's verdict ([`FixState`], [`FixReport`] with its files and
+//! [`Reason`]), what the run does about it ([`Action`], [`Op`]) and the edits it makes
+//! ([`Edit`], [`Plan`]). Data only; judging lives in `evaluate.rs` and `reason.rs`.
+
+use std::path::PathBuf;
+
+use serde::Serialize;
+
+use crate::catalog::Kind;
+use crate::exit_status::ExitStatus;
+use crate::patch::HunkReport;
+use crate::tree::TreeName;
+
+/// Files larger than this are not Python sources we patch; refusing keeps memory bounded.
+pub const MAX_FILE_BYTES: u64 = 16 * 1024 * 1024;
+
+/// A fix's verdict.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FixState {
+    Applied,
+    NotApplied,
+    Drifted,
+    /// The matching release has the fix upstream; nothing to apply.
+    Upstreamed,
+    /// The fix cannot be evaluated (a tree it needs is missing).
+    Error,
+    /// Every file of the fix is in a tree left out with `--only-tree`; nothing to judge.
+    Skipped,
+}
+
+impl FixState {
+    /// The word reports use (as serialised).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            FixState::Applied => "applied",
+            FixState::NotApplied => "not-applied",
+            FixState::Drifted => "drifted",
+            FixState::Upstreamed => "upstreamed",
+            FixState::Error => "error",
+            FixState::Skipped => "skipped",
+        }
+    }
+
+    /// The exit status this state asks for under `--check`.
+    pub fn check_status(self) -> ExitStatus {
+        match self {
+            FixState::Applied | FixState::Upstreamed | FixState::Skipped => ExitStatus::Applied,
+            FixState::NotApplied => ExitStatus::NotApplied,
+            FixState::Drifted => ExitStatus::Drifted,
+            FixState::Error => ExitStatus::Error,
+        }
+    }
+}
+
+/// One file's outcome within a fix.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum FileOutcome {
+    Applied,
+    NotApplied,
+    Drifted,
+    /// The file does not exist in the tree.
+    Missing,
+    /// Its tree was left out with `--only-tree`.
+    Skipped,
+    /// Its tree was not found (the fix's state is then `error`; the other tree is still judged).
+    NoTree,
+}
+
+/// One file of the chosen (or nearest) variant.
+#[derive(Debug, Clone, Serialize)]
+pub struct FileReport {
+    pub tree: TreeName,
+    /// Relative to the tree root.
+    pub path: String,
+    /// The tree root, when the tree was found.
+    pub tree_root: Option<PathBuf>,
+    pub state: FileOutcome,
+    /// Whether the file's sha256 is the recorded pristine one.
+    pub pristine: bool,
+    /// Every hunk found, but some applied and others not.
+    pub partial: bool,
+    /// The patch file, as the catalogue names it.
+    pub patch: String,
+    pub hunks: Vec<HunkReport>,
+    /// sha256 of the file as found (null when it was not read).
+    pub sha256: Option<String>,
+    /// Why this file is in its state, with the next step (see [`reason`]).
+    pub reason: Option<Reason>,
+}
+
+/// What a run does to a fix: the direction of its edits (also a journal's operation).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum Action {
+    Apply,
+    Revert,
+}
+
+impl Action {
+    /// The word used in reports and journals.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Action::Apply => "apply",
+            Action::Revert => "revert",
+        }
+    }
+}
+
+impl std::fmt::Display for Action {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.as_str())
+    }
+}
+
+/// A fix's full report.
+#[derive(Debug, Clone, Serialize)]
+pub struct FixReport {
+    pub name: String,
+    pub kind: Kind,
+    pub state: FixState,
+    /// The release variant that matched (or, when drifted, the nearest one).
+    pub variant: Option<String>,
+    /// What this run does about it: apply, revert, or nothing.
+    pub action: Option<Action>,
+    /// Why the state is what it is, when a sentence helps (missing tree, upstreamed, …).
+    pub message: Option<String>,
+    /// Why, with the next step: unsupported release, locally modified, unverified release, …
+    pub reason: Option<Reason>,
+    pub files: Vec<FileReport>,
+}
+
+/// A planned write of one file.
+#[derive(Debug, Clone)]
+pub struct Edit {
+    pub tree: TreeName,
+    pub tree_root: PathBuf,
+    /// Relative to the tree root.
+    pub rel: String,
+    /// The real file written (symlinks inside the tree resolved).
+    pub path: PathBuf,
+    pub old: Vec<u8>,
+    pub new: Vec<u8>,
+}
+
+/// What a run is asked to do.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Op {
+    /// Report only; each fix judged on the tree as it is.
+    Status,
+    /// Report as `--check`: simulate the selection in order, write nothing.
+    Check,
+    Apply,
+    Revert,
+}
+
+/// The outcome of planning.
+#[derive(Debug)]
+pub struct Plan {
+    pub reports: Vec<FixReport>,
+    pub edits: Vec<Edit>,
+}
+
+impl Plan {
+    /// The exit status of this plan for `op` (before writing).
+    pub fn status(&self, op: Op) -> ExitStatus {
+        let worst = self.reports.iter().map(|r| r.state.check_status()).max().unwrap_or(ExitStatus::Applied);
+        match op {
+            Op::Status | Op::Check => worst,
+            // Not-applied is what apply/revert fix; only drift and errors refuse.
+            Op::Apply | Op::Revert if worst == ExitStatus::NotApplied => ExitStatus::Applied,
+            Op::Apply | Op::Revert => worst,
+        }
+    }
+}
+
+/// The kind of explanation.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ReasonCode {
+    /// The tree is a release the fix has no variant for.
+    UnsupportedRelease,
+    /// The tree is a release the fix covers, but the file was changed.
+    LocallyModified,
+    /// A variant applies exactly, but to a release it was not verified on (a note).
+    UnverifiedRelease,
+    /// Some hunks are applied and others are not.
+    PartiallyApplied,
+    /// A file the fix patches is not in the tree.
+    FileMissing,
+}
+
+/// An explanation: what was found and what to do next.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Reason {
+    pub code: ReasonCode,
+    /// One sentence: what was found.
+    pub message: String,
+    /// One sentence: what to do about it.
+    pub next_step: String,
+    /// True when this is only a note: it does not change the state or the exit code.
+    pub note: bool,
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn fix_state_words_are_their_json_spelling() {
+        use FixState::*;
+        for state in [Applied, NotApplied, Drifted, Upstreamed, Error, Skipped] {
+            assert_eq!(serde_json::to_value(state).unwrap(), state.as_str());
+        }
+    }
+}

@@ -1,0 +1,106 @@
+//! The in-memory copies of tree files a plan reads and edits, and the file-safety policy:
+//! files are reached only inside their tree, read once per real file, capped in size, and
+//! checked writable before anything is written.
+
+use std::collections::BTreeMap;
+use std::fs;
+use std::path::{Path, PathBuf};
+
+use anyhow::{bail, Context, Result};
+
+use super::verdict::{Edit, MAX_FILE_BYTES};
+use crate::discover::Tree;
+use crate::patch::SourceText;
+use crate::tree::TreeName;
+
+/// In-memory copies of the files a run looks at, one per real file: a file reached under two
+/// names (a symlink inside the tree, or both trees under one root) is one edit stream, so two
+/// fixes patching it apply in `after:` order to the same content.
+pub(super) struct Workspace {
+    pub(super) files: BTreeMap<PathBuf, Loaded>,
+}
+
+pub(super) struct Loaded {
+    /// The tree and relative path it was first reached by (what reports and edits name).
+    pub(super) tree: TreeName,
+    pub(super) rel: String,
+    pub(super) path: PathBuf,
+    pub(super) original: Vec<u8>,
+    pub(super) text: SourceText,
+    /// Fixes that edited it in this run, with the name each reached it by.
+    pub(super) edited_by: Vec<(String, String)>,
+}
+
+impl Workspace {
+    pub(super) fn new() -> Workspace {
+        Workspace { files: BTreeMap::new() }
+    }
+
+    /// The file, read once per real file; `None` when it does not exist.
+    pub(super) fn get(&mut self, tree: &Tree, rel: &str) -> Result<Option<&mut Loaded>> {
+        let Some((real, path)) = resolve_tree_file(tree, rel)? else { return Ok(None) };
+        if !self.files.contains_key(&real) {
+            let bytes = read_real_file(&tree.root.join(rel), &real)?;
+            let text = SourceText::decode(&bytes, &path)?;
+            self.files.insert(
+                real.clone(),
+                Loaded { tree: tree.name, rel: rel.to_string(), path, original: bytes, text, edited_by: Vec::new() },
+            );
+        }
+        Ok(self.files.get_mut(&real))
+    }
+}
+
+/// The real (canonical) path of `rel` inside `tree`, and the path to write it by (the link's
+/// target when the file itself is a symlink), refusing anything that resolves outside the
+/// tree; `None` when it does not exist.
+fn resolve_tree_file(tree: &Tree, rel: &str) -> Result<Option<(PathBuf, PathBuf)>> {
+    let path = tree.root.join(rel);
+    let meta = match fs::symlink_metadata(&path) {
+        Ok(meta) => meta,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(err) => return Err(err).with_context(|| format!("reading {}", path.display())),
+    };
+    // Resolve every component, not only the last: a symlinked directory on the way can lead
+    // outside the tree just as well as a symlinked file.
+    let real = fs::canonicalize(&path).with_context(|| format!("{}: broken symlink", path.display()))?;
+    let root = fs::canonicalize(&tree.root).with_context(|| format!("resolving {}", tree.root.display()))?;
+    if !real.starts_with(&root) {
+        let through =
+            if meta.file_type().is_symlink() { "symlink points" } else { "a symlinked directory on its path leads" };
+        bail!("{}: {through} outside the tree (to {}); refusing to touch it", path.display(), real.display());
+    }
+    let write = if meta.file_type().is_symlink() { real.clone() } else { path };
+    Ok(Some((real, write)))
+}
+
+/// Read the real file `real` (reached as `path`), refusing non-regular and too large files.
+fn read_real_file(path: &Path, real: &Path) -> Result<Vec<u8>> {
+    let meta = fs::metadata(real).with_context(|| format!("reading {}", real.display()))?;
+    if !meta.is_file() {
+        bail!("{}: not a regular file", path.display());
+    }
+    if meta.len() > MAX_FILE_BYTES {
+        bail!(
+            "{}: {} bytes is larger than the {} MiB a patched source may be; refusing",
+            path.display(),
+            meta.len(),
+            MAX_FILE_BYTES >> 20
+        );
+    }
+    fs::read(real).with_context(|| format!("reading {}", real.display()))
+}
+
+/// Refuse to plan writes to files we must not write (read-only), before anything is written.
+pub fn check_writable(edits: &[Edit]) -> Result<()> {
+    for edit in edits {
+        let meta = fs::metadata(&edit.path).with_context(|| format!("reading {}", edit.path.display()))?;
+        if meta.permissions().readonly() {
+            bail!(
+                "{}: file is read-only; nothing was written (make it writable, or run where the tree may be changed)",
+                edit.path.display()
+            );
+        }
+    }
+    Ok(())
+}

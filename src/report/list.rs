@@ -1,0 +1,82 @@
+//! `list`'s report: the catalogue's fixes (kind, releases, profiles, state) and profiles.
+
+use std::io::Write;
+
+use anyhow::Result;
+use colored::Colorize;
+use serde::Serialize;
+
+use super::{human, json, Format};
+use crate::catalog::Catalog;
+use crate::discover::Trees;
+use crate::plan::FixState;
+
+/// One fix's line: what the catalogue says, and its state when trees were found.
+#[derive(Serialize)]
+pub struct Row<'a> {
+    pub name: &'a str,
+    pub kind: String,
+    pub summary: &'a str,
+    pub releases: Vec<&'a str>,
+    /// Profiles selecting the fix, directly or through `include:`.
+    pub profiles: Vec<&'a str>,
+    pub requires: &'a [String],
+    pub after: &'a [String],
+    pub state: Option<FixState>,
+    pub variant: Option<String>,
+}
+
+/// Render the list of `catalog`'s fixes (`rows`, in catalogue order) in `format` (GitHub
+/// format prints the human text).
+pub fn render(out: &mut dyn Write, format: Format, catalog: &Catalog, trees: &Trees, rows: &[Row<'_>]) -> Result<()> {
+    if format == Format::Json {
+        let profiles: Vec<_> = catalog
+            .profiles
+            .iter()
+            .map(|p| {
+                let mut v = serde_json::to_value(p).unwrap_or_default();
+                v["selects"] = serde_json::json!(catalog.profile_fixes(&p.name).ok());
+                v
+            })
+            .collect();
+        serde_json::to_writer_pretty(
+            &mut *out,
+            &serde_json::json!({"schema": json::SCHEMA, "command": "list", "catalog": catalog.files.origin, "fixes": rows, "profiles": profiles, "trees": trees}),
+        )?;
+        writeln!(out)?;
+        return Ok(());
+    }
+    writeln!(out, "catalogue: {}", catalog.files.origin)?;
+    human::trees(out, trees)?;
+    writeln!(out, "\n{}", "fixes".bold())?;
+    for row in rows {
+        let state = row.state.map_or("-".normal(), human::state_word);
+        let variant = row.variant.as_deref().map(|v| format!(" [{v}]")).unwrap_or_default();
+        writeln!(out, "  {:<26} {:<12} {state}{variant}", row.name.bold(), row.kind)?;
+        writeln!(out, "      {}", row.summary)?;
+        writeln!(
+            out,
+            "      releases: {}; profiles: {}",
+            row.releases.join(", "),
+            if row.profiles.is_empty() { "-".into() } else { row.profiles.join(", ") }
+        )?;
+        let relations: Vec<String> = [("requires", row.requires), ("after", row.after)]
+            .iter()
+            .filter(|(_, names)| !names.is_empty())
+            .map(|(key, names)| format!("{key}: {}", names.join(", ")))
+            .collect();
+        if !relations.is_empty() {
+            writeln!(out, "      {}", relations.join("; "))?;
+        }
+    }
+    writeln!(out, "\n{}", "profiles".bold())?;
+    for p in &catalog.profiles {
+        let fixes = if p.fixes.is_empty() { "(no fixes)".to_string() } else { p.fixes.join(", ") };
+        writeln!(out, "  {:<26} {}: {fixes}", p.name.bold(), p.description)?;
+        if !p.include.is_empty() {
+            let selects = catalog.profile_fixes(&p.name).map_or_else(|e| format!("{e:#}"), |f| f.join(", "));
+            writeln!(out, "      include: {}; selects: {selects}", p.include.join(", "))?;
+        }
+    }
+    Ok(())
+}

@@ -1,0 +1,142 @@
+//! What the tree-judging commands (`apply`, `revert`, `status`, `diff`) found and did, as data,
+//! and its one renderer per format: the JSON document, GitHub annotations, human text.
+
+use std::io::Write;
+use std::path::PathBuf;
+
+use anyhow::Result;
+use colored::Colorize;
+
+pub use super::Mode;
+use super::{github, human, json, Format};
+use crate::discover::Trees;
+use crate::exit_status::ExitStatus;
+use crate::plan::FixReport;
+
+/// One run's findings and writes.
+#[derive(Debug)]
+pub struct RunOutcome {
+    /// The subcommand, for the JSON `command`.
+    pub command: &'static str,
+    pub mode: Mode,
+    pub status: ExitStatus,
+    pub trees: Trees,
+    pub reports: Vec<FixReport>,
+    /// Files this run wrote (absolute paths).
+    pub written: Vec<PathBuf>,
+    /// How many files a dry run would write.
+    pub would_write: usize,
+    /// Sentences about recovery, provenance mismatches and the like.
+    pub notes: Vec<String>,
+    /// The selection was empty (a profile without fixes).
+    pub nothing_selected: bool,
+}
+
+/// Render `outcome` in `format`.
+pub fn render(out: &mut dyn Write, format: Format, outcome: &RunOutcome) -> Result<()> {
+    match format {
+        Format::Json => json::print(
+            out,
+            &json::Document {
+                schema: json::SCHEMA,
+                command: outcome.command,
+                mode: outcome.mode,
+                exit_code: outcome.status.code(),
+                trees: &outcome.trees,
+                fixes: &outcome.reports,
+                written: outcome.written.clone(),
+                notes: &outcome.notes,
+            },
+            outcome.status,
+        ),
+        Format::Github => github::print(out, &outcome.reports, outcome.mode == Mode::Check),
+        Format::Human => match outcome.mode {
+            Mode::Status => human_status(out, outcome),
+            Mode::Diff => human_diff(out, outcome),
+            _ => human_select(out, outcome),
+        },
+    }
+}
+
+fn notes(out: &mut dyn Write, notes: &[String]) -> Result<()> {
+    for note in notes {
+        writeln!(out, "{} {note}", "note:".yellow())?;
+    }
+    Ok(())
+}
+
+/// `apply`, `revert`, `--check`, `--dry-run`: every fix's block, then what was done.
+fn human_select(out: &mut dyn Write, o: &RunOutcome) -> Result<()> {
+    human::trees(out, &o.trees)?;
+    notes(out, &o.notes)?;
+    if o.nothing_selected {
+        writeln!(out, "nothing selected (the profile has no fixes); nothing to do")?;
+    }
+    for r in &o.reports {
+        human::fix(out, r, false)?;
+    }
+    let summary = match (o.mode, o.status) {
+        (mode, ExitStatus::Drifted) if mode != Mode::Check => {
+            format!("{}: refused because of drift; nothing was written", "error".red().bold())
+        }
+        (_, ExitStatus::Error) => format!("{}: cannot proceed; nothing was written", "error".red().bold()),
+        (Mode::Check, s) => format!(
+            "check: {}",
+            match s {
+                ExitStatus::Applied => "everything applied".green(),
+                ExitStatus::NotApplied => "not applied".yellow(),
+                _ => "drifted".red(),
+            }
+        ),
+        (Mode::DryRun, _) => format!("dry run: {} file(s) would be written", o.would_write),
+        _ if o.written.is_empty() => "nothing to do: already in the requested state".to_string(),
+        _ => {
+            let list: Vec<String> = o.written.iter().map(|p| p.display().to_string()).collect();
+            format!("wrote {} file(s): {}", o.written.len(), list.join(", "))
+        }
+    };
+    writeln!(out, "{summary}")?;
+    Ok(())
+}
+
+/// `status`: one line per fix under the trees (their discovery notes are among `notes`).
+fn human_status(out: &mut dyn Write, o: &RunOutcome) -> Result<()> {
+    let shown = Trees { notes: Vec::new(), ..o.trees.clone() };
+    human::trees(out, &shown)?;
+    notes(out, &o.notes)?;
+    for r in &o.reports {
+        let variant = r.variant.as_deref().unwrap_or("-");
+        let why = r.reason.as_ref().map_or(String::new(), |x| format!("  ({})", human::reason_word(x.code)));
+        writeln!(out, "  {:<28} {:<12} {:<9} {}{why}", r.name, human::state_word(r.state), variant, r.kind)?;
+    }
+    Ok(())
+}
+
+/// `diff`: the fix's block with every hunk (the patch text follows, see [`patch_text`]).
+fn human_diff(out: &mut dyn Write, o: &RunOutcome) -> Result<()> {
+    if let Some(r) = o.reports.first() {
+        human::trees(out, &o.trees)?;
+        human::fix(out, r, true)?;
+    }
+    Ok(())
+}
+
+/// A patch file under its `# release file (patch)` heading, coloured as a diff.
+pub fn patch_text(out: &mut dyn Write, heading: &str, text: &str) -> Result<()> {
+    writeln!(out, "{}", heading.bold())?;
+    for line in text.lines() {
+        let shown = if line.starts_with("+++") || line.starts_with("---") {
+            line.bold()
+        } else if line.starts_with('+') {
+            line.green()
+        } else if line.starts_with('-') {
+            line.red()
+        } else if line.starts_with("@@") {
+            line.cyan()
+        } else {
+            line.normal()
+        };
+        writeln!(out, "{shown}")?;
+    }
+    Ok(())
+}
