@@ -49,7 +49,7 @@ fn bench(global: &GlobalArgs, args: &BenchArgs) -> Result<ExitStatus> {
     let mut progress = report::Progress::new(global);
     let result = run_bench(&settings, &shapes, torch_threads, &mut |batch, vocab| progress.shape(batch, vocab));
     progress.clear();
-    report::print(global, &result)?;
+    report::print(global.into(), &result)?;
     Ok(ExitStatus::Applied)
 }
 

@@ -29,13 +29,13 @@ fn suite(global: &GlobalArgs, args: &EquivArgs) -> Result<ExitStatus> {
     let threads = super::bench::torch_threads(Some(args.threads))?;
     if let Some(dir) = &args.emit_vectors {
         let emitted = crate::reference::vectors::emit(dir, config.release, config.seed)?;
-        report::print_emitted(global, &emitted)?;
+        report::print_emitted(global.into(), &emitted)?;
         return Ok(ExitStatus::Applied);
     }
     let mut progress = report::Progress::new(global);
     let result = run_suite(&config, threads, &mut |step| progress.step(step));
     progress.clear();
-    report::print(global, &result)?;
+    report::print(global.into(), &result)?;
     Ok(match result.verdict {
         Verdict::Equivalent => ExitStatus::Applied,
         Verdict::NotEquivalent | Verdict::SuiteBroken => ExitStatus::NotApplied,

@@ -7,7 +7,7 @@ use std::io::Write;
 use anyhow::{Context, Result};
 use colored::Colorize;
 
-use crate::cli::{Format, GlobalArgs};
+use super::{Format, Output};
 use crate::reference::bench::BenchReport;
 
 pub use super::progress::Progress;
@@ -20,12 +20,13 @@ impl Progress {
 }
 
 /// Print the benchmark in the chosen format (nothing with `--quiet`).
-pub fn print(global: &GlobalArgs, report: &BenchReport) -> Result<()> {
-    if global.quiet {
+pub fn print(output: Output, report: &BenchReport) -> Result<()> {
+    if output.quiet {
         return Ok(());
     }
-    let mut out = std::io::stdout().lock();
-    match global.format {
+    let stdout = super::stdout();
+    let mut out = stdout.lock();
+    match output.format {
         Format::Json => {
             serde_json::to_writer_pretty(&mut out, &super::equiv::Document::new(report))
                 .context("writing the JSON report")?;

@@ -8,7 +8,7 @@ use anyhow::{Context, Result};
 use colored::Colorize;
 use serde::Serialize;
 
-use crate::cli::{Format, GlobalArgs};
+use super::{Format, Output};
 use crate::reference::statistical::BiasDirection;
 use crate::reference::suite::{Step, SuiteReport, Verdict};
 use crate::reference::vectors::Emitted;
@@ -46,13 +46,13 @@ impl<'a, T: Serialize> Document<'a, T> {
 }
 
 /// Print the suite's report in the chosen format (nothing with `--quiet`).
-pub fn print(global: &GlobalArgs, report: &SuiteReport) -> Result<()> {
-    if global.quiet {
+pub fn print(output: Output, report: &SuiteReport) -> Result<()> {
+    if output.quiet {
         return Ok(());
     }
-    let stdout = std::io::stdout();
+    let stdout = super::stdout();
     let mut out = stdout.lock();
-    match global.format {
+    match output.format {
         Format::Json => {
             serde_json::to_writer_pretty(&mut out, &Document::new(report)).context("writing the JSON report")?;
             writeln!(out)?;
@@ -68,12 +68,13 @@ pub fn print(global: &GlobalArgs, report: &SuiteReport) -> Result<()> {
 }
 
 /// Say where the test vectors went.
-pub fn print_emitted(global: &GlobalArgs, emitted: &Emitted) -> Result<()> {
-    if global.quiet {
+pub fn print_emitted(output: Output, emitted: &Emitted) -> Result<()> {
+    if output.quiet {
         return Ok(());
     }
-    let mut out = std::io::stdout().lock();
-    match global.format {
+    let stdout = super::stdout();
+    let mut out = stdout.lock();
+    match output.format {
         Format::Json => {
             let doc = serde_json::json!({
                 "schema": super::json::SCHEMA,
