@@ -277,7 +277,7 @@ fn git_diff(p: &Placement, old: &[Line], new: &[Line]) -> String {
     let key = |l: &Line, last: bool| (l.0.clone(), last && !p.final_newline);
     let ok: Vec<(String, bool)> = old.iter().enumerate().map(|(i, l)| key(l, i + 1 == old.len())).collect();
     let nk: Vec<(String, bool)> = new.iter().enumerate().map(|(i, l)| key(l, i + 1 == new.len())).collect();
-    let ops = capture_diff_slices(Algorithm::Myers, &ok, &nk);
+    let ops = positioned(capture_diff_slices(Algorithm::Myers, &ok, &nk));
     let mut out = String::from("--- a/vllm/m.py\n+++ b/vllm/m.py\n");
     for group in group_diff_ops(ops, p.context) {
         let group: Vec<DiffOp> =
@@ -324,6 +324,31 @@ fn git_diff(p: &Placement, old: &[Line], new: &[Line]) -> String {
                 }
             }
         }
+    }
+    out
+}
+
+/// The ops with the position of each pure deletion in the new file and of each pure insertion
+/// in the old file recomputed from the ops before it. similar 2.7.0's Myers can report a
+/// `Delete` whose `new_index` lies past where it sits (seen with PROPTEST_RNG_SEED=35:
+/// `Equal{0,0,len 11}, Delete{old 11, len 1, new_index 13}, Equal{old 12, new 11, len 3}`;
+/// its `conquer` passes on the start of an empty new range, which need not be the cursor).
+/// The lines of every op are right; only that empty side is not, and the hunk bounds in
+/// `git_diff` take min/max over every op's ranges, so such a `Delete` stretched the header
+/// past the lines written (`-3 +3` over 3 old and 2 new lines: an unexpected parse error).
+fn positioned(ops: Vec<DiffOp>) -> Vec<DiffOp> {
+    let (mut o, mut n) = (0, 0);
+    let mut out = Vec::with_capacity(ops.len());
+    for op in ops {
+        let op = match op {
+            DiffOp::Delete { old_index, old_len, .. } => DiffOp::Delete { old_index, old_len, new_index: n },
+            DiffOp::Insert { new_index, new_len, .. } => DiffOp::Insert { old_index: o, new_index, new_len },
+            op => op,
+        };
+        assert_eq!((op.old_range().start, op.new_range().start), (o, n), "ops out of order: {op:?}");
+        o = op.old_range().end;
+        n = op.new_range().end;
+        out.push(op);
     }
     out
 }
@@ -565,6 +590,12 @@ fn judge(fp: &FilePatch, t: &[Line], counts: &RefCell<Counts>) -> Result<FileSta
             }
         }
     }
+    // Without a final newline, a blank last line is no line at all once written (`a\n` + `` is
+    // `a\n`): a mutation that leaves a hunk's region at the end of such a file can make the
+    // edit end in one, and the written file then cannot read back (neither image is there).
+    if edited.lines.last().is_some_and(|l| l.is_empty()) && edited.eols.last().is_some_and(|e| e.is_empty()) {
+        return Ok(eval.state);
+    }
     // It now reads the other way; doing it again changes nothing; undoing restores every byte.
     let edited_bytes = edited.encode();
     let again = state::evaluate(fp, &decode(&edited_bytes));
@@ -590,8 +621,7 @@ const PLACEMENT_CASES: u32 = 12_000;
 fn placement_is_exact() {
     let counts = RefCell::new(Counts::default());
     // A fixed seed, so that a CI run is reproducible; PROPTEST_RNG_SEED=N (or =random via
-    // GAUDI_FIXES_PROPTEST_RANDOM=1) explores others. A rare generated diff is still
-    // inconsistent (git_diff below; see the round-2 closing note), which a random seed can hit.
+    // GAUDI_FIXES_PROPTEST_RANDOM=1) explores others.
     let mut config = Config { cases: PLACEMENT_CASES, failure_persistence: None, ..Config::default() };
     if std::env::var_os("PROPTEST_RNG_SEED").is_none() && std::env::var_os("GAUDI_FIXES_PROPTEST_RANDOM").is_none() {
         config.rng_seed = proptest::test_runner::RngSeed::Fixed(20261130);
