@@ -104,48 +104,15 @@ fn evaluate_found<'f>(
         for vp in &variant.patches {
             let patch = vp.patch_path.display().to_string();
             if !selected(vp.tree) {
-                files.push(FileReport {
-                    tree: vp.tree,
-                    path: vp.file.clone(),
-                    tree_root: None,
-                    state: FileOutcome::Skipped,
-                    pristine: false,
-                    partial: false,
-                    patch,
-                    hunks: Vec::new(),
-                    sha256: None,
-                    reason: None,
-                });
+                files.push(FileReport::unread(vp.tree, &vp.file, None, FileOutcome::Skipped, patch));
                 continue;
             }
             let Some(tree) = trees.get(vp.tree) else {
-                files.push(FileReport {
-                    tree: vp.tree,
-                    path: vp.file.clone(),
-                    tree_root: None,
-                    state: FileOutcome::NoTree,
-                    pristine: false,
-                    partial: false,
-                    patch,
-                    hunks: Vec::new(),
-                    sha256: None,
-                    reason: None,
-                });
+                files.push(FileReport::unread(vp.tree, &vp.file, None, FileOutcome::NoTree, patch));
                 continue;
             };
             let Some(loaded) = ws.get(tree, &vp.file)? else {
-                files.push(FileReport {
-                    tree: vp.tree,
-                    path: vp.file.clone(),
-                    tree_root: Some(tree.root.clone()),
-                    state: FileOutcome::Missing,
-                    pristine: false,
-                    partial: false,
-                    patch,
-                    hunks: Vec::new(),
-                    sha256: None,
-                    reason: None,
-                });
+                files.push(FileReport::unread(vp.tree, &vp.file, Some(tree.root.clone()), FileOutcome::Missing, patch));
                 continue;
             };
             let mut eval: FileEval = state::evaluate(&vp.diff, &loaded.text);

@@ -90,6 +90,30 @@ pub struct FileReport {
     pub reason: Option<Reason>,
 }
 
+impl FileReport {
+    /// A file that was not read (left out, its tree not found, or missing): no hunks, no hash.
+    pub fn unread(
+        tree: TreeName,
+        path: &str,
+        tree_root: Option<PathBuf>,
+        state: FileOutcome,
+        patch: String,
+    ) -> FileReport {
+        FileReport {
+            tree,
+            path: path.to_string(),
+            tree_root,
+            state,
+            pristine: false,
+            partial: false,
+            patch,
+            hunks: Vec::new(),
+            sha256: None,
+            reason: None,
+        }
+    }
+}
+
 /// What a run does to a fix: the direction of its edits (also a journal's operation).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, serde::Deserialize)]
 #[serde(rename_all = "lowercase")]
