@@ -161,11 +161,29 @@ fn lint_upstream_checks_a_patch_on_top_of_what_its_fix_requires() {
     assert!(out.contains("fix-b v0.26.0: vllm/mod.py applies to pristine + fix-a"), "{out}");
     d.cmd().args(with_fixture(&["apply", "fix-b"])).expect(0);
     assert!(d.read_string("root/vllm/mod.py").contains("    b = a * 3\n    # fix-b: after fix-a\n"));
-    // Without the requirement the same patch meets the pristine file, and does not apply.
+    // Ordered after fix-a only, the patch is still checked on top of fix-a, but selected alone
+    // it would meet the pristine file and drift: lint says it needs `requires:`.
     let y = d.read_string("cat/fixes/fix-b/fix.yaml").replace("requires: [fix-a]", "after: [fix-a]");
     d.write("cat/fixes/fix-b/fix.yaml", y);
     let (out, _) = d.cmd().args(["--catalog", "cat", "lint", "--upstream", "up"]).expect(1);
-    assert!(out.contains("does not apply to pristine v0.26.0"), "{out}");
+    assert!(
+        out.contains("applies only on top of fix-a, which fix-b is ordered after but does not require")
+            && out.contains("make it `requires:` fix-a"),
+        "{out}"
+    );
+}
+
+#[test]
+fn lint_upstream_checks_an_after_patch_on_top_of_the_fix_it_comes_after() {
+    // fix-b is only ordered after fix-a, its hunk away from fix-a's: its header line is the one
+    // in fix-a's post-image (the file it is made on), and selected alone it applies at an offset.
+    let d = fixture();
+    d.write("up/v0.26.0/vllm/mod.py", PRISTINE);
+    let (out, _) = d.cmd().args(["--catalog", "cat", "lint", "--upstream", "up"]).expect(0);
+    assert!(out.contains("fix-b v0.26.0: vllm/mod.py applies to pristine + fix-a"), "{out}");
+    d.cmd().args(with_fixture(&["apply", "fix-b"])).expect(0);
+    assert!(d.read_string("root/vllm/mod.py").contains("def other():\n    # fix-b was here\n"));
+    d.cmd().args(with_fixture(&["apply", "--check", "fix-a"])).expect(1);
 }
 
 #[test]

@@ -166,16 +166,21 @@ fn against_upstream(catalog: &Catalog, fix: &Fix, dir: &Path, report: &mut LintR
                 ));
                 continue;
             }
-            let text = SourceText::decode(&bytes, &path)?;
-            // A fix is applied only with what it requires, so its patch meets their edits.
-            let (text, required) =
-                match super::relations::with_required_applied(catalog, fix, &variant.release, &vp.file, text) {
-                    Ok(found) => found,
-                    Err(message) => {
-                        bad(message);
-                        continue;
-                    }
-                };
+            let pristine = SourceText::decode(&bytes, &path)?;
+            // A fix's patch is made on top of the fixes it comes after (requires: or after:).
+            let (text, required) = match super::relations::with_predecessors_applied(
+                catalog,
+                fix,
+                &variant.release,
+                &vp.file,
+                pristine.clone(),
+            ) {
+                Ok(found) => found,
+                Err(message) => {
+                    bad(message);
+                    continue;
+                }
+            };
             let base = text.encode();
             let eval = state::evaluate(&vp.diff, &text);
             let Some(patched) = state::apply(&vp.diff, &text, &eval) else {
@@ -220,6 +225,10 @@ fn against_upstream(catalog: &Catalog, fix: &Fix, dir: &Path, report: &mut LintR
             if !unique {
                 continue;
             }
+            if let Some(finding) = needs_unrequired(catalog, fix, &variant.release, &vp.file, pristine, &required, vp) {
+                bad(format!("{}: {finding}", path.display()));
+                continue;
+            }
             let on = if required.is_empty() { String::new() } else { format!(" + {}", required.join(" + ")) };
             report.checked.push(format!(
                 "{} {}: {} applies to pristine{on}, is then applied, reverts to sha256 {}…; every hunk anchored and found once",
@@ -231,6 +240,32 @@ fn against_upstream(catalog: &Catalog, fix: &Fix, dir: &Path, report: &mut LintR
         }
     }
     Ok(())
+}
+
+/// Selected alone, a fix brings what it requires but not what it is only ordered `after:`: a
+/// patch that does not apply without such a fix's edits needs `requires:` instead. `applied`
+/// names the fixes the patch was checked on top of.
+fn needs_unrequired(
+    catalog: &Catalog,
+    fix: &Fix,
+    release: &str,
+    file: &str,
+    pristine: SourceText,
+    applied: &[String],
+    vp: &crate::catalog::VariantPatch,
+) -> Option<String> {
+    let (alone, required) = super::relations::with_required_applied(catalog, fix, release, file, pristine).ok()?;
+    let ordered_only: Vec<&str> = applied.iter().filter(|n| !required.contains(n)).map(String::as_str).collect();
+    if ordered_only.is_empty() || state::evaluate(&vp.diff, &alone).state == FileState::NotApplied {
+        return None;
+    }
+    Some(format!(
+        "applies only on top of {}, which {} is ordered after but does not require: selected alone it is \
+         drifted; make it `requires:` {}",
+        ordered_only.join(" + "),
+        fix.manifest.name,
+        ordered_only.join(", ")
+    ))
 }
 
 /// The uniqueness rule: each hunk's pre-image occurs once in the pristine file and its

@@ -81,6 +81,22 @@ impl Catalog {
         Ok(Closure { names: all.into_iter().collect(), added })
     }
 
+    /// Every fix that comes before `name`: those it requires or is ordered `after:`, and
+    /// theirs, transitively (`name` itself excluded), sorted.
+    pub fn predecessors(&self, name: &str) -> Result<Vec<String>> {
+        let mut all: BTreeSet<String> = BTreeSet::new();
+        let mut queue = vec![name.to_string()];
+        while let Some(next) = queue.pop() {
+            let manifest = &self.fix(&next)?.manifest;
+            for before in manifest.requires.iter().chain(&manifest.after) {
+                if before != name && all.insert(before.clone()) {
+                    queue.push(before.clone());
+                }
+            }
+        }
+        Ok(all.into_iter().collect())
+    }
+
     /// The fixes outside `names` that require one of `names`, directly or through other
     /// fixes, each with the fix of `names` it needs.
     pub fn dependants(&self, names: &[String]) -> Vec<(&Fix, String)> {
@@ -114,26 +130,51 @@ impl Catalog {
 }
 
 /// `text` (a pristine file of `release`) with the patches to the same file of every fix that
-/// `fix` requires applied first, in order: what `fix`'s patch meets whenever it is applied, so
-/// what `lint --upstream` checks it against. The names of the fixes applied, or why one did not
-/// apply.
+/// comes before `fix` — what it requires and what it is ordered `after:`, transitively —
+/// applied first, in order: the file `fix`'s patch is made on (fixes/README.md: "the later
+/// fix's patch is made on top of X's"), so what `lint --upstream` checks it against and what
+/// `record` makes it on. The names of the fixes applied, or why one did not apply.
+pub fn with_predecessors_applied(
+    catalog: &Catalog,
+    fix: &Fix,
+    release: &str,
+    file: &str,
+    text: SourceText,
+) -> Result<(SourceText, Vec<String>), String> {
+    let before = catalog.predecessors(&fix.manifest.name).map_err(|e| format!("{e:#}"))?;
+    applied_in_order(catalog, fix, &before, release, file, text)
+}
+
+/// `text` with only the patches of the fixes `fix` requires (transitively) applied first: what
+/// its patch meets when it is selected alone, since selecting it selects those.
 pub fn with_required_applied(
     catalog: &Catalog,
     fix: &Fix,
     release: &str,
     file: &str,
+    text: SourceText,
+) -> Result<(SourceText, Vec<String>), String> {
+    let closure = catalog.with_requirements(std::slice::from_ref(&fix.manifest.name)).map_err(|e| format!("{e:#}"))?;
+    let required: Vec<String> = closure.names.into_iter().filter(|n| *n != fix.manifest.name).collect();
+    applied_in_order(catalog, fix, &required, release, file, text)
+}
+
+fn applied_in_order(
+    catalog: &Catalog,
+    fix: &Fix,
+    names: &[String],
+    release: &str,
+    file: &str,
     mut text: SourceText,
 ) -> Result<(SourceText, Vec<String>), String> {
     let mut applied = Vec::new();
-    let closure = catalog.with_requirements(std::slice::from_ref(&fix.manifest.name)).map_err(|e| format!("{e:#}"))?;
-    let required: Vec<String> = closure.names.into_iter().filter(|n| *n != fix.manifest.name).collect();
-    for other in catalog.order(&required).map_err(|e| format!("{e:#}"))? {
+    for other in catalog.order(names).map_err(|e| format!("{e:#}"))? {
         let Some(variant) = other.variants.iter().find(|v| v.release == release) else { continue };
         for vp in variant.patches.iter().filter(|p| p.file == file) {
             let eval = state::evaluate(&vp.diff, &text);
             text = state::apply(&vp.diff, &text, &eval).ok_or_else(|| {
                 format!(
-                    "{file}: {} (required by {}) does not apply to pristine {release}",
+                    "{file}: {} (which {} comes after) does not apply to pristine {release}",
                     other.manifest.name, fix.manifest.name
                 )
             })?;

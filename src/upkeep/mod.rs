@@ -80,9 +80,9 @@ pub fn checked_patch(file: &str, pristine: &[u8], patched: &[u8]) -> Result<Opti
 }
 
 /// The file a fix's patch for `file` is made on: the pristine file with the patches of the
-/// fixes it `requires:` (to the same file, `release`'s variant) applied first — what `apply`
-/// and `lint --upstream` give it — when `patched` carries their edits (a tree with the profile
-/// applied, then edited by hand); else the pristine file. Without this, `record` put the
+/// fixes it comes after (`requires:` or `after:`, to the same file, `release`'s variant) applied
+/// first — what `apply` and `lint --upstream` give it — when `patched` carries their edits (a
+/// tree with the profile applied, then edited by hand); else the pristine file. Without this, `record` put the
 /// required fix's edits into this fix's patch, which then no longer applied after it.
 fn patch_base(
     catalog: &Catalog,
@@ -94,7 +94,7 @@ fn patch_base(
 ) -> Result<Vec<u8>> {
     let shown = Path::new(file);
     let old = SourceText::decode(pristine, shown)?;
-    let Ok((base, required)) = crate::catalog::relations::with_required_applied(catalog, fix, release, file, old)
+    let Ok((base, required)) = crate::catalog::relations::with_predecessors_applied(catalog, fix, release, file, old)
     else {
         return Ok(pristine.to_vec());
     };

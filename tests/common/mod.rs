@@ -166,11 +166,12 @@ pub const FIX_A_PATCH: &str = "\
  
 ";
 
-/// Fix B edits `other()`, lower in the same file; declared `after: [fix-a]`.
+/// Fix B edits `other()`, lower in the same file; declared `after: [fix-a]`, so made on top of
+/// fix-a's patch (one line longer above it).
 pub const FIX_B_PATCH: &str = "\
 --- a/vllm/mod.py
 +++ b/vllm/mod.py
-@@ -13,3 +13,4 @@ def sample(x):
+@@ -14,3 +14,4 @@ def sample(x):
  
  def other():
 +    # fix-b was here
