@@ -219,3 +219,34 @@ fn overlap_lint_reads_a_later_fix_in_the_earlier_ones_post_image() {
     d.cmd().args(with_fixture(&["apply", "fix-b"])).expect(0);
     assert!(d.read_string("root/vllm/mod.py").contains("    # fix-a: two\n    b = a * 4\n"));
 }
+
+#[test]
+fn overlap_lint_moves_an_earlier_fix_through_the_fixes_between() {
+    // Chain fix-a → fix-b → fix-c. fix-b adds three lines above fix-a's change, so in the file
+    // fix-c is made on, fix-a's lines are 13-14; fix-c rewrites line 13, fix-a's own comment.
+    // Read pairwise (fix-a's post-image alone: lines 10-11) the overlap went unseen.
+    let d = fixture();
+    d.write(
+        "cat/fixes/fix-b/v0.26.0/mod.patch",
+        "--- a/vllm/mod.py\n+++ b/vllm/mod.py\n@@ -4,2 +4,5 @@\n def helper():\n+    # fix-b: one\n+    # fix-b: two\n+    # fix-b: three\n     return 1\n",
+    );
+    let y = d
+        .read_string("cat/fixes/fix-b/fix.yaml")
+        .replace("name: fix-b", "name: fix-c")
+        .replace("after: [fix-a]", "after: [fix-a, fix-b]");
+    d.write("cat/fixes/fix-c/fix.yaml", y);
+    d.write(
+        "cat/fixes/fix-c/v0.26.0/mod.patch",
+        "--- a/vllm/mod.py\n+++ b/vllm/mod.py\n@@ -12,3 +12,3 @@ def sample(x):\n     a = x + 1\n-    # fix-a: triple instead of double\n+    # fix-c: edited\n     b = a * 3\n",
+    );
+    d.write("cat/profiles/performance.yaml", "name: performance\ndescription: all\nfixes: [fix-a, fix-b, fix-c]\n");
+    let (out, _) = d.cmd().args(["--catalog", "cat", "lint"]).expect(1);
+    assert!(
+        out.contains("fix-c and fix-a touch the same lines of vllm/mod.py in v0.26.0 (lines 13-14 and 13-14)"),
+        "{out}"
+    );
+    assert!(!out.contains("fix-c and fix-b touch"), "{out}");
+    // And indeed, applied in order, fix-c's edit lands on fix-a's line.
+    d.cmd().args(with_fixture(&["apply", "--profile", "performance"])).expect(0);
+    assert!(d.read_string("root/vllm/mod.py").contains("    a = x + 1\n    # fix-c: edited\n    b = a * 3\n"));
+}

@@ -54,26 +54,60 @@ pub fn lint(catalog: &Catalog, upstream: Option<&Path>) -> Result<LintReport> {
 }
 
 fn overlaps(catalog: &Catalog, profile: &str, a: &Fix, b: &Fix, report: &mut LintReport) {
-    // A fix ordered after the other is patched on top of it: its line numbers are those of the
-    // other's post-image, so compare with where the other's change lies after it is applied.
-    let comes_after = |x: &Fix, y: &Fix| {
-        x.manifest.after.contains(&y.manifest.name) || x.manifest.requires.contains(&y.manifest.name)
+    // A fix ordered after others is patched on top of them: its line numbers are those of the
+    // file with every fix it comes after applied. So the earlier fix's change is read where it
+    // lies in that file: its post-image lines, moved by each fix between the two in the chain.
+    let (first, second) = match (comes_before(catalog, a, b), comes_before(catalog, b, a)) {
+        (true, _) => (a, b),
+        (_, true) => (b, a),
+        _ => (a, b),
     };
-    let range_a = if comes_after(b, a) { changed_lines_after } else { changed_lines };
-    let range_b = if comes_after(a, b) { changed_lines_after } else { changed_lines };
-    for va in &a.variants {
-        let Some(vb) = b.variants.iter().find(|v| v.release == va.release) else { continue };
+    let chained = comes_before(catalog, first, second);
+    let between: Vec<&Fix> = if chained {
+        let before_second = catalog.predecessors(&second.manifest.name).unwrap_or_default();
+        catalog
+            .order(&before_second)
+            .unwrap_or_default()
+            .into_iter()
+            .filter(|f| f.manifest.name != first.manifest.name && comes_before(catalog, first, f))
+            .collect()
+    } else {
+        Vec::new()
+    };
+    for va in &first.variants {
+        let Some(vb) = second.variants.iter().find(|v| v.release == va.release) else { continue };
         for pa in &va.patches {
             for pb in vb.patches.iter().filter(|p| p.tree == pa.tree && p.file == pa.file) {
+                // The patches of the fixes in between, to this file, in order.
+                let moves: Vec<&crate::patch::FilePatch> = between
+                    .iter()
+                    .filter_map(|f| f.variants.iter().find(|v| v.release == va.release))
+                    .flat_map(|v| v.patches.iter().filter(|p| p.tree == pa.tree && p.file == pa.file))
+                    .map(|p| &p.diff)
+                    .collect();
                 for ha in &pa.diff.hunks {
+                    let ra = if chained {
+                        let r = changed_lines_after(ha);
+                        let (start, end) = moves.iter().fold((r.start, r.end), |(s, e), d| (moved(d, s), moved(d, e)));
+                        start..end
+                    } else {
+                        changed_lines(ha)
+                    };
                     for hb in &pb.diff.hunks {
-                        let (ra, rb) = (range_a(ha), range_b(hb));
+                        let rb = changed_lines(hb);
                         if ra.start < rb.end && rb.start < ra.end {
                             report.findings.push(Finding {
-                                file: catalog.files.display(&pa.patch_path),
+                                file: catalog.files.display(&pb.patch_path),
                                 message: format!(
                                     "profile `{profile}`: {} and {} touch the same lines of {} in {} (lines {}-{} and {}-{})",
-                                    a.manifest.name, b.manifest.name, pa.file, va.release, ra.start, ra.end - 1, rb.start, rb.end - 1
+                                    second.manifest.name,
+                                    first.manifest.name,
+                                    pa.file,
+                                    va.release,
+                                    rb.start,
+                                    rb.end - 1,
+                                    ra.start,
+                                    ra.end - 1
                                 ),
                             });
                         }
@@ -82,6 +116,25 @@ fn overlaps(catalog: &Catalog, profile: &str, a: &Fix, b: &Fix, report: &mut Lin
             }
         }
     }
+}
+
+/// `x` comes before `y`: `y` requires it or is ordered after it, directly or through others.
+fn comes_before(catalog: &Catalog, x: &Fix, y: &Fix) -> bool {
+    catalog.predecessors(&y.manifest.name).is_ok_and(|p| p.contains(&x.manifest.name))
+}
+
+/// Where line `line` of the file `diff` is made on lies once `diff` is applied (a line inside a
+/// hunk's changed lines stays at the hunk's start, shifted by the hunks above it).
+fn moved(diff: &crate::patch::FilePatch, line: usize) -> usize {
+    let mut shift: isize = 0;
+    for hunk in &diff.hunks {
+        let old_len = hunk.lines.iter().filter(|l| !matches!(l, crate::patch::HunkLine::Add(_))).count();
+        let new_len = hunk.lines.iter().filter(|l| !matches!(l, crate::patch::HunkLine::Remove(_))).count();
+        if hunk.old_start + old_len <= line {
+            shift += new_len as isize - old_len as isize;
+        }
+    }
+    (line as isize + shift).max(1) as usize
 }
 
 /// The pre-image lines a hunk removes or inserts before (context excluded), as a range of
