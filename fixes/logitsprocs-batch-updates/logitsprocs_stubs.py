@@ -233,7 +233,8 @@ def _stub_modules(root: Path, h2d: H2DRecorder) -> dict[str, types.ModuleType]:
             mods[parent].__path__ = []
     torch_utils = root / TORCH_UTILS_REL
     lifted = _exec_defs(_top_level_defs(torch_utils, {"async_tensor_h2d"}), torch_utils,
-                        {"torch": torch, "np": np, "PIN_MEMORY": False})
+                        {"torch": torch, "np": np, "PIN_MEMORY": False,
+                         "is_pin_memory_available": lambda: False})  # 0.32.0 asks a function
     mods["vllm"].SamplingParams = SamplingParams
     mods["vllm.config"].VllmConfig = _Placeholder
     mods["vllm.exceptions"].VLLMValidationError = _ValidationError
