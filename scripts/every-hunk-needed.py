@@ -4,10 +4,11 @@
     python3 scripts/every-hunk-needed.py --bin target/release/gaudi-fixes --tree PRISTINE FIX...
 
 For each FIX, on hard-linked copies of the pristine tree PRISTINE (holding vllm/ and
-vllm_gaudi/; never written: gaudi-fixes replaces files by rename): the fix's tests must fail
-before it is applied and pass once it is (with what it comes after); then, for every hunk of
-the variant that matches the tree, a scratch catalogue whose patch lacks that hunk is applied
-and `gaudi-fixes test FIX` must fail (exit 1). A hunk whose absence no test notices is
+vllm_gaudi/; never written: files are replaced by rename, never edited in place): the fix's
+tests must fail before it is applied and pass once it is (with what it comes after); then, for
+every hunk of the variant that matches the tree, the fully patched tree gets that one hunk
+taken back out (its post-image, found exactly once, replaced by its pre-image) and
+`gaudi-fixes test FIX` must fail (exit 1). A hunk whose absence no test notices is
 reported as "NOT GUARDED" and the script exits 1. Each line printed is one check; pytest's own
 output is shown only for a check that went wrong. Needs the catalogue of this repository
 (fixes/, profiles/) and a Python with pytest and torch (--python, default python3).
@@ -18,7 +19,6 @@ from __future__ import annotations
 import argparse
 import json
 import os
-import shutil
 import subprocess
 import sys
 import tempfile
@@ -81,12 +81,28 @@ def scratch_tree(pristine: Path, into: Path) -> Path:
     return tree
 
 
-def scratch_catalog(into: Path) -> Path:
-    cat = into / "catalog"
-    cat.mkdir()
-    shutil.copytree(REPO / "fixes", cat / "fixes")
-    shutil.copytree(REPO / "profiles", cat / "profiles")
-    return cat
+def image(hunk: list[str], keep: str) -> str:
+    """The pre-image (keep="-") or post-image (keep="+") of a hunk's body, line endings kept."""
+    out = []
+    for line in hunk[1:]:
+        if line.startswith("\\"):
+            continue
+        if line[:1] == " " or line[:1] == keep or (line in ("\n", "\r\n")):
+            out.append(line[1:] if line[:1] in " +-" else line)
+    return "".join(out)
+
+
+def without(path: Path, hunk: list[str]) -> bool:
+    """Take one hunk back out of the patched file at `path` (replaced by rename). False when its
+    post-image is not found exactly once."""
+    text = path.read_text()
+    post, pre = image(hunk, "+"), image(hunk, "-")
+    if text.count(post) != 1:
+        return False
+    tmp = path.with_name(path.name + ".every-hunk")
+    tmp.write_text(text.replace(post, pre))
+    os.replace(tmp, path)
+    return True
 
 
 class Checker:
@@ -118,26 +134,22 @@ class Checker:
             self.expect(f"{fix}: its tests pass once applied", self.gf(REPO, tree, "test", fix), 0)
         patches = show(self.binary, REPO, fix)["releases"][variant]["patches"]
         for entry in patches:
-            rel = entry["patch"]
-            header, parts = hunks((REPO / "fixes" / fix / rel).read_text())
+            _, parts = hunks((REPO / "fixes" / fix / entry["patch"]).read_text())
             for i in range(len(parts)):
-                self.without_hunk(fix, before, rel, header, parts, i)
+                self.without_hunk(fix, before, entry, parts[i], i)
 
-    def without_hunk(self, fix: str, before: list[str], rel: str, header: list[str], parts: list[list[str]], i: int):
-        where = f"{fix}: without hunk {i + 1} of {rel} ({parts[i][0].strip()[:60]})"
+    def without_hunk(self, fix: str, before: list[str], entry: dict, hunk: list[str], i: int):
+        where = f"{fix}: without hunk {i + 1} of {entry['patch']} ({hunk[0].strip()[:60]})"
         with tempfile.TemporaryDirectory(prefix="every-hunk-") as tmp:
-            tmp_path = Path(tmp)
-            catalog = scratch_catalog(tmp_path)
-            text = "".join(header) + "".join("".join(h) for j, h in enumerate(parts) if j != i)
-            (catalog / "fixes" / fix / rel).write_text(text)
-            tree = scratch_tree(self.pristine, tmp_path)
-            applied = self.gf(catalog, tree, "apply", *before, fix)
-            if applied.returncode != 0:
+            tree = scratch_tree(self.pristine, Path(tmp))
+            applied = self.gf(REPO, tree, "apply", *before, fix)
+            if applied.returncode != 0 or not without(tree / entry["file"], hunk):
                 self.failed.append(where)
-                print(f"FAIL: {where}: apply exited {applied.returncode}", flush=True)
+                print(f"FAIL: {where}: could not apply the fix and take the hunk out (apply exit {applied.returncode})",
+                      flush=True)
                 print(applied.stdout[-3000:] + applied.stderr[-3000:], flush=True)
                 return
-            tested = self.gf(catalog, tree, "test", fix)
+            tested = self.gf(REPO, tree, "test", fix)
             if tested.returncode == 1:
                 print(f"PASS: {where}: its tests fail (exit 1)", flush=True)
             else:
