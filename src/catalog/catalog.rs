@@ -42,6 +42,8 @@ pub struct Variant {
     pub patches: Vec<VariantPatch>,
     /// Releases this variant was verified on (applied, tests passed).
     pub verified: Vec<String>,
+    /// For an upstreamed release: upstream's post-image text that marks a tree carrying the fix.
+    pub detect: Vec<super::manifest::DetectEntry>,
 }
 
 /// One file patch of a variant.
@@ -340,5 +342,32 @@ fn load_variant(
             diff,
         });
     }
-    Ok(Variant { release: release.to_string(), upstreamed: body.upstreamed, patches, verified: body.verified.clone() })
+    check_detect(shown, text, release, body)?;
+    Ok(Variant {
+        release: release.to_string(),
+        upstreamed: body.upstreamed,
+        patches,
+        verified: body.verified.clone(),
+        detect: body.detect.clone(),
+    })
+}
+
+/// `detect:` belongs to an `upstreamed: true` release; each entry names a file inside its
+/// tree's package and some text.
+fn check_detect(shown: &str, text: &str, release: &str, body: &Release) -> Result<()> {
+    if !body.detect.is_empty() && !body.upstreamed {
+        bail!("{shown}:{}: release {release}: `detect:` needs `upstreamed: true`", line_of(text, "detect:"));
+    }
+    for entry in &body.detect {
+        let at = format!("{shown}:{}", line_of(text, &entry.file));
+        check_relative(&entry.file).map_err(|e| anyhow::anyhow!("{at}: detect file: {e}"))?;
+        let pkg = format!("{}/", entry.tree.as_str());
+        if !entry.file.starts_with(&pkg) {
+            bail!("{at}: detect file `{}` of tree `{}` must be inside `{pkg}`", entry.file, entry.tree);
+        }
+        if entry.text.trim().is_empty() {
+            bail!("{at}: release {release}: detect text for `{}` is empty", entry.file);
+        }
+    }
+    Ok(())
 }

@@ -87,6 +87,22 @@ pub struct Release {
     /// note ("unverified"), never an error.
     #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub verified: Vec<String>,
+    /// With `upstreamed: true`: text that upstream's fix puts in the files (its post-image). A
+    /// tree holding every entry carries the fix, whatever its version says; the version hint
+    /// is then not used for this release.
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub detect: Vec<DetectEntry>,
+}
+
+/// Text that marks upstream's fix in one file (see `Release::detect`).
+#[derive(Debug, Clone, Deserialize, Serialize)]
+#[serde(deny_unknown_fields)]
+pub struct DetectEntry {
+    pub tree: TreeName,
+    /// The file, relative to the tree root, starting with the package (`vllm_gaudi/…`).
+    pub file: String,
+    /// Lines found exactly, as one block (line endings aside), somewhere in the file.
+    pub text: String,
 }
 
 /// Whether `name` looks like a release tag: `v` then dot-separated numbers, optionally a

@@ -165,6 +165,15 @@ fn evaluate_found<'f>(
         let want = release.trim_start_matches('v');
         trees.vllm.as_ref().and_then(|t| t.version.as_deref()).is_some_and(|v| v == want)
     };
+    // Upstream's own change found in the files (`detect:`): nothing to apply, unless ours is.
+    if !candidates.iter().any(|c| c.clean == Some(FixState::Applied)) {
+        if let Some((up, message)) = super::detect::detected(fix, trees, only, ws)? {
+            report.state = FixState::Upstreamed;
+            report.variant = Some(up.release.clone());
+            report.message = Some(message);
+            return Ok((report, None));
+        }
+    }
     // A pristine tree is the strongest evidence; then any clean variant, in manifest order.
     let best = candidates
         .iter()
@@ -186,7 +195,7 @@ fn evaluate_found<'f>(
         }
         return Ok((report, Some(c.variant)));
     }
-    if let Some(up) = fix.variants.iter().find(|v| v.upstreamed && hint_matches(&v.release)) {
+    if let Some(up) = fix.variants.iter().find(|v| v.upstreamed && v.detect.is_empty() && hint_matches(&v.release)) {
         report.state = FixState::Upstreamed;
         report.variant = Some(up.release.clone());
         report.message = Some(format!("release {} has this fix upstream; nothing to apply", up.release));

@@ -11,6 +11,7 @@
 //! `evaluate.rs`; the in-memory workspace that reads tree files (and the file-safety policy
 //! for writing them) in `workspace.rs`.
 
+mod detect;
 mod evaluate;
 pub mod reason;
 mod verdict;

@@ -1,0 +1,213 @@
+"""Penalties see the generated tokens under async scheduling (CPU; needs torch and numpy).
+
+Frequency and presence penalties (and the output half of the repetition penalty) are computed
+from each row's ``output_token_ids`` in the sampling metadata, which
+``InputBatch.make_selective_sampling_metadata`` takes from the runner's request states. This test
+drives the REAL ``InputBatch`` and the runner's own code over several engine steps:
+``_prepare_sampling`` (and every runner method it calls) for each sampler call, then the REAL
+tail of ``HPUModelRunner.sample_tokens`` — from ``if self.use_async_scheduling or
+self.use_structured_output:`` to the loop that extends ``req_state.output_token_ids`` — lifted out
+of the tree's ``hpu_model_runner.py`` with every runner method it calls. The model and the
+sampler are not run: a recording sampler returns tokens the test chooses, so the test knows what
+each request generated.
+
+Under async scheduling (vLLM's default, which vllm_gaudi keeps without spec decode) every
+sampler call must see each request's generated tokens; with no penalties in the batch, the
+request states must stay as they were (no bookkeeping on the fast path).
+
+Run: ``GAUDI_FIXES_ROOT=<dir holding vllm_gaudi/> pytest fixes/async-penalties-output-tokens``
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import copy
+import os
+import types
+from pathlib import Path
+from typing import Any
+
+import pytest
+import torch
+import vllm_gaudi_stubs as stubs
+from vllm_gaudi_stubs import INPUT_BATCH_REL, RUNNER_REL, UTILS_REL, H2DRecorder, SamplingParams, SchedulerOutput, \
+    load_input_batch
+
+VOCAB = 128
+
+_root = os.environ.get("GAUDI_FIXES_VLLM_GAUDI_ROOT") or os.environ.get("GAUDI_FIXES_ROOT")
+if not _root:
+    pytest.skip("GAUDI_FIXES_ROOT is not set: point it at a directory holding vllm_gaudi/", allow_module_level=True)
+ROOT = Path(_root)
+if not (ROOT / INPUT_BATCH_REL).is_file() or not (ROOT / RUNNER_REL).is_file():
+    pytest.skip(f"no {INPUT_BATCH_REL} / {RUNNER_REL} under {ROOT}: needs a vllm_gaudi tree", allow_module_level=True)
+
+PENALISED = {
+    "D0": SamplingParams(temperature=0.8, frequency_penalty=0.5, presence_penalty=0.3, repetition_penalty=1.2),
+    "D1": SamplingParams(temperature=0.8),
+}
+PLAIN = {"D0": SamplingParams(temperature=0.8), "D1": SamplingParams(temperature=0.7)}
+PROMPT = {"D0": [3, 4, 5, 6], "D1": [7, 8, 9]}
+NUM_STEPS = 5
+
+
+def _runner_class(path: Path) -> ast.ClassDef:
+    tree = ast.parse(path.read_text(), str(path))
+    return next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "HPUModelRunner")
+
+
+def _tail_of_sample_tokens(cls: ast.ClassDef, path: Path) -> list[ast.stmt]:
+    fn = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "sample_tokens")
+    start = next((i for i, s in enumerate(fn.body) if isinstance(s, ast.If)
+                  and ast.unparse(s.test) == "self.use_async_scheduling or self.use_structured_output"), None)
+    end = next((i for i, s in enumerate(fn.body) if isinstance(s, ast.For)
+                and "postprocessed_sampled_token_ids[:num_reqs]" in ast.unparse(s.iter)), None)
+    if start is None or end is None or end < start:
+        raise LookupError(f"{path}: sample_tokens' async / output-token tail not found (vllm_gaudi changed; update "
+                          "the test)")
+    return fn.body[start:end + 1]
+
+
+def _self_calls(nodes: list[ast.AST]) -> set[str]:
+    """Names of the `self.NAME(...)` calls in `nodes`."""
+    names = set()
+    for node in nodes:
+        for sub in ast.walk(node):
+            if (isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute)
+                    and isinstance(sub.func.value, ast.Name) and sub.func.value.id == "self"):
+                names.add(sub.func.attr)
+    return names
+
+
+class RecordingSampler:
+    """Returns the tokens the test chose for each row; records what each call was handed."""
+
+    def __init__(self):
+        self.calls: list[dict[str, Any]] = []
+
+    def sample(self, rows: list[str], metadata: Any, step: int) -> torch.Tensor:
+        self.calls.append({"step": step, "rows": rows, "output_token_ids": copy.deepcopy(metadata.output_token_ids)})
+        return torch.tensor([token(step, rid) for rid in rows], dtype=torch.int32)
+
+
+def token(step: int, rid: str) -> int:
+    return 20 + 10 * step + int(rid[1:])
+
+
+class Scenario:
+
+    def __init__(self, params: dict[str, SamplingParams], use_async: bool):
+        self.params = params
+        self.module = load_input_batch(ROOT, H2DRecorder(ROOT / UTILS_REL))
+        self.batch = self.module.InputBatch(max_num_reqs=8, max_model_len=64, max_num_batched_tokens=64,
+                                            device=torch.device("cpu"), pin_memory=False, vocab_size=VOCAB,
+                                            block_sizes=[128], kernel_block_sizes=[128])
+        runner = self.runner = stubs.Runner(ROOT, self.batch)
+        path = ROOT / RUNNER_REL
+        cls = _runner_class(path)
+        self.tail = compile(ast.Module(_tail_of_sample_tokens(cls, path), []), str(path), "exec")
+        # Lift every runner method the lifted code calls (and what those call), beyond the stubs'.
+        defs = {n.name: n for n in cls.body if isinstance(n, ast.FunctionDef)}
+        have = {"_ensure_decodes_first", "_is_prompt", "_generate_req_id_output_token_ids_lst", "_prepare_sampling"}
+        todo = _self_calls([defs[n] for n in have] + _tail_of_sample_tokens(cls, path))
+        lifted: set[str] = set()
+        while todo - have - lifted:
+            name = (todo - have - lifted).pop()
+            if name in defs:
+                lifted.add(name)
+                todo |= _self_calls([defs[name]])
+            else:
+                have.add(name)  # an attribute or helper the test provides below
+        namespace = {"torch": torch}
+        exec(compile(ast.Module([defs[n] for n in sorted(lifted)], []), str(path), "exec"), namespace)
+        for name in lifted:
+            setattr(runner, name, types.MethodType(namespace[name], runner))
+        runner.use_async_scheduling = use_async
+        runner.use_structured_output = False
+        runner.device = torch.device("cpu")
+        runner.max_model_len = 64
+        runner.speculative_config = None
+        runner.profiler = types.SimpleNamespace(enabled=False, record_event=lambda *a: contextlib.nullcontext())
+        self.sampler = RecordingSampler()
+        self.generated: dict[str, list[int]] = {rid: [] for rid in params}
+
+    def step(self, number: int) -> None:
+        batch, runner = self.batch, self.runner
+        if number == 0:  # both arrive and prefill whole
+            for rid, params in self.params.items():
+                state = runner.requests[rid] = self.module.CachedRequestState(
+                    req_id=rid, prompt_token_ids=PROMPT[rid], mm_features=[], sampling_params=params,
+                    generator=None, block_ids=[[0]], num_computed_tokens=0, output_token_ids=[])
+                batch.add_request(state, None)
+            batch.refresh_sampling_metadata()
+            scheduled = {rid: len(PROMPT[rid]) for rid in self.params}
+        else:
+            scheduled = {rid: 1 for rid in self.params}
+        for rid, state in runner.requests.items():
+            batch.num_computed_tokens_cpu[batch.req_id_to_index[rid]] = state.num_computed_tokens
+        sched = SchedulerOutput(num_scheduled_tokens=scheduled)
+        runner._ensure_decodes_first(sched)
+        if runner.use_async_scheduling:
+            runner.invalid_req_indices = []
+        requests = list(batch.req_ids)
+        decode_sampled, prefill_sampled = [], []
+        if number == 0:
+            md = runner._prepare_sampling(True, requests, len(requests), requests)
+            prefill_sampled.append(self.sampler.sample(requests, md, number))
+            decode_requests, prefill_requests = [], requests
+        else:
+            pad_to = 4  # a padded decode bucket
+            md = runner._prepare_sampling(False, requests, pad_to)
+            rows = [r for r, _ in runner._generate_req_id_output_token_ids_lst(requests, pad_to)]
+            decode_sampled.append(self.sampler.sample(rows, md, number))
+            decode_requests, prefill_requests = requests, []
+        for rid in requests:
+            self.generated[rid].append(token(number, rid))
+        namespace = {
+            "self": runner, "torch": torch, "num_reqs": len(requests), "num_decodes": len(decode_requests),
+            "decode_sampled_token_ids": decode_sampled, "prefill_sampled_token_ids": prefill_sampled,
+            "decode_sampled_requests": list(decode_requests), "prefill_sampled_requests": list(prefill_requests),
+            "spec_decode_num_tokens": None
+        }
+        exec(self.tail, namespace)
+        for rid, n in scheduled.items():
+            runner.requests[rid].num_computed_tokens += n
+
+    def run(self) -> "Scenario":
+        for number in range(NUM_STEPS):
+            self.step(number)
+        return self
+
+
+def _check_calls(scenario: Scenario) -> list[str]:
+    wrong = []
+    seen: dict[str, list[int]] = {rid: [] for rid in scenario.params}
+    for call in scenario.sampler.calls:
+        for i, rid in enumerate(dict.fromkeys(call["rows"])):
+            got = call["output_token_ids"][i]
+            if got != seen[rid]:
+                wrong.append(f"step {call['step']}: the sampler saw {rid}'s output tokens {got}, it has generated "
+                             f"{seen[rid]}")
+        for rid in dict.fromkeys(call["rows"]):
+            seen[rid] = seen[rid] + [token(call["step"], rid)]
+    return wrong
+
+
+@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
+def test_penalties_see_the_generated_tokens(use_async: bool):
+    """D0 has frequency / presence / repetition penalties: every sampler call must hand over
+    every token D0 and D1 generated before it."""
+    scenario = Scenario(PENALISED, use_async).run()
+    wrong = _check_calls(scenario)
+    mode = "async scheduling" if use_async else "sync scheduling"
+    assert not wrong, (f"under {mode} the penalties do not see the generated tokens (frequency and presence "
+                       "penalties do nothing, repetition covers the prompt only):\n" + "\n".join(wrong))
+
+
+def test_no_penalties_keeps_the_fast_path():
+    """Without penalties in the batch, async scheduling leaves the request states as they were
+    (nothing appended, nothing copied back to the host)."""
+    scenario = Scenario(PLAIN, True).run()
+    for rid, state in scenario.runner.requests.items():
+        assert state.output_token_ids == [], f"{rid}: output_token_ids {state.output_token_ids} with no penalties"

@@ -1,0 +1,100 @@
+//! `detect:` on an `upstreamed: true` release, through the real binary: a tree that holds
+//! upstream's text is reported upstreamed whatever its version (and nothing is written), a tree
+//! without it is judged by the variants as before (also when its version is the upstreamed
+//! release's), our own applied fix still reads applied, and a misplaced `detect:` is an error
+//! naming the file and line.
+
+mod common;
+
+use common::{fixture, with_fixture, Dir, PRISTINE};
+
+/// Upstream's fix, as the tree would hold it: a function fix-a's patch does not know.
+const UPSTREAM_DEF: &str = "\n\ndef upstream_triple(a):\n    return a * 3\n";
+
+fn detecting_fixture() -> Dir {
+    let d = fixture();
+    let y = d.read_string("cat/fixes/fix-a/fix.yaml").replace(
+        "releases:\n",
+        "releases:\n  v0.25.0:\n    upstreamed: true\n    detect:\n      - tree: vllm\n        file: vllm/mod.py\n        text: \"def upstream_triple(a):\\n    return a * 3\"\n",
+    );
+    d.write("cat/fixes/fix-a/fix.yaml", y);
+    d
+}
+
+/// Upstream's change on top of the pristine file, keeping the context fix-a's patch needs, so
+/// that without `detect:` the fix would still apply (a second, duplicate fix).
+fn upstream_file() -> String {
+    format!("{PRISTINE}{UPSTREAM_DEF}")
+}
+
+#[test]
+fn a_tree_with_upstreams_text_is_upstreamed_whatever_its_version() {
+    // The control: without detect:, fix-a's patch still finds its context and would apply.
+    let plain = fixture();
+    plain.write("root/vllm/mod.py", upstream_file());
+    let (out, _) = plain.cmd().args(with_fixture(&["apply", "--check", "fix-a"])).expect(1);
+    assert!(out.contains("not applied"), "{out}");
+    let d = detecting_fixture();
+    d.write("root/vllm/mod.py", upstream_file());
+    let (out, _) = d.cmd().args(with_fixture(&["apply", "--check", "fix-a"])).expect(0);
+    assert!(out.contains("upstreamed") && out.contains("the tree carries the upstream fix"), "{out}");
+    let before = d.snapshot("root");
+    let (out, _) = d.cmd().args(with_fixture(&["apply", "fix-a", "--format", "json"])).expect(0);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["fixes"][0]["state"], "upstreamed", "{out}");
+    assert_eq!(v["fixes"][0]["variant"], "v0.25.0", "{out}");
+    assert_eq!(d.snapshot("root"), before, "apply wrote to a tree that carries the upstream fix");
+}
+
+#[test]
+fn a_tree_without_it_is_judged_by_the_variants_even_at_that_version() {
+    let d = detecting_fixture();
+    // The version names the upstreamed release, but the content is the old file: not upstreamed.
+    d.write("root/vllm/_version.py", "__version__ = version = '0.25.0'\n");
+    let (out, _) = d.cmd().args(with_fixture(&["apply", "--check", "fix-a"])).expect(1);
+    assert!(out.contains("not applied") && !out.contains("upstreamed"), "{out}");
+    d.cmd().args(with_fixture(&["apply", "fix-a"])).expect(0);
+    // Our own fix applied reads applied (the detect text is absent anyway), and reverts.
+    let (out, _) = d.cmd().args(with_fixture(&["apply", "--check", "fix-a"])).expect(0);
+    assert!(out.contains("applied") && !out.contains("upstreamed"), "{out}");
+    d.cmd().args(with_fixture(&["revert", "fix-a"])).expect(0);
+    assert_eq!(d.read_string("root/vllm/mod.py"), PRISTINE);
+    // Locally modified at that version: drifted, not put down to upstream by the version hint.
+    d.write("root/vllm/mod.py", PRISTINE.replace("    b = a * 2\n", "    b = a * 2  # local edit\n"));
+    let (out, _) = d.cmd().args(with_fixture(&["apply", "--check", "fix-a"])).expect(2);
+    assert!(out.contains("drifted") && !out.contains("upstreamed"), "{out}");
+}
+
+#[test]
+fn our_applied_fix_wins_over_detect_text() {
+    let d = detecting_fixture();
+    d.cmd().args(with_fixture(&["apply", "fix-a"])).expect(0);
+    let patched = d.read_string("root/vllm/mod.py");
+    d.write("root/vllm/mod.py", format!("{patched}{UPSTREAM_DEF}"));
+    let (out, _) = d.cmd().args(with_fixture(&["apply", "--check", "fix-a", "--format", "json"])).expect(0);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["fixes"][0]["state"], "applied", "{out}");
+}
+
+#[test]
+fn detect_without_upstreamed_is_an_error_naming_file_and_line() {
+    let d = fixture();
+    let y = d
+        .read_string("cat/fixes/fix-a/fix.yaml")
+        .replace("    patches:\n", "    detect:\n      - {tree: vllm, file: vllm/mod.py, text: x}\n    patches:\n");
+    d.write("cat/fixes/fix-a/fix.yaml", y);
+    let before = d.snapshot("root");
+    let (_, err) = d.cmd().args(with_fixture(&["apply", "--check"])).expect(3);
+    assert!(err.contains("fix-a/fix.yaml:") && err.contains("`detect:` needs `upstreamed: true`"), "{err}");
+    let y = d
+        .read_string("cat/fixes/fix-a/fix.yaml")
+        .replace("    detect:\n      - {tree: vllm, file: vllm/mod.py, text: x}\n", "");
+    let y = y.replace(
+        "releases:\n",
+        "releases:\n  v0.25.0:\n    upstreamed: true\n    detect:\n      - {tree: vllm, file: vllm_gaudi/x.py, text: x}\n",
+    );
+    d.write("cat/fixes/fix-a/fix.yaml", y);
+    let (_, err) = d.cmd().args(with_fixture(&["apply", "--check"])).expect(3);
+    assert!(err.contains("fix-a/fix.yaml:") && err.contains("must be inside `vllm/`"), "{err}");
+    assert_eq!(d.snapshot("root"), before);
+}
