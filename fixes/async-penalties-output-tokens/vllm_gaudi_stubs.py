@@ -172,6 +172,36 @@ class H2DRecorder:
         return self._update(source, dest, indices, device="cpu")
 
 
+def _logits_processor_package(root: Path, mods: dict[str, types.ModuleType]) -> None:
+    """vllm.v1.sample.logits_processor for InputBatch: vLLM's real BatchUpdateBuilder,
+    LogitsProcessors and MoveDirectionality (interface.py and state.py of `root`'s vllm tree,
+    where it has one: a default-profile tree has logitsprocs-batch-updates applied, which
+    records into them), else placeholders. The processor classes are never instantiated here
+    (no request asks for them), so placeholders stand in for them."""
+    package = mods["vllm.v1.sample.logits_processor"]
+    for cls in ("AdapterLogitsProcessor", "LogitBiasLogitsProcessor", "MinPLogitsProcessor",
+                "MinTokensLogitsProcessor"):
+        setattr(package, cls, type(cls, (_Placeholder, ), {}))
+    package_dir = root / "vllm/v1/sample/logits_processor"
+    if not (package_dir / "state.py").is_file():
+        if "gaudi-fixes logitsprocs-batch-updates" in (root / INPUT_BATCH_REL).read_text():
+            raise LookupError(f"{root}: no vllm/ tree next to vllm_gaudi/; with logitsprocs-batch-updates applied, "
+                              "InputBatch needs vLLM's logits_processor package (point the root at both trees)")
+        package.BatchUpdateBuilder = package.LogitsProcessors = package.MoveDirectionality = _Placeholder
+        return
+    mods["vllm"].SamplingParams = SamplingParams  # interface.py: from vllm import SamplingParams
+    package.__path__ = []
+    for sub in ("interface", "state"):
+        name = f"vllm.v1.sample.logits_processor.{sub}"
+        module = mods[name] = types.ModuleType(name)
+        sys.modules[name] = module  # state.py imports interface.py
+        path = package_dir / f"{sub}.py"
+        exec(compile(path.read_text(), str(path), "exec"), module.__dict__)
+        for attr in ("BatchUpdateBuilder", "LogitsProcessors", "MoveDirectionality"):
+            if hasattr(module, attr):
+                setattr(package, attr, getattr(module, attr))
+
+
 def _stub_modules(h2d: H2DRecorder) -> dict[str, types.ModuleType]:
     mods = {name: types.ModuleType(name) for name in _STUB_NAMES}
     for name in _STUB_NAMES:
@@ -188,8 +218,6 @@ def _stub_modules(h2d: H2DRecorder) -> dict[str, types.ModuleType]:
     mods["vllm.v1.pool.metadata"].PoolingMetadata = _Placeholder
     mods["vllm.v1.pool.metadata"].PoolingStates = _Placeholder
     mods["vllm.v1.sample.metadata"].SamplingMetadata = SamplingMetadata
-    mods["vllm.v1.sample.logits_processor"].BatchUpdateBuilder = _Placeholder
-    mods["vllm.v1.sample.logits_processor"].LogitsProcessors = _Placeholder
     mods["vllm.v1.worker.block_table"].MultiGroupBlockTable = _BlockTable
     mods["vllm_gaudi.utils"].async_h2d_copy = h2d.async_h2d_copy
     mods["vllm_gaudi.utils"].async_h2d_update = h2d.async_h2d_update
@@ -200,9 +228,12 @@ def load_input_batch(root: Path, h2d: H2DRecorder, name: str = "gaudi_fixes_hpu_
     """Execute `root`'s hpu_input_batch.py as module `name`, with the stubs in sys.modules
     only while it runs."""
     path = root / INPUT_BATCH_REL
-    saved = {n: sys.modules.get(n) for n in _STUB_NAMES}
-    sys.modules.update(_stub_modules(h2d))
+    stub_names = _STUB_NAMES + tuple(f"vllm.v1.sample.logits_processor.{sub}" for sub in ("interface", "state"))
+    saved = {n: sys.modules.get(n) for n in stub_names}
+    mods = _stub_modules(h2d)
+    sys.modules.update(mods)
     try:
+        _logits_processor_package(root, mods)
         module = types.ModuleType(name)
         module.__file__ = str(path)
         sys.modules[name] = module  # dataclasses looks the module up by name
