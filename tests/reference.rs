@@ -11,19 +11,8 @@ use serde_json::Value;
 
 /// Small suite settings: every fixture, one generated batch per configuration at V=4096, the
 /// default draws (fewer lose the power the suite requires), few calibration and power runs.
-const SMALL_EQUIV: &[&str] = &[
-    "equiv",
-    "--cases",
-    "1",
-    "--vocab",
-    "4096",
-    "--draws",
-    "1000",
-    "--calibration-runs",
-    "100",
-    "--power-runs",
-    "20",
-];
+const SMALL_EQUIV: &[&str] =
+    &["equiv", "--cases", "1", "--vocab", "4096", "--draws", "1000", "--calibration-runs", "100", "--power-runs", "20"];
 
 /// Run the binary; return its output with a description for assertion messages.
 fn run(args: &[&str]) -> (Output, String) {

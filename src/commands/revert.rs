@@ -11,7 +11,9 @@ use crate::plan::Op;
 /// applied" is what a revert wants); `apply --check` reports the state.
 pub fn run(global: &GlobalArgs, args: &SelectArgs) -> Result<ExitStatus> {
     if args.check {
-        anyhow::bail!("`revert --check` is ambiguous; use `apply --check` (exit 1 = not applied) or `revert --dry-run`");
+        anyhow::bail!(
+            "`revert --check` is ambiguous; use `apply --check` (exit 1 = not applied) or `revert --dry-run`"
+        );
     }
     super::apply::run_select(global, args, Op::Revert, "revert")
 }

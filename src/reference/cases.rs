@@ -358,7 +358,8 @@ pub fn fixtures(seed: u64, vocab: usize) -> Vec<Case> {
 
     // All-equal rows with k = 50 (window 64): uniform over the whole vocabulary, not over 64.
     let rows = [0.0f32, 3.0].iter().map(|&x| vec![x; v]).collect();
-    let fixture = Fixture { name: "all-equal-k50", why: "all-equal, k=50: uniform over V", dtype: Dtype::Bf16, vocab: v };
+    let fixture =
+        Fixture { name: "all-equal-k50", why: "all-equal, k=50: uniform over V", dtype: Dtype::Bf16, vocab: v };
     cases.push(fixture.case(rng.next_u64(), rows, &[50, 50], &[1.0, 1.0]));
 
     // A tie group at the k-th value spilling past each window size (top_k == K), with

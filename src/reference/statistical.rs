@@ -381,7 +381,8 @@ pub fn power(
                 .collect();
             let step = i * 2 + j;
             let salt = seed ^ 0x9043_0000_0000 ^ ((step as u64) << 20);
-            let alarms = gate_alarms(cases, &biased, draws, runs, alpha, salt, |run| progress(step * runs + run, total * runs));
+            let alarms =
+                gate_alarms(cases, &biased, draws, runs, alpha, salt, |run| progress(step * runs + run, total * runs));
             rows.push(PowerRow {
                 tvd,
                 direction,

