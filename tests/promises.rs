@@ -66,3 +66,48 @@ fn a_file_carrying_two_variants_edits_is_drifted_never_applied() {
     d.cmd().args(with_fixture(&["apply", "fix-a"])).expect(2);
     assert_eq!(d.snapshot("root"), before);
 }
+
+/// A one-fix catalogue `cat/` (fix `x`, release v0.26.0) patching `vllm/<file>` with `patch`,
+/// and a tree `root/` holding `tree_text` there.
+fn one_fix(file: &str, pristine: &str, patch: &str, tree_text: &str) -> Dir {
+    let d = Dir::new();
+    d.write("root/vllm/__init__.py", "");
+    d.write(&format!("root/vllm/{file}"), tree_text);
+    d.write(
+        "cat/fixes/x/fix.yaml",
+        format!(
+            "name: x\nsummary: s\nkind: correctness\nupstream: {{status: not-filed}}\nreleases:\n  v0.26.0:\n    patches:\n      - tree: vllm\n        file: vllm/{file}\n        patch: v0.26.0/p.patch\n        pristine_sha256: {}\n",
+            sha256(pristine.as_bytes())
+        ),
+    );
+    d.write("cat/fixes/x/v0.26.0/p.patch", patch);
+    d.write("cat/profiles/default.yaml", "name: default\ndescription: d\nfixes: [x]\n");
+    d
+}
+
+#[test]
+fn a_docstring_line_never_anchors_a_hunk() {
+    let method = |name: &str, doc: &str, body: &str| {
+        format!(
+            "    def {name}(self, logits):\n{doc}        logits = {body}(logits)\n        return sample(logits)\n\n"
+        )
+    };
+    let pristine = format!(
+        "class Sampler:\n{}{}    def other(self):\n        pass\n",
+        method("forward_native", "", "apply"),
+        method("forward_cpu", "", "apply_cpu")
+    );
+    // Upstream changed forward_native's body; forward_cpu now has the old lines, and its
+    // docstring quotes forward_native's signature on a line of its own.
+    let doc = "        \"\"\"Same as\n        def forward_native(self, logits):\n        but on the CPU.\"\"\"\n";
+    let tree = format!(
+        "class Sampler:\n{}{}    def other(self):\n        pass\n",
+        method("forward_native", "", "apply_native"),
+        method("forward_cpu", doc, "apply")
+    );
+    let patch = "--- a/vllm/s.py\n+++ b/vllm/s.py\n@@ -3,3 +3,3 @@ def forward_native(self, logits):\n         logits = apply(logits)\n-        return sample(logits)\n+        return fast_sample(logits)\n \n";
+    let d = one_fix("s.py", &pristine, patch, &tree);
+    let (out, _) = d.cmd().args(["--catalog", "cat", "--root", "root", "apply", "x"]).expect(2);
+    assert!(out.contains("drifted"), "{out}");
+    assert_eq!(d.read_string("root/vllm/s.py"), tree, "the forward_native hunk was written into forward_cpu");
+}
