@@ -111,3 +111,33 @@ fn a_docstring_line_never_anchors_a_hunk() {
     assert!(out.contains("drifted"), "{out}");
     assert_eq!(d.read_string("root/vllm/s.py"), tree, "the forward_native hunk was written into forward_cpu");
 }
+
+#[test]
+fn only_tree_does_not_bypass_the_revert_refusal() {
+    // fix-b requires fix-a and patches only vllm_gaudi; reverting fix-a with the vllm_gaudi
+    // tree left out must still see that fix-b is applied there.
+    let d = fixture();
+    let g = "def g():\n    return 1\n";
+    d.write("root/vllm_gaudi/__init__.py", "");
+    d.write("root/vllm_gaudi/g.py", g);
+    d.write(
+        "cat/fixes/fix-b/fix.yaml",
+        format!(
+            "name: fix-b\nsummary: mark g\nkind: performance\nupstream: {{status: not-filed}}\nrequires: [fix-a]\nreleases:\n  v0.26.0:\n    patches:\n      - tree: vllm_gaudi\n        file: vllm_gaudi/g.py\n        patch: v0.26.0/g.patch\n        pristine_sha256: {}\n",
+            sha256(g.as_bytes())
+        ),
+    );
+    d.write(
+        "cat/fixes/fix-b/v0.26.0/g.patch",
+        "--- a/vllm_gaudi/g.py\n+++ b/vllm_gaudi/g.py\n@@ -1,2 +1,3 @@\n def g():\n+    # fix-b\n     return 1\n",
+    );
+    d.cmd().args(with_fixture(&["apply", "fix-b"])).expect(0);
+    let before = d.snapshot("root");
+    let (_, err) = d.cmd().args(with_fixture(&["--only-tree", "vllm", "revert", "fix-a"])).expect(3);
+    assert!(err.contains("fix-b is applied and requires fix-a"), "{err}");
+    assert_eq!(d.snapshot("root"), before, "a refused revert wrote something");
+    // Not applied there: nothing to refuse.
+    d.cmd().args(with_fixture(&["--only-tree", "vllm_gaudi", "revert", "fix-b"])).expect(0);
+    d.cmd().args(with_fixture(&["--only-tree", "vllm", "revert", "fix-a"])).expect(0);
+    assert_eq!(d.read_string("root/vllm/mod.py"), PRISTINE);
+}
