@@ -141,3 +141,44 @@ fn only_tree_does_not_bypass_the_revert_refusal() {
     d.cmd().args(with_fixture(&["--only-tree", "vllm", "revert", "fix-a"])).expect(0);
     assert_eq!(d.read_string("root/vllm/mod.py"), PRISTINE);
 }
+
+fn mtime(path: &std::path::Path) -> std::time::SystemTime {
+    std::fs::metadata(path).unwrap().modified().unwrap()
+}
+
+/// `python3 -m compileall` on `dir`, as pip does at install time (false when there is no python3).
+fn compileall(dir: &std::path::Path) -> bool {
+    match std::process::Command::new("python3").args(["-m", "compileall", "-q"]).arg(dir).status() {
+        Ok(status) => {
+            assert!(status.success(), "compileall failed");
+            true
+        }
+        Err(_) => false,
+    }
+}
+
+#[test]
+fn revert_gives_back_the_bytecode_pip_compiled_valid_for_the_restored_source() {
+    let d = fixture();
+    // An install from a while ago: sources and their bytecode as pip left them.
+    let module = d.path().join("root/vllm/mod.py");
+    let old = std::time::SystemTime::now() - std::time::Duration::from_secs(86_400);
+    std::fs::File::options().write(true).open(&module).unwrap().set_modified(old).unwrap();
+    if !compileall(&d.path().join("root")) {
+        eprintln!("no python3: skipped");
+        return;
+    }
+    let installed = d.snapshot("root");
+    assert!(installed.keys().any(|k| k.starts_with("vllm/__pycache__/mod.")), "{installed:?}");
+    d.cmd().args(with_fixture(&["apply", "--profile", "performance"])).expect(0);
+    assert!(!d.snapshot("root").keys().any(|k| k.starts_with("vllm/__pycache__/mod.")), "stale bytecode kept");
+    // Python compiles the patched module when it is imported.
+    compileall(&d.path().join("root"));
+    d.cmd().args(with_fixture(&["revert", "--profile", "performance"])).expect(0);
+    let reverted = d.snapshot("root");
+    let differ: Vec<&String> =
+        installed.keys().chain(reverted.keys()).filter(|k| installed.get(*k) != reverted.get(*k)).collect();
+    assert!(differ.is_empty(), "the reverted tree is not what pip left; differs: {differ:?}");
+    // Valid for the restored source: Python checks the source's mtime (and size) recorded in it.
+    assert_eq!(mtime(&module), old, "the source's mtime was not restored, so its bytecode is stale");
+}
