@@ -182,3 +182,27 @@ fn revert_gives_back_the_bytecode_pip_compiled_valid_for_the_restored_source() {
     // Valid for the restored source: Python checks the source's mtime (and size) recorded in it.
     assert_eq!(mtime(&module), old, "the source's mtime was not restored, so its bytecode is stale");
 }
+
+#[test]
+fn a_probe_file_left_by_a_killed_apply_is_reported_and_removed() {
+    let d = fixture();
+    // What a SIGKILL in apply's probe step leaves beside the module: an empty temp file.
+    let probe = "root/vllm/.mod.py.gaudi-fixes.tmp";
+    for args in [
+        vec!["status"],
+        vec!["apply", "--check", "fix-a"],
+        vec!["diff", "fix-a"],
+        vec!["apply", "fix-a"],
+        vec!["revert", "fix-a"],
+    ] {
+        d.write(probe, "");
+        let code = if args.contains(&"--check") { 1 } else { 0 };
+        let (out, err) = d.cmd().args(with_fixture(&args)).expect(code);
+        assert!(
+            format!("{out}{err}").contains("a temp file left by a killed run"),
+            "{args:?} did not report the stale probe file: {out}{err}"
+        );
+        assert!(!d.path().join(probe).exists(), "{args:?} left the stale probe file");
+    }
+    assert_eq!(d.read_string("root/vllm/mod.py"), PRISTINE);
+}

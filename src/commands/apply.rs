@@ -62,6 +62,7 @@ pub fn run_select(global: &GlobalArgs, args: &SelectArgs, op: Op, command: &'sta
             ));
         }
     }
+    notes.extend(session.remove_stale_temp_files(&catalog)?);
     if op == Op::Revert {
         refuse_reverting_what_applied_fixes_require(&catalog, &names, &session)?;
     }
