@@ -206,3 +206,43 @@ fn a_probe_file_left_by_a_killed_apply_is_reported_and_removed() {
     }
     assert_eq!(d.read_string("root/vllm/mod.py"), PRISTINE);
 }
+
+#[test]
+fn concurrent_records_keep_every_entry() {
+    let d = fixture();
+    let edited = PRISTINE.replace("    b = a * 2\n", "    b = a * 5\n");
+    d.write("edited/vllm/mod.py", &edited);
+    let releases: Vec<String> = (27..35).map(|m| format!("v0.{m}.0")).collect();
+    let children: Vec<_> = releases
+        .iter()
+        .map(|r| {
+            std::process::Command::new(env!("CARGO_BIN_EXE_gaudi-fixes"))
+                .current_dir(d.path())
+                .env("NO_COLOR", "1")
+                .args([
+                    "--catalog",
+                    "cat",
+                    "record",
+                    "fix-a",
+                    "--release",
+                    r,
+                    "--pristine",
+                    "root",
+                    "--edited",
+                    "edited",
+                ])
+                .stdout(std::process::Stdio::piped())
+                .stderr(std::process::Stdio::piped())
+                .spawn()
+                .unwrap()
+        })
+        .collect();
+    for (r, child) in releases.iter().zip(children) {
+        let out = child.wait_with_output().unwrap();
+        assert!(out.status.success(), "record {r}: {}", String::from_utf8_lossy(&out.stderr));
+    }
+    let y = d.read_string("cat/fixes/fix-a/fix.yaml");
+    let lost: Vec<&String> = releases.iter().filter(|r| !y.contains(&format!("  {r}:\n"))).collect();
+    assert!(lost.is_empty(), "concurrent records lost {lost:?}:\n{y}");
+    d.cmd().args(["--catalog", "cat", "lint"]).expect(0);
+}

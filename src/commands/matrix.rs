@@ -179,7 +179,7 @@ pub fn run(global: &GlobalArgs, args: &MatrixArgs) -> Result<ExitStatus> {
     }
     progress.clear();
     if args.record {
-        record(global.catalog.as_deref().expect("checked above"), &catalog, &mut cells)?;
+        record(global.catalog.as_deref().expect("checked above"), &mut cells)?;
     }
     let status = if prepared.iter().any(|r| r.error.is_some()) { ExitStatus::Error } else { ExitStatus::Applied };
     if !global.quiet {
@@ -336,7 +336,11 @@ impl Drop for ScratchTree {
 }
 
 /// Add each release that applied exactly and passed to its variant's `verified:`.
-fn record(dir: &Path, catalog: &Catalog, cells: &mut [Cell]) -> Result<()> {
+fn record(dir: &Path, cells: &mut [Cell]) -> Result<()> {
+    // Under the catalogue's lock, from fix.yaml as it is now: another writer may have recorded
+    // or ported since this run loaded it.
+    let _lock = upkeep::lock_catalog(dir)?;
+    let catalog = &Catalog::load(Some(dir))?;
     let mut add: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
     for c in cells.iter().filter(|c| c.state == "applies" && c.tests == "passed" && !c.verified) {
         if let Some(v) = &c.variant {
