@@ -246,3 +246,40 @@ fn concurrent_records_keep_every_entry() {
     assert!(lost.is_empty(), "concurrent records lost {lost:?}:\n{y}");
     d.cmd().args(["--catalog", "cat", "lint"]).expect(0);
 }
+
+#[test]
+fn matrix_record_writes_only_releases_whose_both_halves_were_applied_and_tested() {
+    use std::os::unix::fs::PermissionsExt;
+    // fix-a patches vllm and vllm_gaudi; the cached release has no vllm_gaudi tree.
+    let d = fixture();
+    let g = "def g():\n    return 1\n";
+    let y = d.read_string("cat/fixes/fix-a/fix.yaml")
+        + &format!(
+            "      - tree: vllm_gaudi\n        file: vllm_gaudi/g.py\n        patch: v0.26.0/g.patch\n        pristine_sha256: {}\ntests: [test_a.py]\n",
+            sha256(g.as_bytes())
+        );
+    d.write("cat/fixes/fix-a/fix.yaml", y);
+    d.write(
+        "cat/fixes/fix-a/v0.26.0/g.patch",
+        "--- a/vllm_gaudi/g.py\n+++ b/vllm_gaudi/g.py\n@@ -1,2 +1,3 @@\n def g():\n+    # fix-a\n     return 1\n",
+    );
+    d.write("cat/fixes/fix-a/test_a.py", "def test_a():\n    pass\n");
+    let py = d.write(
+        "py",
+        "#!/bin/sh\nif [ \"$1\" = \"-c\" ]; then echo \"\"; exit 0; fi\necho \"1 passed in 0.01s\"; exit 0\n",
+    );
+    std::fs::set_permissions(&py, std::fs::Permissions::from_mode(0o755)).unwrap();
+    d.write("cache/upstream/v0.26.0/vllm/mod.py", PRISTINE);
+    d.write("cache/upstream/v0.26.0/vllm/_version.py", "__version__ = version = '0.26.0'\n");
+    let before = d.snapshot("cat");
+    d.cmd()
+        .args(["--catalog", "cat", "--python", "./py", "matrix", "--releases", "v0.26.0", "--fix", "fix-a", "--record"])
+        .env("GAUDI_FIXES_CACHE", d.path().join("cache"))
+        .output();
+    assert_eq!(
+        d.snapshot("cat"),
+        before,
+        "matrix --record wrote verified: for a release whose vllm_gaudi half was never applied or tested:\n{}",
+        d.read_string("cat/fixes/fix-a/fix.yaml")
+    );
+}
