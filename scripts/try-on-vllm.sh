@@ -39,7 +39,6 @@ run apply --check --profile "$PROFILE"
 run apply --profile "$PROFILE"
 mv "$tree/.orig" "$f"
 set -e
-find "$tree" -name __pycache__ -type d -prune -exec rm -rf {} +
 if diff -r "$pristine" "$tree" >/dev/null; then
   echo; echo "revert restored every byte of $REL ($tree)"
 else

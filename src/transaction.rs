@@ -13,7 +13,9 @@
 //!    the journal by renaming `journal.json.tmp` to `journal.json` in every involved root;
 //! 6. for each file: write a temp file beside it (`O_EXCL`, owner and permission bits of the
 //!    target), fsync, check the target still holds the bytes the plan was made from, rename
-//!    over it, fsync the directory; drop the module's stale `__pycache__` entries;
+//!    over it, fsync the directory; drop the module's stale `__pycache__` entries (an apply
+//!    that first changes a module keeps its `.pyc` files and the source's mtime under
+//!    `.gaudi-fixes/bytecode/`; the write that gives the source back restores both);
 //! 7. write the provenance record, then remove the journals, the saved copies and any state
 //!    directory left empty.
 //!
@@ -260,6 +262,19 @@ impl Dir {
         Ok(())
     }
 
+    /// Set `name`'s modification time (the entry itself, never a symlink's target).
+    fn set_mtime(&self, name: &OsStr, (sec, nsec): (i64, i64)) -> Result<()> {
+        let c = cname(name)?;
+        let times = [
+            libc::timespec { tv_sec: 0, tv_nsec: libc::UTIME_OMIT },
+            libc::timespec { tv_sec: sec as libc::time_t, tv_nsec: nsec as _ },
+        ];
+        // SAFETY: utimensat(2) relative to our directory fd, two valid timespecs.
+        cvt(unsafe { libc::utimensat(self.fd.as_raw_fd(), c.as_ptr(), times.as_ptr(), libc::AT_SYMLINK_NOFOLLOW) })
+            .with_context(|| format!("setting the time of {}", self.path(name).display()))?;
+        Ok(())
+    }
+
     /// The entry names of this directory.
     fn names(&self) -> Result<Vec<OsString>> {
         // Listing through /proc/self/fd reads exactly the directory we hold open.
@@ -284,11 +299,20 @@ struct Stat {
     gid: u32,
     dev: u64,
     ino: u64,
+    /// Modification time: seconds and nanoseconds.
+    mtime: (i64, i64),
 }
 
 impl From<&libc::stat> for Stat {
     fn from(st: &libc::stat) -> Stat {
-        Stat { mode: st.st_mode, uid: st.st_uid, gid: st.st_gid, dev: st.st_dev, ino: st.st_ino }
+        Stat {
+            mode: st.st_mode,
+            uid: st.st_uid,
+            gid: st.st_gid,
+            dev: st.st_dev,
+            ino: st.st_ino,
+            mtime: (st.st_mtime, st.st_mtime_nsec),
+        }
     }
 }
 
@@ -915,6 +939,7 @@ fn commit_locked(
 
     // Saved copies and journals. A failure here has written nothing in the tree proper.
     let mut created_state = Vec::new();
+    let mut stashed: Vec<(&Root, String)> = Vec::new();
     let staged = (|| -> Result<()> {
         for root in &involved {
             let (state, created) = root.dir.open_or_create_dir(OsStr::new(STATE_DIR))?;
@@ -925,6 +950,9 @@ fn commit_locked(
             for (i, t) in targets.iter().enumerate().filter(|(_, t)| t.root.id == root.id) {
                 saved.create_exclusive(OsStr::new(&format!("{i}.pre")), t.old, 0o600, None)?;
                 saved.create_exclusive(OsStr::new(&format!("{i}.post")), t.new, 0o600, None)?;
+                if operation == Action::Apply && stash_bytecode(&state, t)? {
+                    stashed.push((*root, t.rel.clone()));
+                }
             }
             saved.sync()?;
         }
@@ -943,6 +971,9 @@ fn commit_locked(
                 let _ = state.unlink(OsStr::new(JOURNAL));
                 let _ = state.unlink(&temp_name(OsStr::new(JOURNAL)));
                 let _ = remove_saved(&state);
+                for (_, rel) in stashed.iter().filter(|(r, _)| r.id == root.id) {
+                    let _ = drop_stash(&state, rel);
+                }
             }
             root.dir.rmdir_if_empty(OsStr::new(STATE_DIR));
         }
@@ -960,10 +991,17 @@ fn commit_locked(
         }
         for t in &targets {
             drop_stale_bytecode(&t.dir, &t.name)?;
+            restore_bytecode(t)?;
         }
         write_provenance(&records)
     })();
     if let Err(err) = written {
+        // The tree goes back to how it was, with its bytecode where it was: no stash needed.
+        for (root, rel) in &stashed {
+            if let Ok(Some(state)) = state_dir(&root.dir) {
+                let _ = drop_stash(&state, rel);
+            }
+        }
         return Err(rollback(&targets, renamed, &records, &old_provenance, &involved, err));
     }
     fault("before-journal-remove");
@@ -1183,6 +1221,132 @@ fn drop_stale_bytecode(dir: &Dir, name: &OsStr) -> Result<()> {
         }
     }
     Ok(())
+}
+
+// ---------------------------------------------------------------------------------------------
+// The compiled bytecode a tree had: kept at the first apply, given back when the source is.
+// ---------------------------------------------------------------------------------------------
+
+/// Where a module's bytecode is kept, under the state directory: `bytecode/<key>/` holding
+/// `source.json` ([`Stashed`]) and the `.pyc` files as they were in `__pycache__`.
+const BYTECODE: &str = "bytecode";
+const STASH_RECORD: &str = "source.json";
+
+/// The source a stash belongs to: its bytes' hash and modification time, and the `.pyc` files
+/// kept (name, permission bits). The `.pyc` files were valid for exactly that source.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+struct Stashed {
+    path: String,
+    sha256: String,
+    mtime: (i64, i64),
+    pyc: Vec<(String, u32)>,
+}
+
+fn stash_key(rel: &str) -> OsString {
+    OsString::from(&sha256_hex(rel.as_bytes())[..32])
+}
+
+/// The `__pycache__/<module>.*.pyc` names of the module `name` in `cache`.
+fn bytecode_names(cache: &Dir, name: &OsStr) -> Result<Vec<OsString>> {
+    let Some(stem) = Path::new(name).file_stem() else { return Ok(Vec::new()) };
+    let mut prefix = stem.as_bytes().to_vec();
+    prefix.push(b'.');
+    let mut names: Vec<OsString> = cache
+        .names()?
+        .into_iter()
+        .filter(|e| e.as_bytes().starts_with(&prefix) && e.as_bytes().ends_with(b".pyc"))
+        .collect();
+    names.sort();
+    Ok(names)
+}
+
+/// Before an apply first changes a module, keep its source's mtime and its `.pyc` files (what
+/// pip compiled), so the revert that gives the source back leaves the tree as it was. Only the
+/// first state is kept: bytecode of an already patched source is a cache Python rebuilds.
+/// Returns whether a stash was made.
+fn stash_bytecode(state: &Dir, t: &Target<'_>) -> Result<bool> {
+    let (stash, _) = state.open_or_create_dir(OsStr::new(BYTECODE))?;
+    let key = stash_key(&t.rel);
+    if let Some(entry) = stash.open_dir(&key)? {
+        if entry.read(OsStr::new(STASH_RECORD))?.is_some() {
+            return Ok(false);
+        }
+        // Left half-made by a killed run: make it again.
+        drop_stash(state, &t.rel)?;
+    }
+    let st = t.dir.lstat(&t.name)?.with_context(|| format!("{}: vanished", t.shown().display()))?;
+    let (entry, _) = stash.open_or_create_dir(&key)?;
+    let mut pyc = Vec::new();
+    if let Some(cache) = t.dir.open_dir(OsStr::new("__pycache__"))? {
+        for name in bytecode_names(&cache, &t.name)? {
+            let Some(bytes) = cache.read(&name)? else { continue };
+            let mode = cache.lstat(&name)?.map_or(0o644, |s| s.mode & 0o777);
+            entry.create_exclusive(&name, &bytes, 0o600, None)?;
+            pyc.push((name.to_string_lossy().into_owned(), mode));
+        }
+    }
+    let record = Stashed { path: t.rel.clone(), sha256: sha256_hex(t.old), mtime: st.mtime, pyc };
+    let bytes = serde_json::to_vec_pretty(&record).context("serialising a bytecode record")?;
+    entry.create_exclusive(OsStr::new(STASH_RECORD), &bytes, 0o600, None)?;
+    entry.sync()?;
+    Ok(true)
+}
+
+/// Remove the stash of `rel` (and the bytecode directory when it is left empty).
+fn drop_stash(state: &Dir, rel: &str) -> Result<()> {
+    let Some(stash) = state.open_dir(OsStr::new(BYTECODE))? else { return Ok(()) };
+    let key = stash_key(rel);
+    if let Some(entry) = stash.open_dir(&key)? {
+        for name in entry.names()? {
+            entry.unlink(&name)?;
+        }
+    }
+    stash.rmdir_if_empty(&key);
+    state.rmdir_if_empty(OsStr::new(BYTECODE));
+    Ok(())
+}
+
+/// When a target now holds the source a stash was made from, give it back its mtime and the
+/// `.pyc` files still valid for it (a timestamp `.pyc` records the source's mtime and size),
+/// then drop the stash.
+fn restore_bytecode(t: &Target<'_>) -> Result<()> {
+    let Some(state) = state_dir(&t.root.dir)? else { return Ok(()) };
+    let Some(stash) = state.open_dir(OsStr::new(BYTECODE))? else { return Ok(()) };
+    let Some(entry) = stash.open_dir(&stash_key(&t.rel))? else { return Ok(()) };
+    let Some(bytes) = entry.read(OsStr::new(STASH_RECORD))? else { return Ok(()) };
+    let Ok(record) = serde_json::from_slice::<Stashed>(&bytes) else { return drop_stash(&state, &t.rel) };
+    let now = t.dir.read(&t.name)?.unwrap_or_default();
+    if record.path != t.rel || record.sha256 != sha256_hex(&now) {
+        return Ok(());
+    }
+    t.dir.set_mtime(&t.name, record.mtime)?;
+    let size = now.len() as u64;
+    let valid = |pyc: &[u8]| {
+        let word = |i: usize| pyc.get(i..i + 4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+        match word(4) {
+            // Hash-based: checked against the source's bytes, which are the stashed ones.
+            Some(flags) if flags & 1 == 1 => true,
+            Some(0) => word(8) == Some(record.mtime.0 as u32) && word(12) == Some(size as u32),
+            _ => false,
+        }
+    };
+    if !record.pyc.is_empty() {
+        let (cache, _) = t.dir.open_or_create_dir(OsStr::new("__pycache__"))?;
+        for (name, mode) in &record.pyc {
+            let name = OsStr::new(name);
+            if Path::new(name).components().count() != 1 {
+                continue;
+            }
+            if let Some(pyc) = entry.read(name)? {
+                if valid(&pyc) {
+                    cache.create_exclusive(name, &pyc, *mode, Some(t.owner))?;
+                }
+            }
+        }
+        cache.sync()?;
+    }
+    drop_stash(&state, &t.rel)
 }
 
 fn now_nanos() -> u128 {

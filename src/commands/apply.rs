@@ -11,6 +11,7 @@ use crate::plan::{self, Action, FixState, Op};
 use crate::provenance;
 use crate::report::{self, outcome::Mode, outcome::RunOutcome};
 use crate::transaction;
+use crate::tree::TreeFilter;
 
 /// Run `apply`.
 pub fn run(global: &GlobalArgs, args: &SelectArgs) -> Result<ExitStatus> {
@@ -61,6 +62,7 @@ pub fn run_select(global: &GlobalArgs, args: &SelectArgs, op: Op, command: &'sta
             ));
         }
     }
+    notes.extend(session.remove_stale_temp_files(&catalog)?);
     if op == Op::Revert {
         refuse_reverting_what_applied_fixes_require(&catalog, &names, &session)?;
     }
@@ -95,27 +97,41 @@ pub fn run_select(global: &GlobalArgs, args: &SelectArgs, op: Op, command: &'sta
     Ok(status)
 }
 
-/// A revert of a fix that an applied fix outside the selection requires is an error (exit 3,
-/// nothing written): the dependant would be left applied without what makes it sound.
+/// A revert of a fix that a fix outside the selection requires is an error (exit 3, nothing
+/// written) unless that dependant is known not to be applied: it would be left applied without
+/// what makes it sound. Dependants are judged on every tree found, a tree left out with
+/// `--only-tree` too (read, never written), and any state but not-applied counts: drifted may
+/// be partly applied, skipped or error was not seen.
 fn refuse_reverting_what_applied_fixes_require(catalog: &Catalog, names: &[String], session: &Session) -> Result<()> {
     let dependants = catalog.dependants(names);
     if dependants.is_empty() {
         return Ok(());
     }
     let fixes: Vec<&Fix> = dependants.iter().map(|(fix, _)| *fix).collect();
-    let reports = plan::plan(&fixes, &session.trees, &session.filter, Op::Status)?.reports;
-    let applied: Vec<(&str, &str)> = reports
+    let reports = plan::plan(&fixes, &session.trees, &TreeFilter::all(), Op::Status)?.reports;
+    let applied: Vec<(&str, FixState, &str)> = reports
         .iter()
         .zip(&dependants)
-        .filter(|(report, _)| report.state == FixState::Applied)
-        .map(|(report, (_, needed))| (report.name.as_str(), needed.as_str()))
+        .filter(|(report, _)| report.state != FixState::NotApplied)
+        .map(|(report, (_, needed))| (report.name.as_str(), report.state, needed.as_str()))
         .collect();
     if applied.is_empty() {
         return Ok(());
     }
-    let why: Vec<String> =
-        applied.iter().map(|(dep, needed)| format!("{dep} is applied and requires {needed}")).collect();
-    let mut both: Vec<&str> = applied.iter().map(|(dep, _)| *dep).collect();
+    let why: Vec<String> = applied
+        .iter()
+        .map(|(dep, state, needed)| match state {
+            FixState::Applied => format!("{dep} is applied and requires {needed}"),
+            FixState::Error => {
+                format!("{dep}, which requires {needed}, could not be judged (a tree it needs was not found)")
+            }
+            _ => format!(
+                "{dep} is {} (not known to be unapplied) and requires {needed}",
+                state.as_str().replace('-', " ")
+            ),
+        })
+        .collect();
+    let mut both: Vec<&str> = applied.iter().map(|(dep, _, _)| *dep).collect();
     both.extend(names.iter().map(String::as_str));
     both.dedup();
     anyhow::bail!(

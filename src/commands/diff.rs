@@ -16,6 +16,7 @@ pub fn run(global: &GlobalArgs, name: &str) -> Result<ExitStatus> {
     let catalog = Catalog::load(global.catalog.as_deref())?;
     let fix = catalog.fix(name)?;
     let session = Session::open(global, Access::Read)?;
+    let notes = session.remove_stale_temp_files(&catalog)?;
     let report = if session.roots.is_empty() {
         None
     } else {
@@ -44,7 +45,7 @@ pub fn run(global: &GlobalArgs, name: &str) -> Result<ExitStatus> {
         reports: report.into_iter().collect(),
         written: Vec::new(),
         would_write: 0,
-        notes: Vec::new(),
+        notes,
         nothing_selected: false,
     };
     report::emit(global.quiet, |out| {

@@ -19,7 +19,7 @@ use crate::cli::{Format, GlobalArgs, MatrixArgs};
 use crate::discover::{self, Tree, Trees};
 use crate::exit_status::ExitStatus;
 use crate::plan::ReasonCode;
-use crate::plan::{self, FixState, Op};
+use crate::plan::{self, FileOutcome, FixState, Op};
 use crate::report::progress::Progress;
 use crate::tree::{TreeFilter, TreeName};
 use crate::upkeep::{self, upstream, yaml_edit};
@@ -45,6 +45,10 @@ pub struct Cell {
     pub verified: bool,
     /// `--record` added the release to the variant's `verified:`.
     pub recorded: bool,
+    /// Every file of the variant was judged in a tree found (none left out, none in a missing
+    /// tree): only then did the apply and the tests cover both halves, and `--record` may write.
+    #[serde(skip)]
+    pub whole: bool,
 }
 
 /// One release's trees.
@@ -179,7 +183,7 @@ pub fn run(global: &GlobalArgs, args: &MatrixArgs) -> Result<ExitStatus> {
     }
     progress.clear();
     if args.record {
-        record(global.catalog.as_deref().expect("checked above"), &catalog, &mut cells)?;
+        record(global.catalog.as_deref().expect("checked above"), &mut cells)?;
     }
     let status = if prepared.iter().any(|r| r.error.is_some()) { ExitStatus::Error } else { ExitStatus::Applied };
     if !global.quiet {
@@ -217,6 +221,7 @@ fn error_cell(fix: &Fix, release: &str, message: &str) -> Cell {
         tests_summary: None,
         verified: false,
         recorded: false,
+        whole: false,
     }
 }
 
@@ -269,6 +274,7 @@ fn evaluate_cell(
         tests_summary: None,
         verified,
         recorded: false,
+        whole: report.files.iter().all(|f| !matches!(f.state, FileOutcome::Skipped | FileOutcome::NoTree)),
     };
     if report.state != FixState::NotApplied {
         return Ok(cell);
@@ -336,9 +342,13 @@ impl Drop for ScratchTree {
 }
 
 /// Add each release that applied exactly and passed to its variant's `verified:`.
-fn record(dir: &Path, catalog: &Catalog, cells: &mut [Cell]) -> Result<()> {
+fn record(dir: &Path, cells: &mut [Cell]) -> Result<()> {
+    // Under the catalogue's lock, from fix.yaml as it is now: another writer may have recorded
+    // or ported since this run loaded it.
+    let _lock = upkeep::lock_catalog(dir)?;
+    let catalog = &Catalog::load(Some(dir))?;
     let mut add: BTreeMap<(String, String), Vec<String>> = BTreeMap::new();
-    for c in cells.iter().filter(|c| c.state == "applies" && c.tests == "passed" && !c.verified) {
+    for c in cells.iter().filter(|c| c.state == "applies" && c.tests == "passed" && c.whole && !c.verified) {
         if let Some(v) = &c.variant {
             add.entry((c.fix.clone(), v.clone())).or_default().push(c.release.clone());
         }

@@ -22,6 +22,7 @@ use crate::upkeep::{self, merge, upstream, NewFile};
 /// Run `port`.
 pub fn run(global: &GlobalArgs, args: &PortArgs) -> Result<ExitStatus> {
     let dir = upkeep::writable_catalog(global.catalog.as_deref(), "port")?;
+    let _lock = upkeep::lock_catalog(&dir)?;
     let catalog = Catalog::load(Some(&dir))?;
     let fix = catalog.fix(&args.fix)?;
     let release = upstream::release_tag(&args.release)?;

@@ -27,6 +27,7 @@ pub fn fix_files(fix: &crate::catalog::Fix) -> Vec<(TreeName, String)> {
 /// Run `record`.
 pub fn run(global: &GlobalArgs, args: &RecordArgs) -> Result<ExitStatus> {
     let dir = upkeep::writable_catalog(global.catalog.as_deref(), "record")?;
+    let _lock = upkeep::lock_catalog(&dir)?;
     let catalog = Catalog::load(Some(&dir))?;
     let fix = catalog.fix(&args.fix)?;
     let release = upstream::release_tag(&args.release)?;

@@ -2,10 +2,12 @@
 //! the trees found, the roots this run may touch (`--only-tree`), their locks, and what an
 //! interrupted run left behind. One place instead of helpers borrowed from `apply`.
 
-use std::collections::BTreeMap;
+use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
-use anyhow::Result;
+use anyhow::{Context, Result};
+
+use crate::catalog::Catalog;
 
 use crate::cli::GlobalArgs;
 use crate::discover::{self, Trees};
@@ -54,6 +56,34 @@ impl Session {
             }
         }
         Ok(found)
+    }
+
+    /// Remove the temp files a killed run left beside the files the catalogue patches
+    /// (`.<file>.gaudi-fixes.tmp`, from the probe or the write step), in the roots this run
+    /// locked; a sentence each. Safe under a shared lock too: a writer holds its lock
+    /// exclusively while its temp files exist, so any found now are stale.
+    pub fn remove_stale_temp_files(&self, catalog: &Catalog) -> Result<Vec<String>> {
+        let mut notes = Vec::new();
+        let mut seen = BTreeSet::new();
+        for vp in catalog.fixes.iter().flat_map(|f| &f.variants).flat_map(|v| &v.patches) {
+            let Some(tree) = self.trees.get(vp.tree).filter(|t| self.filter.includes(t.name)) else { continue };
+            let tmp = transaction::temp_path(&tree.root.join(&vp.file));
+            if !seen.insert(tmp.clone()) {
+                continue;
+            }
+            let Ok(meta) = std::fs::symlink_metadata(&tmp) else { continue };
+            // Only inside the tree (no symlinked directory on the way out of it), never a directory.
+            let inside = match (tmp.parent().map(std::fs::canonicalize), std::fs::canonicalize(&tree.root)) {
+                (Some(Ok(dir)), Ok(root)) => dir.starts_with(root),
+                _ => false,
+            };
+            if meta.is_dir() || !inside {
+                continue;
+            }
+            std::fs::remove_file(&tmp).with_context(|| format!("removing the stale temp file {}", tmp.display()))?;
+            notes.push(format!("removed {}, a temp file left by a killed run", tmp.display()));
+        }
+        Ok(notes)
     }
 
     /// Each root's provenance record as it is now (none where gaudi-fixes never wrote one).

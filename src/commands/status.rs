@@ -33,6 +33,7 @@ pub fn run(global: &GlobalArgs) -> Result<ExitStatus> {
         Vec::new()
     } else {
         let plan = plan::plan(&all, &session.trees, &session.filter, Op::Status)?;
+        notes.extend(session.remove_stale_temp_files(&catalog)?);
         notes.extend(provenance::disagreements(&plan.reports, &session.provenance()?)?);
         plan.reports
     };

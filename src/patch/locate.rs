@@ -91,15 +91,72 @@ fn indent(line: &str) -> usize {
     line.len() - line.trim_start().len()
 }
 
+/// Which of `lines` begin a logical line of code: not inside a string (a docstring's lines),
+/// a bracket, or after a backslash continuation. Only such a line can open a definition or
+/// say what scope the code is in; a docstring line that reads `def forward_native(` is text.
+fn statement_starts(lines: &[String]) -> Vec<bool> {
+    let mut out = Vec::with_capacity(lines.len());
+    // The open triple-quoted string's quote, if any; bracket depth; a trailing backslash.
+    let mut triple: Option<char> = None;
+    let mut depth = 0usize;
+    let mut continued = false;
+    for line in lines {
+        out.push(triple.is_none() && depth == 0 && !continued);
+        continued = false;
+        let chars: Vec<char> = line.chars().collect();
+        let mut i = 0;
+        while i < chars.len() {
+            let c = chars[i];
+            if let Some(q) = triple {
+                if c == '\\' {
+                    i += 2;
+                    continue;
+                }
+                if c == q && chars.get(i + 1) == Some(&q) && chars.get(i + 2) == Some(&q) {
+                    triple = None;
+                    i += 3;
+                    continue;
+                }
+                i += 1;
+                continue;
+            }
+            match c {
+                '#' => break,
+                '(' | '[' | '{' => depth += 1,
+                ')' | ']' | '}' => depth = depth.saturating_sub(1),
+                '\\' if i + 1 == chars.len() => continued = true,
+                '"' | '\'' => {
+                    if chars.get(i + 1) == Some(&c) && chars.get(i + 2) == Some(&c) {
+                        triple = Some(c);
+                        i += 3;
+                        continue;
+                    }
+                    // A one-line string: skip to its closing quote (or the line's end).
+                    i += 1;
+                    while i < chars.len() && chars[i] != c {
+                        i += if chars[i] == '\\' { 2 } else { 1 };
+                    }
+                }
+                _ => {}
+            }
+            i += 1;
+        }
+    }
+    out
+}
+
 /// The definitions that can anchor a hunk whose image starts at `start`, trimmed: the enclosing
 /// ones (the nearest preceding line of smaller indentation than the first non-blank line that
 /// opens a `def`/`class`, then its own enclosing ones, outwards), then the nearest preceding
 /// `def`/`class` line of any indentation (what `git diff` writes with the Python diff driver).
+/// Only lines of code count: not a docstring's or another string's lines, nor comments.
 pub fn anchors_at(lines: &[String], start: usize) -> Vec<&str> {
     let mut out = Vec::new();
-    let first = lines[start.min(lines.len())..].iter().find(|l| !l.trim().is_empty());
+    let start = start.min(lines.len());
+    let code = statement_starts(&lines[..start]);
+    let first = lines[start..].iter().find(|l| !l.trim().is_empty());
     let mut bound = first.map_or(usize::MAX, |l| indent(l));
-    for line in lines[..start.min(lines.len())].iter().rev() {
+    for (line, _) in lines[..start].iter().zip(&code).rev().filter(|(_, code)| **code) {
         // Blank lines, and the closing bracket of a multi-line signature or call (as deep as
         // its `def`), say nothing about scope.
         if line.trim().is_empty() || line.trim_start().starts_with([')', ']', '}']) {
@@ -116,7 +173,7 @@ pub fn anchors_at(lines: &[String], start: usize) -> Vec<&str> {
             }
         }
     }
-    if let Some(line) = lines[..start.min(lines.len())].iter().rev().find(|l| opens_definition(l)) {
+    if let Some((line, _)) = lines[..start].iter().zip(&code).rev().find(|(l, code)| **code && opens_definition(l)) {
         out.push(line.trim());
     }
     out
@@ -238,6 +295,27 @@ mod tests {
             .map(|s| s.to_string())
             .collect();
         assert_eq!(enclosing_name(&lines, 4).as_deref(), Some("f"));
+    }
+
+    #[test]
+    fn string_and_comment_lines_are_not_definitions() {
+        let lines: Vec<String> = [
+            "def forward_cpu(x):",
+            "    \"\"\"Like",
+            "def forward_native(x):",
+            "    but on the CPU.\"\"\"",
+            "    s = '''x''' + \"#\"  # def no(",
+            "    y = (1,",
+            "def inside_brackets(",
+            "    ))",
+            "    return x",
+        ]
+        .iter()
+        .map(|s| s.to_string())
+        .collect();
+        assert_eq!(statement_starts(&lines), [true, true, false, false, true, true, false, false, true]);
+        assert_eq!(anchors_at(&lines, 8), vec!["def forward_cpu(x):", "def forward_cpu(x):"]);
+        assert!(!anchor_matches("def forward_native(x):", &lines, 8));
     }
 
     #[test]

@@ -174,13 +174,27 @@ fn evaluate_found<'f>(
             return Ok((report, None));
         }
     }
-    // A pristine tree is the strongest evidence; then any clean variant, in manifest order.
-    let best = candidates
-        .iter()
-        .enumerate()
-        .filter(|(_, c)| c.clean.is_some())
-        .min_by_key(|(i, c)| (!c.pristine, !hint_matches(&c.variant.release), *i));
+    // A pristine tree is the strongest evidence; then a variant that is applied (once the
+    // file is edited, another variant's older context may still be there, not applied: picking
+    // it would report the fix not applied and let a second apply write it on top); then any
+    // clean variant, the version hint first, in manifest order.
+    let best =
+        candidates.iter().enumerate().filter(|(_, c)| c.clean.is_some()).min_by_key(|(i, c)| {
+            (!c.pristine, c.clean != Some(FixState::Applied), !hint_matches(&c.variant.release), *i)
+        });
     if let Some((_, c)) = best {
+        if c.clean == Some(FixState::Applied) {
+            if let Some((file, other)) = second_variant_applied(fix, c.variant, trees, only, ws)? {
+                report.state = FixState::Drifted;
+                report.variant = Some(c.variant.release.clone());
+                report.files = c.files.clone();
+                report.message = Some(format!(
+                    "{file} carries the edits of two variants of this fix ({} and {other}): revert one by hand, or restore the pristine file and apply again",
+                    c.variant.release,
+                ));
+                return Ok((report, None));
+            }
+        }
         report.state = c.clean.expect("filtered");
         report.variant = Some(c.variant.release.clone());
         report.files = c.files.clone();
@@ -219,6 +233,37 @@ fn evaluate_found<'f>(
         });
     }
     Ok((report, None))
+}
+
+/// Whether a file that `applied` is applied to also carries another variant's edits (what a
+/// second apply wrote on top, choosing the other variant): that variant's post-image is still
+/// found once `applied`'s hunks are reverted. A variant whose patch for the file is the same
+/// (or whose post-image is only `applied`'s own lines) is not found then. Returns the first
+/// such file and the other variant's release.
+fn second_variant_applied(
+    fix: &Fix,
+    applied: &Variant,
+    trees: &Trees,
+    only: &TreeFilter,
+    ws: &mut Workspace,
+) -> Result<Option<(String, String)>> {
+    for vp in applied.patches.iter().filter(|vp| only.includes(vp.tree)) {
+        let Some(tree) = trees.get(vp.tree) else { continue };
+        let Some(loaded) = ws.get(tree, &vp.file)? else { continue };
+        let text = loaded.text.clone();
+        let eval = state::evaluate(&vp.diff, &text);
+        let Some(reverted) = state::revert(&vp.diff, &text, &eval) else { continue };
+        for other in fix.variants.iter().filter(|v| !v.upstreamed && v.release != applied.release) {
+            for op in other.patches.iter().filter(|op| op.tree == vp.tree && op.file == vp.file && op.diff != vp.diff) {
+                if state::evaluate(&op.diff, &text).state == FileState::Applied
+                    && state::evaluate(&op.diff, &reverted).state == FileState::Applied
+                {
+                    return Ok(Some((vp.file.clone(), other.release.clone())));
+                }
+            }
+        }
+    }
+    Ok(None)
 }
 
 /// When a drifted fix patches a file an earlier fix of this run already edited (under this

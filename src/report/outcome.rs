@@ -116,6 +116,7 @@ fn human_status(out: &mut dyn Write, o: &RunOutcome) -> Result<()> {
 fn human_diff(out: &mut dyn Write, o: &RunOutcome) -> Result<()> {
     if let Some(r) = o.reports.first() {
         human::trees(out, &o.trees)?;
+        notes(out, &o.notes)?;
         human::fix(out, r, true)?;
     }
     Ok(())

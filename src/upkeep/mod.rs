@@ -195,6 +195,13 @@ pub fn write_variant(dir: &Path, catalog: &Catalog, fix: &Fix, release: &str, fi
     Ok(written)
 }
 
+/// Lock the catalogue directory `dir` for a writer (`record`, `port`, `matrix --record`), as a
+/// tree is locked: one writer at a time, and a writer that has to wait says who holds it. What
+/// the writer changes is read under the lock, so two writers never lose each other's edits.
+pub fn lock_catalog(dir: &Path) -> Result<crate::transaction::TreeLocks> {
+    crate::transaction::lock(&[dir.to_path_buf()], true)
+}
+
 /// Read `file` under the tree root `root`, or say which tree lacks it.
 pub fn read_in(root: &Path, file: &str, what: &str) -> Result<Vec<u8>> {
     let path = root.join(file);

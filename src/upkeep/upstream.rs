@@ -210,7 +210,10 @@ pub fn link_copy(src: &Path, dest: &Path) -> Result<()> {
 
 /// Replace `path` with `bytes` without writing through a hard link.
 pub fn replace_file(path: &Path, bytes: &[u8]) -> Result<()> {
-    let tmp = path.with_extension("gaudi-fixes-tmp");
+    // A name of this run's own: two writers never share (or remove) each other's temp file.
+    let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+    let name = path.file_name().map_or_else(String::new, |n| n.to_string_lossy().into_owned());
+    let tmp = path.with_file_name(format!(".{name}.{}-{nanos}.gaudi-fixes-tmp", std::process::id()));
     std::fs::write(&tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;
     std::fs::rename(&tmp, path).with_context(|| format!("replacing {}", path.display()))?;
     Ok(())
