@@ -17,6 +17,10 @@ The subset sampler is checked against the stock functions of the same file
 * greedy rows (top_k = vocab in a batch whose window comes from the sampled rows) keep
   the fast path; fallbacks; no device reads; torch.compile graphs per window;
 * mutants: broken copies of the patched source must each be rejected by the checks.
+* on the device: the fast path's aten ops (with input dtypes), recorded through the real
+  forward_native, must all be in device_ops.txt (each with its gaudi-pytorch-bridge evidence),
+  with no host sync and no data-dependent shape; sources that bring back searchsorted,
+  aten.index, a reinterpreted bool, int64 ids, a sync or a nonzero must fail that audit.
 
 With ``vllm_gaudi/`` next to ``vllm/``: the input batch attaches the window computed from
 the rows that sample, and the sampler warm-up lists a top_k for each window.
