@@ -8,10 +8,16 @@ CUDA/CPU/XPU/ROCm, no Triton) so forward_native takes the same branch as on Gaud
 patched sampler gets the window hint that vllm_gaudi's input batch attaches.
 
     python scripts/bench-topk-subset.py --stock-root STOCK --patched-root PATCHED \\
-        [--baseline-root OLD]   # another patched tree (e.g. the fix's v1), timed alongside
+        [--baseline-root [NAME=]OLD ...]   # other patched trees (e.g. the fix's v1), timed alongside
+        [--first-shape-only] [--repeats N]
 
 Speed: the first shape is the issue's (B=256, V=151936, top_k=50, top_p=0.9); the others
-have top_k uniform in [1, 1024] and top_p uniform in (0.5, 1).
+have top_k uniform in [1, 1024] and top_p uniform in (0.5, 1). Beside the samplers it times
+two floors on the same logits: a bare `logits.topk(K)` (the one op the fast path cannot do
+without) and `logits.amax(-1)` (one read of the logits, the cheapest vocabulary-wide pass),
+and prints every sampler's time as a multiple of the bare topk. Everything is interleaved
+(each repeat calls every function in turn), so the ratios are comparable on a loaded machine;
+the load average (os.getloadavg) is printed before and after.
 
 Reach (--reach, needs vllm_gaudi/ in the patched tree): batches of B requests, every
 request top_k 20 (--reach-top-k), a share greedy (stored by vllm_gaudi as top_k = vocab,
@@ -26,6 +32,7 @@ from __future__ import annotations
 
 import argparse
 import ast
+import os
 import statistics
 import sys
 import time
@@ -90,15 +97,21 @@ def bench(args) -> None:
     samplers["patched"] = patched.TopKTopPSampler()
     if not samplers["patched"].topk_subset_enabled:
         sys.exit("bench-topk-subset: GAUDI_FIXES_TOPK_SUBSET=0 is set; unset it to time the fix")
-    if args.baseline_root:
-        samplers["baseline"] = load_sampler(args.baseline_root, "bench_topk_baseline").TopKTopPSampler()
+    for i, spec in enumerate(args.baseline_root or []):
+        name, _, root = spec.rpartition("=")
+        name = name or ("baseline" if i == 0 else f"baseline{i + 1}")
+        samplers[name] = load_sampler(Path(root), f"bench_topk_{name}").TopKTopPSampler()
 
     names = list(samplers)
-    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, median of {args.repeats} calls, interleaved")
-    print(f"{'B':>4} {'V':>7} {'top_k':>9} {'top_p':>9} {'K':>5} " + " ".join(f"{n + ' s':>10}" for n in names)
-          + " " + " ".join(f"{'stock/' + n:>16}" for n in names[1:]))
+    floors = ("topk(K)", "amax")
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, median of {args.repeats} calls, interleaved; "
+          f"load average before {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"{'B':>4} {'V':>7} {'top_k':>9} {'top_p':>9} {'K':>5} "
+          + " ".join(f"{n + ' s':>12}" for n in names + list(floors))
+          + " " + " ".join(f"{'stock/' + n:>16}" for n in names[1:])
+          + " " + " ".join(f"{n + '/topk':>14}" for n in names[1:] + ["amax"]))
     gen = torch.Generator().manual_seed(args.seed)
-    for batch, vocab, top_k, top_p in SHAPES:
+    for batch, vocab, top_k, top_p in SHAPES[:1] if args.first_shape_only else SHAPES:
         logits = torch.randn(batch, vocab, generator=gen) * 3.0
         if top_k is None:
             k = torch.randint(1, 1025, (batch,), generator=gen, dtype=torch.int32)
@@ -114,12 +127,17 @@ def bench(args) -> None:
             sys.exit("bench-topk-subset: the patched sampler drew a token outside top-k")
 
         fns = [lambda x, s=s, kk=(k if n == "stock" else hk): s.forward_native(x, {}, kk, p) for n, s in samplers.items()]
+        window = window_for(int(k.max()))
+        fns += [lambda x, w=window: x.topk(w, dim=-1), lambda x: x.amax(dim=-1)]
         secs = median_seconds(fns, logits, args.repeats)
+        topk_s = secs[len(names)]
         print(
-            f"{batch:>4} {vocab:>7} {top_k or '[1,1024]':>9} {top_p or '(0.5,1)':>9} {window_for(int(k.max())):>5} "
-            + " ".join(f"{s:>10.4f}" for s in secs)
-            + " " + " ".join(f"{secs[0] / s:>15.1f}x" for s in secs[1:])
+            f"{batch:>4} {vocab:>7} {top_k or '[1,1024]':>9} {top_p or '(0.5,1)':>9} {window:>5} "
+            + " ".join(f"{s:>12.4f}" for s in secs)
+            + " " + " ".join(f"{secs[0] / s:>15.1f}x" for s in secs[1 : len(names)])
+            + " " + " ".join(f"{s / topk_s:>13.2f}x" for s in secs[1 : len(names)] + [secs[-1]])
         )
+    print(f"load average after {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
 def load_input_batch_helper(root: Path):
@@ -147,8 +165,9 @@ def reach(args) -> None:
     import numpy as np
 
     trees = {"patched": args.patched_root}
-    if args.baseline_root:
-        trees = {"baseline": args.baseline_root, **trees}
+    for i, spec in enumerate(args.baseline_root or []):
+        name, _, root = spec.rpartition("=")
+        trees = {name or ("baseline" if i == 0 else f"baseline{i + 1}"): Path(root), **trees}
     vocab = 151936
     rng = np.random.default_rng(args.seed)
     print(f"reach: every request top_k {args.reach_top_k}, {args.greedy:.0%} greedy, {args.seeded:.0%} seeded, "
@@ -182,8 +201,10 @@ def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--stock-root", type=Path, help="directory holding the stock vllm/")
     parser.add_argument("--patched-root", type=Path, required=True, help="directory holding the patched vllm/")
-    parser.add_argument("--baseline-root", type=Path, help="another patched tree to compare (e.g. the fix's v1)")
+    parser.add_argument("--baseline-root", action="append", metavar="[NAME=]ROOT",
+                        help="another patched tree to time alongside (e.g. v1=TREE); repeatable")
     parser.add_argument("--repeats", type=int, default=5, help="timed calls per sampler and shape")
+    parser.add_argument("--first-shape-only", action="store_true", help="time only B=256, V=151936, top_k 50, top_p 0.9")
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--reach", action="store_true", help="measure the fast path's reach instead of timing")
     parser.add_argument("--reach-top-k", type=int, default=20)

@@ -17,6 +17,10 @@ The subset sampler is checked against the stock functions of the same file
 * greedy rows (top_k = vocab in a batch whose window comes from the sampled rows) keep
   the fast path; fallbacks; no device reads; torch.compile graphs per window;
 * mutants: broken copies of the patched source must each be rejected by the checks.
+* on the device: the fast path's aten ops (with input dtypes), recorded through the real
+  forward_native, must all be in device_ops.txt (each with its gaudi-pytorch-bridge evidence),
+  with no host sync and no data-dependent shape; sources that bring back searchsorted,
+  aten.index, a reinterpreted bool, int64 ids, a sync or a nonzero must fail that audit.
 
 With ``vllm_gaudi/`` next to ``vllm/``: the input batch attaches the window computed from
 the rows that sample, and the sampler warm-up lists a top_k for each window.
@@ -33,6 +37,7 @@ import ast
 import functools
 import json
 import os
+import re
 import types
 import zlib
 from contextlib import contextmanager
@@ -42,6 +47,8 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
+import torch.utils._python_dispatch
+import torch.utils._pytree
 from vllm_stubs import load_sampler
 
 ROOT_ENV = "GAUDI_FIXES_ROOT"
@@ -288,7 +295,7 @@ class Subset:
 def subset(mod, logits: torch.Tensor, k: torch.Tensor, p: torch.Tensor | None, window: int) -> Subset:
     wl, wi, kth, _tied, counts = mod._apply_top_k_top_p_subset(logits.clone(), k, p, window)
     probs = wl.softmax(dim=-1, dtype=torch.float32)
-    full = torch.zeros_like(logits).scatter_(1, wi, probs[:, 1:])
+    full = torch.zeros_like(logits).scatter_(1, wi.long(), probs[:, 1:])
     kth = kth.view(-1)
     # Column 0 holds kth + log(kept): recover the count it stands for.
     kept = torch.where(wl[:, 0] > -float("inf"), (wl[:, 0].double() - kth.double()).exp().round(), 0.0)
@@ -701,6 +708,42 @@ def check_uniform_tie(mod) -> list[str]:
     return []
 
 
+def check_tie_member(mod) -> list[str]:
+    """The tie-class helpers against a direct count: for every row and every j < |T|, the
+    (j+1)-th member of T in id order (V = 1100: whole chunks and a short last one; sparse, dense,
+    all-tied rows, a member alone in the first and in the last id)."""
+    g = torch.Generator().manual_seed(17)
+    V = 1100
+    logits = (torch.randn(6, V, generator=g) * 0.6).round()
+    logits[3] = 0.0
+    logits[4] = -5.0
+    logits[4, V - 1] = 2.0
+    logits[5] = -5.0
+    logits[5, 0] = 2.0
+    kth = torch.tensor([[0.0], [1.0], [-1.0], [0.0], [2.0], [2.0]])
+    failures = []
+    try:
+        tied = logits == kth
+        _, counts = mod._topk_subset_tie_counts(logits.clone(), kth)
+        sizes = tied.sum(dim=1)
+        if not torch.equal(counts[:, -1].long(), sizes):
+            return [f"tie counts: |T| {counts[:, -1].tolist()}, want {sizes.tolist()}"]
+        rows = torch.repeat_interleave(torch.arange(6), sizes)
+        j = torch.cat([torch.arange(int(n)) for n in sizes]).to(torch.int32).unsqueeze(1)
+        got = mod._topk_subset_tie_member(tied.float()[rows], counts[rows], j)
+    except Exception as exc:
+        return [f"tie member: raised {type(exc).__name__}: {exc}"]
+    want = torch.cat([tied[r].nonzero().flatten() for r in range(6)])
+    wrong = (got.long() != want).nonzero().flatten()
+    if wrong.numel():
+        i = int(wrong[0])
+        failures.append(
+            f"tie member: row {int(rows[i])}, j = {int(j[i])}: id {int(got[i])}, want the (j+1)-th member {int(want[i])} "
+            f"({wrong.numel()} of {want.numel()} wrong)"
+        )
+    return failures
+
+
 def seeded_batches(n_rows: int, batch: int = 256, vocab: int = 4096):
     """Batches where 7 of 8 rows are seeded: float32 logits with top-k and top-p;
     bf16-rounded ones with top_k = 64 (the tie group often crosses the window); and
@@ -781,7 +824,7 @@ def check_seeded(mod, n_rows: int, stop_early: bool = False) -> tuple[list[str],
 def run_checks(mod, stop_early: bool = False) -> list[str]:
     """Every check, as a list of failures (empty: the sampler passes). stop_early
     (mutants) returns at the first failing check, cheap checks first."""
-    checks = [check_windows, check_fallbacks, check_no_device_reads, check_greedy_rows, check_uniform_tie]
+    checks = [check_windows, check_tie_member, check_fallbacks, check_no_device_reads, check_greedy_rows, check_uniform_tie]
     checks += [functools.partial(check_case, case=case, stop_early=stop_early) for case in cases()]
     checks += [check_forward_draws, lambda m: check_seeded(m, 1024, stop_early)[0]]
     failures: list[str] = []
@@ -872,6 +915,10 @@ def test_subset_path_reads_no_device_value():
 
 def test_forward_native_draws_inside_stock_support():
     assert check_forward_draws(base()) == []
+
+
+def test_tie_member_is_the_jth_in_id_order():
+    assert check_tie_member(base()) == []
 
 
 def test_all_equal_row_is_uniform_over_vocab():
@@ -981,17 +1028,17 @@ MUTANTS = {
         ("dropped = torch.where(tied_prob > 0, dropped, num_tied)", "dropped = torch.zeros_like(num_tied)"),
     ),
     "no_keep_one_of_tie": _mutations("_apply_top_k_top_p_subset", (".clamp_min_(min_kept)", ".clamp_min_(0)")),
-    "no_keep_at_least_one": _mutations("_apply_top_k_top_p_subset", ("top_p_mask[:, -1] = False", "pass")),
+    "no_keep_at_least_one": _mutations("_apply_top_k_top_p_subset", ("top_p_mask[:, -1].fill_(False)", "pass")),
     "descending_cumsum": _mutations(
         "_apply_top_k_top_p_subset",
         ("probs_sum = torch.cumsum(probs_sort, dim=-1, out=probs_sort)", "probs_sum = torch.cumsum(probs_sort.flip(-1), dim=-1).flip(-1)"),
     ),
     "top_k_off_by_one": _mutations(
         "_apply_top_k_top_p_subset",
-        ("window - k.to(torch.long).clamp(1, window)", "window - 1 - k.to(torch.long).clamp(1, window - 1)"),
+        ("window - k.to(torch.int32).clamp(1, window)", "window - 1 - k.to(torch.int32).clamp(1, window - 1)"),
     ),
-    "wrong_rows_k": _mutations("_apply_top_k_top_p_subset", ("window - k.to(torch.long)", "window - k.flip(0).to(torch.long)")),
-    "greedy_rows_unclamped": _mutations("_apply_top_k_top_p_subset", ("k.to(torch.long).clamp(1, window)", "k.to(torch.long)")),
+    "wrong_rows_k": _mutations("_apply_top_k_top_p_subset", ("window - k.to(torch.int32)", "window - k.flip(0).to(torch.int32)")),
+    "greedy_rows_unclamped": _mutations("_apply_top_k_top_p_subset", ("k.to(torch.int32).clamp(1, window)", "k.to(torch.int32)")),
     "race_returns_window_index": _mutations("_topk_subset_race", ("return ids.gather(1, chosen).view(-1)", "return chosen.view(-1)")),
     "tie_member_always_first": _mutations(
         "_topk_subset_noise",
@@ -1000,9 +1047,18 @@ MUTANTS = {
     "tie_member_chunk_start": _mutations(
         "_topk_subset_tie_member", ("return (chunk * size + place).view(-1)", "return (chunk * size).view(-1)")
     ),
-    "tie_count_first_byte_only": _mutations(
+    "tie_count_drops_tail": _mutations(
+        "_topk_subset_tie_counts", ("counts = torch.cat((counts, tail), dim=1)", "counts = torch.cat((counts, 0 * tail), dim=1)")
+    ),
+    "tie_count_chunk_by_prefix": _mutations(
         "_topk_subset_tie_counts",
-        ("counts.view(batch, -1, 4).sum(dim=-1, dtype=torch.int32)", "counts.view(batch, -1, 4)[..., 0].to(torch.int32)"),
+        ("tied[:, :full].view(batch, -1, size).sum(dim=-1)", "tied[:, :full].view(batch, -1, size)[..., : size // 2].sum(dim=-1)"),
+    ),
+    "tie_chunk_search_inclusive": _mutations(
+        "_topk_subset_tie_member", ("(tie_counts < target)", "(tie_counts <= target)")
+    ),
+    "tie_place_search_inclusive": _mutations(
+        "_topk_subset_tie_member", ("(inside < target - before)", "(inside <= target - before)")
     ),
     "seeded_forcing_stock": _mutations(
         "forward_native",
@@ -1012,7 +1068,7 @@ MUTANTS = {
         "_topk_subset_noise", ("row_q.exponential_(generator=generator)", "row_q.exponential_()")
     ),
     "seeded_noise_window_shaped": _mutations(
-        "_topk_subset_noise", ("q[i, 1:] = row_q[window_ids[i]]", "q[i, 1:] = row_q[: window_ids.shape[1]]")
+        "_topk_subset_noise", ("q[i, 1:] = row_q.index_select(0, window_ids[i])", "q[i, 1:] = row_q[: window_ids.shape[1]]")
     ),
     "seeded_tie_not_rescaled": _mutations("_topk_subset_noise", ("q[i, 0] = tied_q * num_tied[i, 0]", "q[i, 0] = tied_q")),
     "hint_raw_max": _mutations(
@@ -1044,6 +1100,207 @@ def test_mutant_is_rejected(name):
     failures = run_checks(mutant, stop_early=True)
     print(f"\n{name}: rejected by: {failures[:1]}")
     assert failures, f"mutant {name} passed every check"
+
+
+# --------------------------------------------------------------------------
+# On the device: the fast path's aten ops against the allowlist (device_ops.txt)
+# --------------------------------------------------------------------------
+
+ALLOWLIST_PATH = FIX_DIR / "device_ops.txt"
+# Read a device value on the host (a sync on every decode step): refused even if listed.
+HOST_SYNC_OPS = frozenset({"aten._local_scalar_dense", "aten.is_nonzero", "aten.item", "aten.equal"})
+# Output shape depends on the data (no static graph): refused even if listed.
+DATA_DEPENDENT_OPS = frozenset({
+    "aten.nonzero", "aten.argwhere", "aten.masked_select", "aten.unique", "aten._unique", "aten._unique2",
+    "aten.unique_dim", "aten.unique_consecutive", "aten.unique_dim_consecutive", "aten.repeat_interleave",
+    "aten.bincount", "aten.histc",
+})
+# An allowlist entry's evidence names the bridge's or vllm-gaudi's file and line.
+_EVIDENCE = re.compile(r"(HabanaAI/gaudi-pytorch-bridge|vllm-project/vllm-gaudi)\S* \S+:\d+")
+
+
+@dataclass(frozen=True)
+class AllowedOp:
+    op: str  # e.g. aten.topk.default
+    dtypes: str  # input tensor dtypes, comma-separated; "->T" for an op without tensor inputs
+    evidence: str
+    line: int
+
+
+def load_allowlist(path: Path = ALLOWLIST_PATH) -> dict[tuple[str, str], AllowedOp]:
+    """`op dtypes evidence...` per line; # comments. Errors name the file and line."""
+    entries: dict[tuple[str, str], AllowedOp] = {}
+    for number, raw in enumerate(path.read_text().splitlines(), 1):
+        line = raw.strip()
+        if not line or line.startswith("#"):
+            continue
+        fields = line.split(None, 2)
+        where = f"{path.name}:{number}"
+        if len(fields) < 3:
+            raise AssertionError(f"{where}: want `op dtypes evidence`, got {raw!r}")
+        op, dtypes, evidence = fields
+        packet = op.rsplit(".", 1)[0]
+        if packet in HOST_SYNC_OPS or packet in DATA_DEPENDENT_OPS:
+            raise AssertionError(f"{where}: {op} syncs with the host or has a data-dependent shape; it cannot be allowed")
+        if not _EVIDENCE.search(evidence):
+            raise AssertionError(f"{where}: {op} {dtypes}: evidence must name a gaudi-pytorch-bridge or vllm-gaudi file:line")
+        if (op, dtypes) in entries:
+            raise AssertionError(f"{where}: {op} {dtypes} listed twice (first at line {entries[op, dtypes].line})")
+        entries[op, dtypes] = AllowedOp(op, dtypes, evidence, number)
+    return entries
+
+
+class _OpRecorder(torch.utils._python_dispatch.TorchDispatchMode):
+    """Every aten op dispatched, with its input tensors' dtypes (for an op without tensor
+    inputs, a factory: `->` its outputs' dtypes)."""
+
+    def __init__(self):
+        super().__init__()
+        self.ops: dict[tuple[str, str], int] = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        out = func(*args, **kwargs)
+        flat = torch.utils._pytree.tree_flatten((args, kwargs))[0]
+        dtypes = [str(a.dtype).removeprefix("torch.") for a in flat if isinstance(a, torch.Tensor)]
+        if not dtypes:
+            outs = torch.utils._pytree.tree_flatten(out)[0]
+            dtypes = ["->" + ",".join(str(o.dtype).removeprefix("torch.") for o in outs if isinstance(o, torch.Tensor))]
+        key = (str(func), ",".join(dtypes))
+        self.ops[key] = self.ops.get(key, 0) + 1
+        return out
+
+
+@dataclass
+class AuditBatch:
+    name: str
+    vocab: int
+    bf16: bool
+    seeded: str  # "" | some | all
+    top_p: bool
+    top_k: str = "random"  # random (in [1, 64]) | window (every row k = 64)
+
+
+AUDIT_BATCHES = (
+    AuditBatch("fp32", 4096, False, "", True),
+    AuditBatch("fp32_top_k_only", 4096, False, "", False),
+    AuditBatch("bf16_tie", 32000, True, "", True, top_k="window"),
+    AuditBatch("bf16_tie_top_k_only", 32000, True, "", False, top_k="window"),
+    AuditBatch("seeded", 4096, True, "some", True),
+    AuditBatch("all_seeded", 4096, True, "all", False),
+    AuditBatch("vocab_not_multiple_of_4", 4099, True, "some", True, top_k="window"),
+)
+
+
+def record_ops(mod, batch: AuditBatch, fast: bool = True) -> tuple[dict[tuple[str, str], int], list[str]]:
+    """The aten ops of one forward_native call (the real patched method) on `batch`;
+    fast=False records the stock path (no window attached). Returns (ops, paths taken)."""
+    g = torch.Generator().manual_seed(zlib.crc32(batch.name.encode()))
+    B = 8
+    logits = llm_like_logits(g, B, batch.vocab)
+    if batch.bf16:
+        logits = bf16_round(logits)
+    k = random_k(g, B, 1, 64) if batch.top_k == "random" else torch.full((B,), 64, dtype=torch.int32)
+    k = _with_hint(k, 64 if fast else None)
+    p = random_p(g, B) if batch.top_p else None
+    sampler = mod.TopKTopPSampler()
+    with _record_paths(mod) as taken, _OpRecorder() as recorder:
+        sampler.forward_native(logits, _generators(batch.seeded, B), k, p)
+    return recorder.ops, taken
+
+
+def audit(mod, allowed: dict[tuple[str, str], AllowedOp]) -> tuple[list[str], dict[tuple[str, str], set[str]]]:
+    """Failures of the fast path's op stream over AUDIT_BATCHES, and every (op, dtypes) seen
+    with the batches it was seen in."""
+    failures: list[str] = []
+    seen: dict[tuple[str, str], set[str]] = {}
+    for batch in AUDIT_BATCHES:
+        try:
+            ops, taken = record_ops(mod, batch)
+        except Exception as exc:
+            failures.append(f"{batch.name}: forward_native raised {type(exc).__name__}: {exc}")
+            continue
+        if taken != ["subset"]:
+            failures.append(f"{batch.name}: took {taken}, want ['subset'] (the audit covers the fast path)")
+        for key in ops:
+            seen.setdefault(key, set()).add(batch.name)
+    for (op, dtypes), batches in sorted(seen.items()):
+        packet = op.rsplit(".", 1)[0]
+        where = ", ".join(sorted(batches))
+        if packet in HOST_SYNC_OPS:
+            failures.append(f"{op} ({dtypes}) reads a device value on the host: a sync on every step [{where}]")
+        elif packet in DATA_DEPENDENT_OPS:
+            failures.append(f"{op} ({dtypes}) has a data-dependent output shape [{where}]")
+        elif (op, dtypes) not in allowed:
+            failures.append(f"{op} ({dtypes}) is not in {ALLOWLIST_PATH.name}: no evidence Gaudi compiles it [{where}]")
+    return failures, seen
+
+
+def test_allowlist_entries_carry_evidence():
+    entries = load_allowlist()
+    assert entries, f"{ALLOWLIST_PATH} lists no op"
+
+
+def test_fast_path_uses_only_ops_gaudi_compiles():
+    """Every aten op (with input dtypes) of the patched forward_native's fast path, over
+    fp32, bf16-tie, seeded and odd-vocabulary batches, is in device_ops.txt with its
+    evidence; no host sync, no data-dependent shape."""
+    allowed = load_allowlist()
+    failures, seen = audit(base(), allowed)
+    print(f"\nfast path: {len(seen)} (op, input dtypes) over {len(AUDIT_BATCHES)} batches")
+    for op, dtypes in sorted(seen):
+        print(f"  {op:34} {dtypes}")
+    assert not failures, "fast path ops Gaudi may not compile:\n" + "\n".join(failures)
+    unused = sorted(set(allowed) - set(seen))
+    print(f"allowlist entries not used by these batches: {unused}")
+
+
+def test_stock_path_ops_fail_the_audit():
+    """The stock path's op stream (recorded for the fix page) is not all in the allowlist:
+    the audit can tell a full sort from the fast path."""
+    allowed = load_allowlist()
+    seen: dict[tuple[str, str], int] = {}
+    for batch in AUDIT_BATCHES:
+        ops, taken = record_ops(base(), batch, fast=False)
+        assert taken == ["stock"], f"{batch.name}: took {taken} without a window"
+        for key, n in ops.items():
+            seen[key] = seen.get(key, 0) + n
+    print(f"\nstock path: {len(seen)} (op, input dtypes)")
+    for op, dtypes in sorted(seen):
+        print(f"  {op:34} {dtypes}{'' if (op, dtypes) in allowed else '   (not in the allowlist)'}")
+    assert ("aten.sort.default", "float32") in seen
+    assert set(seen) - set(allowed), "the stock path's ops all pass the audit: the audit cannot tell them apart"
+
+
+AUDIT_MUTANTS = {
+    "searchsorted": _mutations(
+        "_topk_subset_tie_member",
+        ("chunk = (tie_counts < target).sum(dim=-1, keepdim=True, dtype=torch.int32)",
+         "chunk = torch.searchsorted(tie_counts, target).to(torch.int32)"),
+    ),
+    "bool_reinterpreted": _mutations(
+        "_topk_subset_tie_counts", ("tied = logits.eq_(kth)", "tied = (logits == kth).view(torch.uint8)")
+    ),
+    "seeded_noise_by_index": _mutations(
+        "_topk_subset_noise", ("q[i, 1:] = row_q.index_select(0, window_ids[i])", "q[i, 1:] = row_q[window_ids[i]]")
+    ),
+    "int64_window_ids": _mutations("_apply_top_k_top_p_subset", ("logits_idx.to(torch.int32).flip(-1)", "logits_idx.flip(-1)")),
+    "host_sync": _mutations("_topk_subset_noise", ("num_tied = tie_counts[:, -1:]", "num_tied = tie_counts[:, -1:] + 0 * int(tie_counts[0, -1])")),
+    "data_dependent_shape": _mutations(
+        "_topk_subset_noise", ("num_tied = tie_counts[:, -1:]", "num_tied = tie_counts[:, -1:] + 0 * tie_counts.nonzero().shape[0]")
+    ),
+}
+
+
+@pytest.mark.parametrize("name", sorted(AUDIT_MUTANTS))
+def test_audit_rejects_ops_gaudi_may_not_compile(name):
+    """A source using an op outside the allowlist (the old patch's searchsorted, bool view,
+    aten.index, int64 ids), a host sync or a data-dependent shape fails the audit."""
+    source = patched_source()
+    mutant = load_sampler(AUDIT_MUTANTS[name](source), f"gaudi_fixes_topk_audit_{name}", SAMPLER_PATH)
+    failures, _ = audit(mutant, load_allowlist())
+    print(f"\n{name}: {failures[:2]}")
+    assert failures, f"audit mutant {name} passed the audit"
 
 
 # --------------------------------------------------------------------------

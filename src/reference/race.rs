@@ -28,13 +28,17 @@ pub enum Counts {
     /// As SAMPLER_V2.md writes it: `[B, V]` int32 `members.cumsum(1)`; the (j+1)-th member is
     /// `(running <= j).sum(1)` (two more vocabulary-wide passes).
     Full(Tensor),
-    /// The same numbers, cheaper: member counts per block of `block` tokens (`[B, V/block]`
-    /// int32, running over blocks: one pass over the compare's bytes); the (j+1)-th member is
-    /// found by a binary search over the blocks and a cumsum inside one block.
+    /// The same numbers, cheaper, as the patched vLLM code counts them: member counts per
+    /// block of [`BLOCK`] tokens (a bool sum with an int32 result; a shorter last block when
+    /// `BLOCK` does not divide V), running over the `[B, ceil(V/BLOCK)]` blocks; the (j+1)-th
+    /// member is found by a compare-and-count over the running counts (the block), then a
+    /// cumsum and a compare-and-count inside that one block. No binary search, no bool
+    /// reinterpreted as another dtype: only ops Gaudi's compile backend lowers (see the fix's
+    /// `device_ops.txt`).
     Blocked {
-        /// Tokens per block (a divisor of V).
+        /// Tokens per block ([`BLOCK`]).
         block: i64,
-        /// `[B, V/block]` int32 running count of members at each block's end.
+        /// `[B, ceil(V/block)]` int32 running count of members at each block's end.
         running: Tensor,
     },
 }
@@ -54,12 +58,13 @@ pub struct TieClass {
     pub pick: MemberPick,
 }
 
-/// The block size for a vocabulary of `vocab`: its largest divisor ≤ 255, so a block's
-/// member count fits the uint8 the compare's bytes are summed in (no widening: ~20x faster
-/// on CPU than summing into int32). 128 for V = 151936, 250 for 32000; 1 for a prime V > 255
-/// (then the block counts are the full cumsum).
-pub fn block_size(vocab: i64) -> i64 {
-    (1..=vocab.min(255)).rev().find(|b| vocab % b == 0).unwrap_or(1)
+/// Tokens per block of the blocked member count: the patched vLLM code's `_TOPK_SUBSET_CHUNK`.
+pub const BLOCK: i64 = 64;
+
+/// The number of blocks over a vocabulary of `vocab` (the last one shorter when [`BLOCK`]
+/// does not divide it).
+pub fn blocks(vocab: i64) -> i64 {
+    (vocab + BLOCK - 1) / BLOCK
 }
 
 impl Counts {
@@ -71,14 +76,19 @@ impl Counts {
             let size = running.narrow(1, vocab - 1, 1).squeeze_dim(1).to_kind(Kind::Float);
             return (Counts::Full(running), size);
         }
-        let block = block_size(vocab);
-        let per_block = members.view_dtype(Kind::Uint8).view([rows, vocab / block, block]).sum_dim_intlist(
+        let block = BLOCK;
+        let full = vocab - vocab % block;
+        let mut per_block = members.narrow(1, 0, full).view([rows, full / block, block]).sum_dim_intlist(
             &[-1i64][..],
             false,
-            Kind::Uint8,
+            Kind::Int,
         );
+        if full < vocab {
+            let tail = members.narrow(1, full, vocab - full).sum_dim_intlist(&[-1i64][..], true, Kind::Int);
+            per_block = Tensor::cat(&[per_block, tail], 1);
+        }
         let running = per_block.cumsum(1, Kind::Int);
-        let size = running.narrow(1, vocab / block - 1, 1).squeeze_dim(1).to_kind(Kind::Float);
+        let size = running.narrow(1, blocks(vocab) - 1, 1).squeeze_dim(1).to_kind(Kind::Float);
         (Counts::Blocked { block, running }, size)
     }
 
@@ -107,20 +117,19 @@ impl Counts {
         match self {
             Counts::Full(running) => member_token(running, j),
             Counts::Blocked { block, running } => {
-                let (rows, vocab) = members.size2().expect("[N, V] members");
-                let blocks = vocab / block;
+                let vocab = members.size2().expect("[N, V] members").1;
                 let target = (j + 1).unsqueeze(1);
-                // The block holding the (j+1)-th member, and the members before it.
-                let at = target.searchsorted(running, false, false, "left", None::<Tensor>).clamp_max(blocks - 1);
-                let before =
-                    running.gather(1, &(&at - 1).clamp_min(0), false).where_self(&at.gt(0), &target.zeros_like());
-                let segment = members
-                    .view([rows, blocks, *block])
-                    .gather(1, &at.unsqueeze(2).expand([rows, 1, *block], false), false)
-                    .squeeze_dim(1);
-                let inside = segment.cumsum(1, Kind::Int);
-                let offset = (target - before).searchsorted(&inside, false, false, "left", None::<Tensor>);
-                (at * *block + offset).squeeze_dim(1)
+                // The block holding the (j+1)-th member: the running counts are non-decreasing,
+                // so the first block reaching the target is the number of blocks below it.
+                let at = running.lt_tensor(&target).sum_dim_intlist(1, true, Kind::Int);
+                // The members before that block (none before the first).
+                let before = running.gather(1, &(&at - 1).clamp_min(0), false).masked_fill(&at.eq(0), 0);
+                // Its ids (the last block may be shorter: ids past the vocabulary are no member).
+                let ids = &at * *block + Tensor::arange(*block, (Kind::Int, members.device())).unsqueeze(0);
+                let inside = members.gather(1, &ids.clamp_max(vocab - 1), false).logical_and(&ids.lt(vocab));
+                let inside = inside.to_kind(Kind::Int).cumsum(1, Kind::Int);
+                let offset = inside.lt_tensor(&(target - before)).sum_dim_intlist(1, true, Kind::Int);
+                (at * *block + offset).squeeze_dim(1).to_kind(Kind::Int64)
             }
         }
     }
@@ -252,18 +261,20 @@ mod tests {
     }
 
     #[test]
-    fn blocks_divide_the_vocabulary() {
-        assert_eq!(block_size(151_936), 128);
-        assert_eq!(block_size(32_000), 250);
-        assert_eq!(block_size(4096), 128);
-        assert_eq!(block_size(13), 13);
-        assert_eq!(block_size(257), 1, "a prime vocabulary over 255: blocks of one token");
+    fn blocks_cover_the_vocabulary() {
+        assert_eq!(blocks(151_936), 2374);
+        assert_eq!(blocks(32_000), 500);
+        assert_eq!(blocks(4099), 65, "64 blocks of 64 and one of 3");
+        assert_eq!(blocks(13), 1);
+        assert_eq!(blocks(64), 1);
+        assert_eq!(blocks(65), 2);
     }
 
     #[test]
     fn blocked_counts_find_the_same_member_as_the_full_cumsum() {
         tch::manual_seed(4);
-        // V = 600 = 3 blocks of 200; sparse rows, a full row, the last token alone, the first.
+        // V = 600 = 9 blocks of 64 and one of 24; sparse rows, a full row, the last token
+        // alone (in the short block), the first.
         let members = Tensor::rand([6, 600], (Kind::Float, Device::Cpu)).lt(0.1);
         let _ = members.get(3).fill_(1);
         let _ = members.get(4).fill_(0);
@@ -273,7 +284,7 @@ mod tests {
         let (full, n_full) = Counts::new(&members, true);
         let (blocked, n_blocked) = Counts::new(&members, false);
         assert!(n_full.equal(&n_blocked));
-        assert!(matches!(blocked, Counts::Blocked { block: 200, .. }));
+        assert!(matches!(blocked, Counts::Blocked { block: 64, .. }));
         let sizes = Vec::<f32>::try_from(&n_full).unwrap();
         for j in 0..600 {
             let j: Vec<i32> = sizes.iter().map(|&n| j.min(n as i32 - 1).max(0)).collect();

@@ -7,8 +7,10 @@
 //! v2 makes ties at the k-th value exact: the tie class T (every token whose logit equals the
 //! k-th value, over the whole vocabulary, also past the window's edge) races as one aggregate
 //! entry with the class's total mass, and a win is one member of T picked uniformly (see
-//! [`filter`] and [`crate::reference::race`]). It costs three vocabulary-wide passes per call
-//! (compare, cumsum, compare+sum when drawing) and no host sync.
+//! [`filter`] and [`crate::reference::race`]). Beyond the `topk` it costs one vocabulary-wide
+//! compare-and-count (T's members counted per block of 64 tokens into int32; the member of a
+//! winning T is then found by compare-and-count over the block counts and inside one block),
+//! as the patched vLLM code does, and no host sync.
 //!
 //! A batch where some row has no top_k (k = vocab) or the largest top_k exceeds 1024 keeps the
 //! stock path. The window is the hint vllm_gaudi attaches (computed on the host from the rows
