@@ -90,16 +90,7 @@ fn human(out: &mut impl Write, r: &BenchReport) -> Result<()> {
     writeln!(
         out,
         "{:>4} {:>7} {:>10} {:>10} {:>13} {:>9} {:>12} {:>9} {:>12} {:>9} {:>10}",
-        "B",
-        "V",
-        "subset ms",
-        "v1 ms",
-        "stock/subset",
-        "stock/v1",
-        "subset/topk",
-        "v1/topk",
-        "subset/amax",
-        "v1/amax",
+        "B", "V", "subset ms", "v1 ms", "stock/subset", "stock/v1", "subset/topk", "v1/topk", "subset/amax", "v1/amax",
         "subset/v1"
     )?;
     for s in &r.shapes {
