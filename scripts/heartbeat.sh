@@ -8,7 +8,7 @@ heartbeat() {
   ( while sleep "$every"; do echo "$what: still running ($(( $(date +%s) - start )) s)" >&2; done ) &
   hb=$!
   "$@" || rc=$?
-  kill "$hb" 2>/dev/null
-  wait "$hb" 2>/dev/null
+  kill "$hb" 2>/dev/null || true
+  wait "$hb" 2>/dev/null || true  # a killed ticker reports 143: not a failure (set -e callers)
   return "$rc"
 }
