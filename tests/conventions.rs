@@ -93,12 +93,12 @@ fn human_output_glitches_are_gone() {
     // A second file for fix-a, so the written list has two entries.
     let (out, _) = d.cmd().args(with_fixture(&["apply", "fix-a"])).expect(0);
     assert!(out.contains("wrote 1 file(s):\n  "), "{out}");
-    // A refused apply shows no "→ applying".
+    // A refused apply shows no "→ applying": fix-a could be applied, fix-b drifted.
     d.cmd().args(with_fixture(&["revert", "fix-a"])).expect(0);
-    let text = d.read_string("root/vllm/mod.py").replace("    b = a * 2\n", "    b = a * 2  # edited\n");
+    let text = d.read_string("root/vllm/mod.py").replace("    return 2\n", "    return 2  # edited\n");
     d.write("root/vllm/mod.py", text);
-    let (out, _) = d.cmd().args(with_fixture(&["apply", "fix-a"])).expect(2);
-    assert!(!out.contains("applying"), "{out}");
+    let (out, _) = d.cmd().args(with_fixture(&["apply", "--profile", "performance"])).expect(2);
+    assert!(out.contains("fix-b  drifted") && !out.contains("→ applying"), "{out}");
     let (out, _) = d.cmd().args(["--catalog", "cat", "--vllm-gaudi", "root", "apply", "--check", "fix-a"]).expect(3);
     assert!(!out.contains("nothing was written"), "{out}");
 }
