@@ -285,7 +285,13 @@ fn skip_reasons(output: &str) -> Vec<String> {
         .lines()
         .filter_map(|l| re.captures(l.trim_end()))
         .map(|c| if &c[1] == "1" { c[2].to_string() } else { format!("{} ({} tests)", &c[2], &c[1]) })
-        .collect()
+        .fold(Vec::new(), |mut seen, reason| {
+            // The same reason from two places in the file is said once.
+            if !seen.contains(&reason) {
+                seen.push(reason);
+            }
+            seen
+        })
 }
 
 /// The directory the tests see as `GAUDI_FIXES_ROOT` when `--only-tree` leaves a tree out: it
