@@ -23,6 +23,8 @@
 # Environment: PYTHON (default python3, needs pip), GAUDI_FIXES_VLLM_GAUDI_SRC,
 # GAUDI_FIXES_VLLM_GAUDI_ARCHIVES.
 set -euo pipefail
+# shellcheck source=heartbeat.sh
+. "$(dirname "$0")/heartbeat.sh"
 
 prog=fetch-upstream
 die() { echo "$prog: error: $*" >&2; exit 1; }
@@ -71,8 +73,8 @@ mkdir -p "$wheels" || die "cannot create $wheels"
 find_wheel() { compgen -G "$wheels/vllm-$version-*.whl" | head -n1 || true; }
 wheel=$(find_wheel)
 if [[ -z $wheel ]]; then
-    note "downloading vllm==$version into $wheels"
-    "$python" -m pip download --no-deps --only-binary=:all: --dest "$wheels" "vllm==$version" >&2 \
+    note "downloading the vLLM $version wheel (~300 MB) into $wheels"
+    heartbeat 20 "$prog: pip download vllm==$version" "$python" -m pip download --progress-bar off --no-deps --only-binary=:all: --dest "$wheels" "vllm==$version" >&2 \
         || die "pip download vllm==$version failed"
     wheel=$(find_wheel)
     [[ -n $wheel ]] || die "pip download did not leave a vllm-$version-*.whl in $wheels"

@@ -13,6 +13,8 @@
 # ~4.7 GB installed) because the CPU-only wheel is not on the default index; `--no-deps`
 # cannot be used since libtorch_cpu.so itself needs libcudart/libcupti from the NVIDIA wheels.
 set -euo pipefail
+# shellcheck source=heartbeat.sh
+. "$(dirname "$0")/heartbeat.sh"
 
 TORCH_VERSION="2.13.0"
 VENV="${GAUDI_FIXES_VENV:-${XDG_CACHE_HOME:-$HOME/.cache}/gaudi-fixes/venv}"
@@ -52,7 +54,10 @@ else
     echo "setup-venv: $VENV exists but does not import torch $TORCH_VERSION; installing into it" >&2
 fi
 
-"$VENV/bin/python" -m pip install --disable-pip-version-check --quiet \
+echo "setup-venv: installing torch==$TORCH_VERSION (CUDA build from the package index: ~2.6 GB download," \
+    "~4.7 GB installed, a few minutes), numpy, pytest" >&2
+heartbeat 20 "setup-venv: pip install torch==$TORCH_VERSION numpy pytest" \
+    "$VENV/bin/python" -m pip install --disable-pip-version-check --progress-bar off \
     "torch==$TORCH_VERSION" numpy pytest >&2 \
     || die "pip install torch==$TORCH_VERSION numpy pytest into $VENV failed (network? disk space: ~5 GB needed)"
 

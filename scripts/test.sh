@@ -22,15 +22,35 @@ REF_RELEASES=$(for rel in $RELEASES; do ref_release "$rel"; done | sort -u)
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/gaudi-fixes-test.XXXXXX")
 trap 'rm -rf "$WORK"' EXIT
 passed=0 failed=0 failures=()
+. scripts/heartbeat.sh
+# Bold headings only on a terminal: a CI log gets no escape sequences.
+if [ -t 1 ]; then BOLD=$'\033[1m' PLAIN=$'\033[0m'; else BOLD='' PLAIN=''; fi
+export PYTHONUNBUFFERED=1  # pytest progress reaches the log as it happens
+export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-$([ -t 1 ] && echo auto || echo never)}
 
-step() { printf '\n\033[1m== %s\033[0m\n' "$*"; }
+step() { printf '\n%s== %s%s\n' "$BOLD" "$*" "$PLAIN"; }
 ok() { passed=$((passed + 1)); echo "PASS: $*"; }
 bad() { failed=$((failed + 1)); failures+=("$*"); echo "FAIL: $*"; }
-# expect CODE DESCRIPTION CMD...: run CMD, compare its exit code.
+# expect CODE DESCRIPTION CMD...: run CMD (its output shown; a line every 30 s while it runs),
+# compare its exit code.
 expect() {
   local want=$1 what=$2; shift 2
-  "$@"; local got=$?
+  local got=0
+  heartbeat 30 "  ... $what" "$@" || got=$?
   if [ "$got" = "$want" ]; then ok "$what (exit $got)"; else bad "$what: exit $got, expected $want"; fi
+}
+# expect_quiet CODE DESCRIPTION CMD...: for runs that are meant to fail (or whose output is
+# noise when they do what they should): one PASS line when CMD exits CODE; its full output only
+# when it does not. Reuse it for every new expected-failure run, so a green log holds no
+# pytest FAILURES sections.
+expect_quiet() {
+  local want=$1 what=$2; shift 2
+  local log got=0
+  log=$(mktemp "$WORK/quiet.XXXXXX")
+  heartbeat 30 "  ... $what" "$@" >"$log" 2>&1 || got=$?
+  if [ "$got" = "$want" ]; then ok "$what (exit $got)"
+  else bad "$what: exit $got, expected $want"; echo "--- output of: $*"; cat "$log"; echo "--- end of output"; fi
+  rm -f "$log"
 }
 
 step "Python venv with torch 2.13.0 (scripts/setup-venv.sh)"
@@ -42,11 +62,14 @@ export PYTHONDONTWRITEBYTECODE=1
 echo "venv: $VENV"
 
 step "cargo test (default build: no libtorch)"
+echo "building and running the default build's tests (unit, CLI, reliability, properties, snapshots)"
 expect 0 "cargo test (default build)" cargo test --quiet
 
 step "cargo test --features reference"
 export LIBTORCH_USE_PYTORCH=1
-expect 0 "cargo build --release --features reference" cargo build --release --features reference --quiet
+echo "building gaudi-fixes with the reference sampler: tch/torch-sys link libtorch 2.13.0 from the venv" \
+  "(torch-sys compiles its C++ wrapper: several minutes on a first build; cargo's lines follow)"
+expect 0 "cargo build --release --features reference" cargo build --release --features reference
 expect 0 "cargo test --features reference (reference unit tests)" cargo test --release --features reference --quiet --lib reference::
 expect 0 "cargo test --features reference (tests/reference.rs)" cargo test --release --features reference --quiet --test reference
 BIN=$REPO/target/release/gaudi-fixes
@@ -70,8 +93,8 @@ for rel in $RELEASES; do
     only=(--only-tree vllm)
   fi
   gf() { "$BIN" --root "$tree" "${only[@]}" "$@"; }
-  expect 1 "$rel: apply --check on pristine" gf apply --check --profile performance
-  expect 1 "$rel: pytest fails on the pristine (unpatched) code" \
+  expect_quiet 1 "$rel: apply --check on pristine" gf apply --check --profile performance
+  expect_quiet 1 "$rel: pytest fails on the pristine (unpatched) code" \
     env GAUDI_FIXES_ROOT="$tree" python -m pytest -q -x -p no:cacheprovider fixes/topk-subset-sampler -k "not mutant"
   expect 0 "$rel: apply" gf apply --profile performance
   expect 0 "$rel: apply --check after apply" gf apply --check --profile performance
@@ -94,7 +117,7 @@ i = src.rindex(old)
 assert src.count(old) == 2, "expected stock's and the subset's top-p mask"
 open(path, "w").write(src[:i] + new + src[i + len(old):])
 PY
-  expect 1 "$rel: pytest rejects a broken patched file (strict top-p mask)" \
+  expect_quiet 1 "$rel: pytest rejects a broken patched file (strict top-p mask)" \
     env GAUDI_FIXES_ROOT="$tree" python -m pytest -q -p no:cacheprovider fixes/topk-subset-sampler -k "not mutant"
   cp -p "$WORK/good.py" "$f"
   expect 0 "$rel: revert" gf revert --profile performance
@@ -107,7 +130,7 @@ PY
   if [ "$code" = 2 ] && grep -q "+        self.use_fp64_gumbel = bool(use_fp64_gumbel)" "$WORK/drift.out"; then
     ok "$rel: a one-line edit inside a hunk is drift (exit 2, with the diff)"
   else bad "$rel: edit inside a hunk: exit $code"; cat "$WORK/drift.out"; fi
-  expect 2 "$rel: apply refuses the drifted tree" gf apply --profile performance
+  expect_quiet 2 "$rel: apply refuses the drifted tree" gf apply --profile performance
   now=$(cd "$tree" && find . -type f -print0 | sort -z | xargs -0 sha256sum | sha256sum)
   if [ "$edited" = "$now" ]; then ok "$rel: refused apply left every byte"; else bad "$rel: refused apply changed the tree"; fi
 done
@@ -126,15 +149,15 @@ for rel in $RELEASES; do
   cp -a "$swp" "$swt"
   sgf() { "$BIN" --root "$swt" "$@"; }
   spy() { env GAUDI_FIXES_ROOT="$swt" python -m pytest -q -rs -p no:cacheprovider fixes/swap-states-sampling-params "$@"; }
-  expect 1 "$rel: swap-states pytest fails on pristine vllm_gaudi" spy
-  expect 1 "$rel: apply --check (default profile) on pristine" sgf apply --check
+  expect_quiet 1 "$rel: swap-states pytest fails on pristine vllm_gaudi" spy
+  expect_quiet 1 "$rel: apply --check (default profile) on pristine" sgf apply --check
   expect 0 "$rel: apply (default profile)" sgf apply
   expect 0 "$rel: swap-states pytest passes on the patched file" spy
   expect 0 "$rel: apply topk-subset-sampler brings swap-states-sampling-params first" sgf apply topk-subset-sampler
   spy -k topk_hint >"$WORK/swap-hint.out"; code=$?
   if [ "$code" = 0 ] && grep -q "1 passed" "$WORK/swap-hint.out"; then ok "$rel: topk hint agrees with the device top_k"
   else bad "$rel: topk hint test: exit $code"; cat "$WORK/swap-hint.out"; fi
-  expect 3 "$rel: revert swap-states-sampling-params refused while topk-subset-sampler is applied" \
+  expect_quiet 3 "$rel: revert swap-states-sampling-params refused while topk-subset-sampler is applied" \
     sgf revert swap-states-sampling-params
   expect 0 "$rel: revert --profile performance" sgf revert --profile performance
   if diff -r "$swp" "$swt" >/dev/null; then ok "$rel: revert restored every byte (vllm and vllm_gaudi)"
@@ -168,12 +191,18 @@ PY
   if [ "$code" = 2 ] && grep -qE 'drift: hunk [0-9]+ .*(not found|found only inside `forward_cpu`.*the fix targets `forward_native`)' "$WORK/doc.out"; then
     ok "$rel: reworded docstring: --check exits 2 and names the reason"
   else bad "$rel: reworded docstring: --check exit $code"; cat "$WORK/doc.out"; fi
-  expect 2 "$rel: reworded docstring: apply refuses" "$BIN" --root "$doc" --only-tree vllm apply --profile performance
+  expect_quiet 2 "$rel: reworded docstring: apply refuses" "$BIN" --root "$doc" --only-tree vllm apply --profile performance
   if [ "$before" = "$(snap)" ]; then ok "$rel: refused apply wrote nothing"; else bad "$rel: refused apply changed the tree"; fi
 done
 
 step "gaudi-fixes lint --upstream (every variant against its pristine release)"
 expect 0 "lint --upstream" "$BIN" lint --upstream "$CACHE/upstream"
+
+# --- the pip wheel (scripts/test-wheel.sh) ------------------------------------------------
+step "pip wheel: build (manylinux2014), install offline into a fresh venv with vLLM and vllm_gaudi, image flow"
+expect 0 "scripts/test-wheel.sh (wheel, offline install, apply --check 1 / apply 0 / --check 0 / revert exact)" \
+  bash scripts/test-wheel.sh
+# --- end pip wheel ------------------------------------------------------------------------
 
 echo
 for f in "${failures[@]}"; do echo "failed: $f"; done

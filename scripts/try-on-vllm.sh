@@ -12,7 +12,10 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 REL=${1:-v0.26.0}
 PROFILE=${2:-performance}
-cargo build --release --quiet
+. scripts/heartbeat.sh
+echo "building gaudi-fixes (release, default features: the CLI with its built-in catalogue, no libtorch;" \
+  "~2 min on a first build, seconds after)"
+heartbeat 20 "try-on-vllm: cargo build --release" cargo build --release --quiet
 BIN=$PWD/target/release/gaudi-fixes
 pristine=$(bash scripts/fetch-upstream.sh "$REL" | tail -n 1)
 tree=$(mktemp -d "${TMPDIR:-/tmp}/gaudi-fixes-try.XXXXXX")

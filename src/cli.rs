@@ -3,7 +3,7 @@
 
 use std::path::PathBuf;
 
-use clap::{Args, Parser, Subcommand};
+use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::discover::TreeQuery;
 use crate::exit_status::ExitStatus;
@@ -127,8 +127,11 @@ pub enum Command {
     /// Check the catalogue's consistency (and, with --upstream, against pristine trees).
     Lint(LintArgs),
     /// Run the distribution-equivalence suite of the reference sampler (feature `reference`).
+    // Hidden where it cannot run; called anyway, it says how to rebuild with it.
+    #[command(hide = !cfg!(feature = "reference"))]
     Equiv(EquivArgs),
     /// Time stock vs subset sampling with the reference sampler (feature `reference`).
+    #[command(hide = !cfg!(feature = "reference"))]
     Bench(BenchArgs),
     /// Run a fix's tests (built into the binary) against the trees found: 0 pass, 1 fail, 3 error.
     Test(TestArgs),
@@ -138,6 +141,14 @@ pub enum Command {
     Port(PortArgs),
     /// Make or refresh a variant from a hand-edited tree, into a directory catalogue.
     Record(RecordArgs),
+    /// Print a shell completion script on stdout (e.g. `gaudi-fixes completions bash >
+    /// /etc/bash_completion.d/gaudi-fixes`).
+    Completions {
+        #[arg(value_enum)]
+        shell: clap_complete::Shell,
+    },
+    /// Print the man page (roff) on stdout (e.g. `gaudi-fixes man > /usr/local/share/man/man1/gaudi-fixes.1`).
+    Man,
 }
 
 /// Which fixes `apply` / `revert` act on.
@@ -236,7 +247,9 @@ pub struct BenchArgs {
 impl Cli {
     /// Parse argv; a usage error prints clap's message and maps to exit 3 (help/version to 0).
     pub fn parse_or_usage_error() -> Result<Cli, ExitStatus> {
-        Cli::try_parse_from(std::env::args_os()).map_err(|err| {
+        let parsed =
+            command().try_get_matches_from(std::env::args_os()).and_then(|matches| Cli::from_arg_matches(&matches));
+        parsed.map_err(|err| {
             let _ = err.print();
             if err.use_stderr() {
                 ExitStatus::Error
@@ -245,6 +258,57 @@ impl Cli {
             }
         })
     }
+}
+
+/// The whole command line as clap sees it, with what the derive cannot know at compile time:
+/// `--version` naming the built-in catalogue, `apply --help`'s examples and profile names.
+/// Completions and the man page are made from this too.
+pub fn command() -> clap::Command {
+    let catalog = crate::catalog::Catalog::load(None).ok();
+    let (version, long_version, profiles) = match &catalog {
+        Some(catalog) => {
+            let id = catalog.identity();
+            let version = format!("{} (catalogue: {} fixes, {})", env!("CARGO_PKG_VERSION"), id.fixes, id.short_hash());
+            let long = format!("{} (catalogue: {} fixes, sha256 {})", env!("CARGO_PKG_VERSION"), id.fixes, id.sha256);
+            let profiles: Vec<String> =
+                catalog.profiles.iter().map(|p| format!("  {:<13} {}", p.name, p.description.trim())).collect();
+            (version, long, profiles.join("\n"))
+        }
+        None => (env!("CARGO_PKG_VERSION").to_string(), env!("CARGO_PKG_VERSION").to_string(), String::new()),
+    };
+    let examples = [
+        ("gaudi-fixes apply", "apply the `default` profile to the trees python3 finds"),
+        ("gaudi-fixes apply --check --profile performance", "only check: 0 applied, 1 not applied, 2 drifted, 3 error"),
+        (
+            "gaudi-fixes apply --dry-run topk-subset-sampler",
+            "what would change (with what it requires); nothing written",
+        ),
+        ("gaudi-fixes --python /opt/venv/bin/python apply --profile performance", "the trees that interpreter imports"),
+        ("gaudi-fixes --root /usr/lib/python3/dist-packages apply --check --format github", "a CI step"),
+    ];
+    let examples: String = examples.iter().map(|(cmd, what)| format!("\n  {cmd}\n      {what}")).collect();
+    let apply_help = format!(
+        "Profiles (built-in catalogue; `gaudi-fixes list` shows a --catalog's):\n{profiles}\n\nExamples:{examples}"
+    );
+    Cli::command()
+        .version(version)
+        .long_version(long_version)
+        .mut_subcommand("apply", |apply| apply.after_help(apply_help))
+}
+
+/// `gaudi-fixes completions SHELL`: the completion script on stdout.
+pub fn print_completions(shell: clap_complete::Shell) -> anyhow::Result<ExitStatus> {
+    crate::report::emit(false, |out| {
+        clap_complete::generate(shell, &mut command(), "gaudi-fixes", out);
+        Ok(())
+    })?;
+    Ok(ExitStatus::Applied)
+}
+
+/// `gaudi-fixes man`: the man page (roff) on stdout.
+pub fn print_man() -> anyhow::Result<ExitStatus> {
+    crate::report::emit(false, |out| Ok(clap_mangen::Man::new(command()).render(out)?))?;
+    Ok(ExitStatus::Applied)
 }
 
 /// `test` flags.

@@ -55,6 +55,8 @@ pub fn run(cli: Cli) -> Result<ExitStatus> {
         Command::Matrix(args) => commands::matrix::run(&cli.global, args),
         Command::Port(args) => commands::port::run(&cli.global, args),
         Command::Record(args) => commands::record::run(&cli.global, args),
+        Command::Completions { shell } => cli::print_completions(*shell),
+        Command::Man => cli::print_man(),
     }
 }
 

@@ -20,6 +20,7 @@ fn main() -> ExitCode {
         }
     };
     let json = cli.global.format == Format::Json;
+    let github = cli.global.format == Format::Github;
     let command = command_name(&cli.command);
     match gaudi_fixes::run(cli) {
         Ok(status) => status.into(),
@@ -35,6 +36,8 @@ fn main() -> ExitCode {
             eprintln!("gaudi-fixes: error: {message}");
             if json {
                 print_error_document(Some(command), &message, code);
+            } else if github {
+                print_error_annotation(&message);
             }
             ExitCode::from(code)
         }
@@ -56,6 +59,8 @@ fn command_name(command: &Command) -> &'static str {
         Command::Matrix(_) => "matrix",
         Command::Port(_) => "port",
         Command::Record(_) => "record",
+        Command::Completions { .. } => "completions",
+        Command::Man => "man",
     }
 }
 
@@ -63,6 +68,15 @@ fn command_name(command: &Command) -> &'static str {
 fn wants_json(args: impl Iterator<Item = std::ffi::OsString>) -> bool {
     let args: Vec<String> = args.map(|a| a.to_string_lossy().into_owned()).collect();
     args.windows(2).any(|w| w[0] == "--format" && w[1] == "json") || args.iter().any(|a| a == "--format=json")
+}
+
+/// The error as a GitHub annotation on stdout (where `--format github` prints the others), at
+/// the file and line it names; a closed stdout is ignored.
+fn print_error_annotation(message: &str) {
+    let (file, line) = gaudi_fixes::report::json::locate(message);
+    let stdout = gaudi_fixes::report::stdout();
+    let mut out = stdout.lock();
+    let _ = gaudi_fixes::report::github::error_at(&mut out, message, file.as_deref(), line);
 }
 
 /// One JSON document for a failed run; a closed stdout is ignored (the exit code tells).

@@ -9,6 +9,7 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
+use crate::catalog::CatalogIdentity;
 use crate::hash::sha256_hex;
 use crate::plan::{Action, FixReport, FixState, Plan};
 
@@ -16,6 +17,9 @@ use crate::plan::{Action, FixReport, FixState, Plan};
 #[derive(Debug, Clone, Default, Serialize, Deserialize, PartialEq)]
 pub struct Provenance {
     pub tool: String,
+    /// The catalogue the last write used (absent in records written before it was kept).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub catalog: Option<CatalogIdentity>,
     /// Fix name → what was applied.
     pub fixes: BTreeMap<String, ProvenanceFix>,
 }
@@ -33,12 +37,19 @@ pub fn tool_version() -> String {
     format!("gaudi-fixes {}", env!("CARGO_PKG_VERSION"))
 }
 
-/// Each root's record after `plan` is written, from `current` (each root this run may touch,
-/// with its record as read, or none). A fix skipped by `--only-tree` keeps what its record says.
-pub fn after(plan: &Plan, current: BTreeMap<PathBuf, Option<Provenance>>) -> Result<BTreeMap<PathBuf, Provenance>> {
+/// Each root's record after `plan` is written with `catalog`, from `current` (each root this run
+/// may touch, with its record as read, or none). A fix skipped by `--only-tree` keeps what its
+/// record says.
+pub fn after(
+    plan: &Plan,
+    current: BTreeMap<PathBuf, Option<Provenance>>,
+    catalog: &CatalogIdentity,
+) -> Result<BTreeMap<PathBuf, Provenance>> {
     let mut records: BTreeMap<PathBuf, Provenance> = current
         .into_iter()
-        .map(|(root, record)| (root, Provenance { tool: tool_version(), ..record.unwrap_or_default() }))
+        .map(|(root, record)| {
+            (root, Provenance { tool: tool_version(), catalog: Some(catalog.clone()), ..record.unwrap_or_default() })
+        })
         .collect();
     let final_bytes: BTreeMap<PathBuf, &[u8]> =
         plan.edits.iter().map(|e| (e.tree_root.join(&e.rel), e.new.as_slice())).collect();

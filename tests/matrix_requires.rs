@@ -10,7 +10,7 @@ use common::{fixture, PRISTINE};
 /// A stand-in for python: the module probe answers nothing missing; "pytest" passes when the
 /// tree's mod.py carries both fix-a's and fix-b's edits.
 const FAKE_PYTHON: &str = r#"#!/bin/sh
-if [ "$1" = "-c" ]; then echo ""; exit 0; fi
+if [ "$1" = "-c" ]; then echo gaudi-fixes-probe-ok; exit 0; fi
 if grep -q "a \* 3" "$GAUDI_FIXES_ROOT/vllm/mod.py" && grep -q "fix-b was here" "$GAUDI_FIXES_ROOT/vllm/mod.py"; then
   echo "1 passed in 0.01s"; exit 0
 fi

@@ -21,7 +21,7 @@ fn json(out: &str) -> serde_json::Value {
 /// A stand-in for python: answers the module probe with `$FAKE_MISSING`, and as pytest passes
 /// when the tree's mod.py carries fix-a and the test file was written beside it.
 const FAKE_PYTHON: &str = r#"#!/bin/sh
-if [ "$1" = "-c" ]; then echo "$FAKE_MISSING"; exit 0; fi
+if [ "$1" = "-c" ]; then echo gaudi-fixes-probe-ok; echo "$FAKE_MISSING"; exit 0; fi
 [ -f test_a.py ] || { echo "no test_a.py in $(pwd)"; exit 4; }
 if grep -q "a \* 3" "$GAUDI_FIXES_ROOT/vllm/mod.py"; then echo "1 passed in 0.01s"; exit 0; fi
 echo "1 failed in 0.01s"; exit 1
@@ -62,7 +62,7 @@ fn test_without_pytest_or_torch_is_a_clear_error() {
         .args(with_fixture(&["--python", "./py", "test", "fix-a"]))
         .env("FAKE_MISSING", "pytest torch")
         .expect(3);
-    assert!(err.contains("has no pytest or torch") && err.contains("--python"), "{err}");
+    assert!(err.contains("has no torch and no pytest") && err.contains("--python"), "{err}");
     let (_, err) = d.cmd().args(with_fixture(&["--python", "./no-such-python", "test", "fix-a"])).expect(3);
     assert!(err.contains("cannot run `") && err.contains("no-such-python`"), "{err}");
     let (_, err) = d.cmd().args(with_fixture(&["--python", "./py", "test", "fix-b"])).expect(3);
@@ -75,7 +75,7 @@ fn builtin_tests_and_their_helpers_are_in_the_binary() {
     // The stand-in checks that the built-in fix directory was written out with its helpers.
     let py = d.write(
         "py",
-        "#!/bin/sh\nif [ \"$1\" = \"-c\" ]; then echo; exit 0; fi\n\
+        "#!/bin/sh\nif [ \"$1\" = \"-c\" ]; then echo gaudi-fixes-probe-ok; exit 0; fi\n\
          [ -f test_topk_subset_sampler.py ] && [ -f vllm_stubs.py ] && { echo '1 passed'; exit 0; }\n\
          ls; exit 1\n",
     );

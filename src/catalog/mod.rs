@@ -1,10 +1,11 @@
 //! The catalogue: fix manifests ([`manifest`]), profiles ([`profile`]), and loading, ordering and
-//! linting them ([`catalog`], [`lint`]); `requires:` and profile `include:` ([`relations`]). The
+//! linting them ([`catalog`], [`lint`]); which catalogue it is ([`identity`]); `requires:` and profile `include:` ([`relations`]). The
 //! shipped catalogue is built into the binary ([`source`]).
 
 #[allow(clippy::module_inception)]
 pub mod catalog;
 pub mod finding;
+pub mod identity;
 pub mod lint;
 pub mod manifest;
 pub mod profile;
@@ -12,5 +13,6 @@ pub mod relations;
 pub mod source;
 
 pub use catalog::{Catalog, Fix, Variant, VariantPatch};
+pub use identity::CatalogIdentity;
 pub use manifest::{Kind, Manifest};
 pub use profile::Profile;

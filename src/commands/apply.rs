@@ -71,7 +71,7 @@ pub fn run_select(global: &GlobalArgs, args: &SelectArgs, op: Op, command: &'sta
     let mut written = Vec::new();
     if writes && status == ExitStatus::Applied && !plan.edits.is_empty() {
         plan::check_writable(&plan.edits)?;
-        let records = provenance::after(&plan, session.provenance()?)?;
+        let records = provenance::after(&plan, session.provenance()?, &catalog.identity())?;
         let action = if op == Op::Revert { Action::Revert } else { Action::Apply };
         transaction::commit(action, &plan.edits, records)?;
         written = plan.edits.iter().map(|e| e.path.clone()).collect();

@@ -126,7 +126,7 @@ pub fn run(global: &GlobalArgs, args: &MatrixArgs) -> Result<ExitStatus> {
         }
     };
 
-    let mut progress = Progress::new(global);
+    let mut progress = Progress::or_lines(global);
     let mut prepared = Vec::new();
     let mut cells = Vec::new();
     for (ri, release) in releases.iter().enumerate() {

@@ -22,7 +22,9 @@ pub mod test;
 pub(crate) fn reference_missing(command: &str) -> anyhow::Error {
     anyhow::anyhow!(
         "`{command}` needs the reference sampler, which this binary was built without; \
-         run `bash scripts/setup-venv.sh` and rebuild with \
-         `cargo build --release --features reference` (see README, \"Reference sampler\")"
+         rebuild from a checkout with libtorch 2.13.0 from the torch venv: \
+         `VENV=$(bash scripts/setup-venv.sh | tail -n 1) && PATH=\"$VENV/bin:$PATH\" \
+         LIBTORCH_USE_PYTORCH=1 cargo install --locked --path . --features reference` \
+         (see README, \"Reference sampler\")"
     )
 }

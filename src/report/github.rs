@@ -70,6 +70,37 @@ pub fn print(out: &mut dyn Write, reports: &[FixReport], check: bool) -> Result<
     Ok(())
 }
 
+/// One `::notice` when the run ended well, so a green step still says what it saw (the
+/// findings above carry everything else).
+pub fn summary(
+    out: &mut dyn Write,
+    check: bool,
+    status: crate::exit_status::ExitStatus,
+    reports: &[FixReport],
+    written: usize,
+) -> Result<()> {
+    if status != crate::exit_status::ExitStatus::Applied || reports.is_empty() {
+        return Ok(());
+    }
+    let names: Vec<String> = reports.iter().map(|r| format!("{} {}", r.name, r.state.as_str())).collect();
+    let what = if check { "check passed".to_string() } else { format!("{written} file(s) written") };
+    writeln!(out, "::notice::{}", escape(&format!("gaudi-fixes: {what}: {}", names.join(", "))))?;
+    Ok(())
+}
+
+/// An error that ended the run, as an annotation, at the file and line it names (if any).
+pub fn error_at(out: &mut dyn Write, message: &str, file: Option<&str>, line: Option<u64>) -> Result<()> {
+    let mut at = String::new();
+    if let Some(file) = file {
+        at.push_str(&format!(" file={}", escape_prop(file)));
+        if let Some(line) = line {
+            at.push_str(&format!(",line={line}"));
+        }
+    }
+    writeln!(out, "::error{at}::{}", escape(&format!("gaudi-fixes: {message}")))?;
+    Ok(())
+}
+
 /// An error that ended the run, as an annotation.
 pub fn error(out: &mut dyn Write, message: &str) -> Result<()> {
     writeln!(out, "::error::{}", escape(message))?;

@@ -14,7 +14,10 @@ use crate::plan::{Reason, ReasonCode};
 /// The trees line(s) at the top of a report.
 pub fn trees(out: &mut dyn Write, trees: &Trees) -> Result<()> {
     for tree in trees.all() {
-        let version = tree.version.as_deref().map_or("version unknown".to_string(), |v| format!("version {v}"));
+        let version = tree.version.as_deref().map_or_else(
+            || format!("version unknown: no {}/_version.py or dist-info beside it", tree.name),
+            |v| format!("version {v}"),
+        );
         writeln!(
             out,
             "{:<11} {}  ({version}, found by {})",

@@ -49,10 +49,12 @@ pub fn render(out: &mut dyn Write, format: Format, catalog: &Catalog, trees: &Tr
     writeln!(out, "catalogue: {}", catalog.files.origin)?;
     human::trees(out, trees)?;
     writeln!(out, "\n{}", "fixes".bold())?;
+    let width = rows.iter().map(|r| r.name.len()).max().unwrap_or(0).max(26);
     for row in rows {
         let state = row.state.map_or("-".normal(), human::state_word);
         let variant = row.variant.as_deref().map(|v| format!(" [{v}]")).unwrap_or_default();
-        writeln!(out, "  {:<26} {:<12} {state}{variant}", row.name.bold(), row.kind)?;
+        // The column fits the longest name, so a long name never runs into its kind.
+        writeln!(out, "  {:<width$} {:<12} {state}{variant}", row.name.bold(), row.kind)?;
         writeln!(out, "      {}", row.summary)?;
         writeln!(
             out,
@@ -72,7 +74,8 @@ pub fn render(out: &mut dyn Write, format: Format, catalog: &Catalog, trees: &Tr
     writeln!(out, "\n{}", "profiles".bold())?;
     for p in &catalog.profiles {
         let fixes = if p.fixes.is_empty() { "(no fixes)".to_string() } else { p.fixes.join(", ") };
-        writeln!(out, "  {:<26} {}: {fixes}", p.name.bold(), p.description)?;
+        writeln!(out, "  {:<26} fixes: {fixes}", p.name.bold())?;
+        writeln!(out, "      {}", p.description.trim())?;
         if !p.include.is_empty() {
             let selects = catalog.profile_fixes(&p.name).map_or_else(|e| format!("{e:#}"), |f| f.join(", "));
             writeln!(out, "      include: {}; selects: {selects}", p.include.join(", "))?;

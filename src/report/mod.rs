@@ -72,6 +72,11 @@ pub fn progress_allowed(output: Output) -> bool {
     output.format == Format::Human && !output.quiet && std::io::stderr().is_terminal()
 }
 
+/// Whether stderr is a terminal (pytest's colours, progress lines).
+pub fn stderr_is_terminal() -> bool {
+    std::io::stderr().is_terminal()
+}
+
 /// Hand `print` the report writer: the locked, closed-pipe-safe [`stdout`], unless `--quiet`
 /// says print nothing. Every command prints through here.
 pub fn emit(quiet: bool, print: impl FnOnce(&mut dyn std::io::Write) -> anyhow::Result<()>) -> anyhow::Result<()> {

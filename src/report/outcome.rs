@@ -49,7 +49,10 @@ pub fn render(out: &mut dyn Write, format: Format, outcome: &RunOutcome) -> Resu
             },
             outcome.status,
         ),
-        Format::Github => github::print(out, &outcome.reports, outcome.mode == Mode::Check),
+        Format::Github => {
+            github::print(out, &outcome.reports, outcome.mode == Mode::Check)?;
+            github::summary(out, outcome.mode == Mode::Check, outcome.status, &outcome.reports, outcome.written.len())
+        }
         Format::Human => match outcome.mode {
             Mode::Status => human_status(out, outcome),
             Mode::Diff => human_diff(out, outcome),
@@ -72,12 +75,24 @@ fn human_select(out: &mut dyn Write, o: &RunOutcome) -> Result<()> {
     if o.nothing_selected {
         writeln!(out, "nothing selected (the profile has no fixes); nothing to do")?;
     }
+    // A refused run writes nothing: no fix is shown as "→ applying".
+    let refused = matches!(o.mode, Mode::Apply | Mode::Revert) && o.status != ExitStatus::Applied;
     for r in &o.reports {
-        human::fix(out, r, false)?;
+        if refused && r.action.is_some() {
+            human::fix(out, &FixReport { action: None, ..r.clone() }, false)?;
+        } else {
+            human::fix(out, r, false)?;
+        }
     }
     let summary = match (o.mode, o.status) {
         (mode, ExitStatus::Drifted) if mode != Mode::Check => {
             format!("{}: refused because of drift; nothing was written", "error".red().bold())
+        }
+        (Mode::Check, ExitStatus::Error) => {
+            format!("{}: cannot check every selected fix (see above)", "error".red().bold())
+        }
+        (Mode::DryRun, ExitStatus::Error) => {
+            format!("{}: cannot plan every selected fix (see above)", "error".red().bold())
         }
         (_, ExitStatus::Error) => format!("{}: cannot proceed; nothing was written", "error".red().bold()),
         (Mode::Check, s) => format!(
@@ -91,8 +106,8 @@ fn human_select(out: &mut dyn Write, o: &RunOutcome) -> Result<()> {
         (Mode::DryRun, _) => format!("dry run: {} file(s) would be written", o.would_write),
         _ if o.written.is_empty() => "nothing to do: already in the requested state".to_string(),
         _ => {
-            let list: Vec<String> = o.written.iter().map(|p| p.display().to_string()).collect();
-            format!("wrote {} file(s): {}", o.written.len(), list.join(", "))
+            let list: Vec<String> = o.written.iter().map(|p| format!("\n  {}", p.display())).collect();
+            format!("wrote {} file(s):{}", o.written.len(), list.concat())
         }
     };
     writeln!(out, "{summary}")?;

@@ -1,0 +1,185 @@
+//! What a user of an installed binary relies on beyond apply/revert, through the real binary:
+//! shell completions and the man page, `--version` naming the catalogue (and provenance
+//! recording it), `apply --help`'s profiles and examples, hidden `equiv`/`bench` with a complete
+//! rebuild hint, GitHub annotations for errors and for a green check, and `test`'s honesty (no
+//! pass without a test run, `--only-tree` honoured, "not applied" said, skips named, no advice
+//! to install torch over an image's own).
+
+mod common;
+
+use std::os::unix::fs::PermissionsExt;
+
+use common::{fixture, with_fixture, Dir};
+
+#[test]
+fn completions_for_every_shell_and_a_man_page() {
+    let d = fixture();
+    for (shell, marker) in [
+        ("bash", "complete -F"),
+        ("zsh", "#compdef gaudi-fixes"),
+        ("fish", "complete -c gaudi-fixes"),
+        ("elvish", "edit:completion:arg-completer[gaudi-fixes]"),
+        ("powershell", "Register-ArgumentCompleter"),
+    ] {
+        let (out, _) = d.cmd().args(["completions", shell]).expect(0);
+        assert!(out.contains(marker) && out.contains("apply"), "{shell}: {out}");
+    }
+    let (out, _) = d.cmd().args(["man"]).expect(0);
+    assert!(out.starts_with(".ie") || out.contains(".TH gaudi-fixes 1"), "{out}");
+    assert!(out.contains(".TH gaudi-fixes 1") && out.contains("apply"), "{out}");
+    d.cmd().args(["completions", "tcsh"]).expect(3);
+}
+
+#[test]
+fn version_names_the_catalogue_and_provenance_records_it() {
+    let d = fixture();
+    let (long, _) = d.cmd().args(["--version"]).expect(0);
+    let re =
+        regex::Regex::new(r"^gaudi-fixes \d+\.\d+\.\d+ \(catalogue: (\d+) fixes, sha256 ([0-9a-f]{64})\)\n$").unwrap();
+    let caps = re.captures(&long).unwrap_or_else(|| panic!("{long:?}"));
+    let (list, _) = d.cmd().args(["--format", "json", "list"]).expect(0);
+    let list: serde_json::Value = serde_json::from_str(&list).unwrap();
+    assert_eq!(caps[1].parse::<usize>().unwrap(), list["fixes"].as_array().unwrap().len(), "{long}");
+    let (short, _) = d.cmd().args(["-V"]).expect(0);
+    assert!(short.contains(&format!("{} fixes, {})", &caps[1], &caps[2][..12])), "{short}");
+
+    d.cmd().args(with_fixture(&["apply", "fix-a"])).expect(0);
+    let prov: serde_json::Value = serde_json::from_str(&d.read_string("root/.gaudi-fixes/provenance.json")).unwrap();
+    let catalog = &prov["catalog"];
+    assert_eq!(catalog["fixes"], 2, "{prov}");
+    assert_eq!(catalog["sha256"].as_str().map(str::len), Some(64), "{prov}");
+    assert!(catalog["origin"].as_str().is_some_and(|o| o.ends_with("cat")), "{prov}");
+}
+
+#[test]
+fn apply_help_lists_profiles_and_examples_and_reference_commands_hide_without_the_feature() {
+    let d = fixture();
+    let (help, _) = d.cmd().args(["apply", "--help"]).expect(0);
+    for profile in std::fs::read_dir(concat!(env!("CARGO_MANIFEST_DIR"), "/profiles")).unwrap() {
+        let name = profile.unwrap().path().file_stem().unwrap().to_string_lossy().to_string();
+        assert!(help.contains(&format!("  {name} ")), "profile {name} not in apply --help:\n{help}");
+    }
+    assert!(help.contains("Examples:") && help.contains("gaudi-fixes apply --check"), "{help}");
+    if cfg!(feature = "reference") {
+        return;
+    }
+    let (help, _) = d.cmd().args(["--help"]).expect(0);
+    assert!(!help.contains("equiv") && !help.contains("bench"), "{help}");
+    let (_, err) = d.cmd().args(["equiv"]).expect(3);
+    for part in ["LIBTORCH_USE_PYTORCH=1", "--features reference", "setup-venv.sh"] {
+        assert!(err.contains(part), "rebuild hint lacks {part}: {err}");
+    }
+}
+
+#[test]
+fn github_format_annotates_errors_and_says_when_all_is_well() {
+    let d = fixture();
+    let (out, _) =
+        d.cmd().args(["--catalog", "cat", "--root", "nowhere", "--format", "github", "apply", "--check"]).expect(3);
+    assert!(out.starts_with("::error") && out.contains("nowhere"), "{out}");
+    d.write("bad/fixes/x/fix.yaml", "name: x\nnmae: y\n");
+    let (out, _) = d.cmd().args(["--catalog", "bad", "--format", "github", "list"]).expect(3);
+    assert!(out.starts_with("::error file=") && out.contains("fix.yaml,line=2::"), "{out}");
+    d.cmd().args(with_fixture(&["apply", "fix-a"])).expect(0);
+    let (out, _) = d.cmd().args(with_fixture(&["--format", "github", "apply", "--check", "fix-a"])).expect(0);
+    assert!(out.contains("::notice::gaudi-fixes: check passed: fix-a applied"), "{out}");
+}
+
+#[test]
+fn human_output_glitches_are_gone() {
+    let d = fixture();
+    let (out, _) = d.cmd().args(with_fixture(&["list"])).expect(0);
+    assert!(!out.contains(".:"), "{out}");
+    // A second file for fix-a, so the written list has two entries.
+    let (out, _) = d.cmd().args(with_fixture(&["apply", "fix-a"])).expect(0);
+    assert!(out.contains("wrote 1 file(s):\n  "), "{out}");
+    // A refused apply shows no "→ applying": fix-a could be applied, fix-b drifted.
+    d.cmd().args(with_fixture(&["revert", "fix-a"])).expect(0);
+    let text = d.read_string("root/vllm/mod.py").replace("    return 2\n", "    return 2  # edited\n");
+    d.write("root/vllm/mod.py", text);
+    let (out, _) = d.cmd().args(with_fixture(&["apply", "--profile", "performance"])).expect(2);
+    assert!(out.contains("fix-b  drifted") && !out.contains("→ applying"), "{out}");
+    let (out, _) = d.cmd().args(["--catalog", "cat", "--vllm-gaudi", "root", "apply", "--check", "fix-a"]).expect(3);
+    assert!(!out.contains("nothing was written"), "{out}");
+}
+
+/// A stand-in python: passes the probe; as pytest prints what `$FAKE_PYTEST` says and exits
+/// with `$FAKE_EXIT`; records the trees it was shown in `seen`.
+const FAKE_PYTHON: &str = r#"#!/bin/sh
+if [ "$1" = "-c" ]; then echo gaudi-fixes-probe-ok; echo "$FAKE_MISSING"; exit 0; fi
+ls "$GAUDI_FIXES_ROOT" > "$SEEN"
+printf '%b\n' "$FAKE_PYTEST"
+exit "${FAKE_EXIT:-0}"
+"#;
+
+fn with_tests() -> Dir {
+    let d = fixture();
+    let y = d.read_string("cat/fixes/fix-a/fix.yaml") + "tests: [test_a.py]\n";
+    d.write("cat/fixes/fix-a/fix.yaml", y);
+    d.write("cat/fixes/fix-a/test_a.py", "def test_a():\n    pass\n");
+    d.write("root/vllm_gaudi/__init__.py", "");
+    let py = d.write("py", FAKE_PYTHON);
+    std::fs::set_permissions(&py, std::fs::Permissions::from_mode(0o755)).unwrap();
+    d
+}
+
+#[test]
+fn test_passes_only_when_tests_ran() {
+    let d = with_tests();
+    d.cmd().args(with_fixture(&["apply", "fix-a"])).expect(0);
+    let seen = d.path().join("seen");
+    let (_, err) = d.cmd().args(with_fixture(&["--python", "/bin/true", "test", "fix-a"])).expect(3);
+    assert!(err.contains("not a Python interpreter"), "{err}");
+    let (_, err) = d
+        .cmd()
+        .args(with_fixture(&["--python", "./py", "test", "fix-a"]))
+        .env("SEEN", &seen)
+        .env("FAKE_PYTEST", "SKIPPED [1] test_a.py:1: no GPU here\n1 skipped in 0.01s")
+        .expect(3);
+    assert!(err.contains("no test of fix-a ran") && err.contains("no GPU here"), "{err}");
+    let (out, _) = d
+        .cmd()
+        .args(with_fixture(&["--python", "./py", "test", "fix-a"]))
+        .env("SEEN", &seen)
+        .env("FAKE_PYTEST", "SKIPPED [2] test_a.py:9: vectors not set\n1 passed, 2 skipped in 0.01s")
+        .expect(0);
+    assert!(out.contains("passed (1 passed, 2 skipped") && out.contains("skipped: vectors not set (2 tests)"), "{out}");
+}
+
+#[test]
+fn test_honours_only_tree_and_says_not_applied() {
+    let d = with_tests();
+    let seen = d.path().join("seen");
+    let run = |only: &[&str], code| {
+        let mut args = vec!["--python", "./py"];
+        args.extend_from_slice(only);
+        args.extend(["test", "fix-a"]);
+        d.cmd()
+            .args(with_fixture(&args))
+            .env("SEEN", &seen)
+            .env("FAKE_PYTEST", "1 failed in 0.01s")
+            .env("FAKE_EXIT", "1")
+            .expect(code)
+    };
+    let (out, err) = run(&[], 1);
+    assert!(err.contains("fix-a is not-applied on these trees"), "{err}");
+    assert!(out.contains("FAILED (1 failed in 0.01s) — fix-a is not applied"), "{out}");
+    assert_eq!(d.read_string("seen"), "vllm\nvllm_gaudi\n");
+    run(&["--only-tree", "vllm"], 1);
+    assert_eq!(d.read_string("seen"), "vllm\n", "--only-tree vllm must hide vllm_gaudi from the tests");
+    // fix-a's files are all in vllm: leaving vllm out leaves nothing to test.
+    let (_, err) = run(&["--only-tree", "vllm_gaudi"], 3);
+    assert!(err.contains("--only-tree leaves out"), "{err}");
+}
+
+#[test]
+fn missing_torch_advice_never_installs_over_an_image() {
+    let d = with_tests();
+    let (_, err) =
+        d.cmd().args(with_fixture(&["--python", "./py", "test", "fix-a"])).env("FAKE_MISSING", "torch").expect(3);
+    assert!(err.contains("image's own interpreter") && err.contains("download.pytorch.org/whl/cpu"), "{err}");
+    assert!(!err.contains("pip install pytest torch`"), "unpinned advice: {err}");
+    let (_, err) =
+        d.cmd().args(with_fixture(&["--python", "./py", "test", "fix-a"])).env("FAKE_MISSING", "pytest").expect(3);
+    assert!(err.contains("pip install pytest`") && !err.contains("torch=="), "{err}");
+}
