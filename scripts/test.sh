@@ -4,7 +4,8 @@
 # and, on real vLLM trees from the package index, the topk-subset-sampler cycle:
 #   check → 1, apply → 0, check → 0, apply again changes nothing, pytest of the patched real
 #   code (and it fails on the pristine code), revert → byte-identical, lint --upstream; the
-#   swap-states-sampling-params cycle (default profile); the reworded-docstring drift case.
+#   swap-states-sampling-params cycle (default profile); every correctness fix of the default
+#   profile (its tests fail pristine, pass applied; every hunk needed); the reworded-docstring drift case.
 # Releases: v0.26.0 v0.30.0 v0.33.0, or GAUDI_FIXES_TEST_RELEASES="v0.27.0 v0.29.0 ...".
 # vllm_gaudi: each tree gets it from scripts/fetch-upstream.sh (GAUDI_FIXES_VLLM_GAUDI_SRC, else
 # the pristine archives in ../shared/upstream); only when neither exists is the vllm half
@@ -164,6 +165,39 @@ for rel in $RELEASES; do
   else bad "$rel: tree differs from pristine after revert"; diff -rq "$swp" "$swt" | head; fi
 done
 # --- end swap-states-sampling-params ---------------------------------------------------------
+# --- every correctness fix of the default profile (vllm_gaudi) --------------------------------
+# On each release, with `gaudi-fixes test` (what a user runs): each fix's tests fail on the
+# pristine tree and pass once the default profile is applied in one run; the profile reverts
+# byte-identically. Then scripts/every-hunk-needed.py drops each hunk of each fix once (on
+# v0.26.0, and on v0.30.0 for the runner's other variant): one of the fix's tests must fail.
+DEFAULT_FIXES=$(sed -n 's/^  - //p' profiles/default.yaml)
+for rel in $RELEASES; do
+  step "correctness fixes on $rel: each fix's tests fail pristine, pass with the default profile"
+  cfp=$(bash scripts/fetch-upstream.sh "$rel" "$WORK/fixes-pristine-$rel" | tail -n 1) || { bad "fetch $rel"; continue; }
+  if [ ! -d "$cfp/vllm_gaudi" ]; then
+    echo "note: no vllm_gaudi tree for $rel; the correctness fixes are NOT tested (set GAUDI_FIXES_VLLM_GAUDI_SRC)"
+    continue
+  fi
+  cft=$WORK/fixes-$rel
+  cp -a "$cfp" "$cft"
+  for fix in $DEFAULT_FIXES; do
+    expect_quiet 1 "$rel: $fix: its tests fail on the pristine tree" "$BIN" --root "$cft" --python python test "$fix"
+  done
+  expect 0 "$rel: apply (default profile, one run)" "$BIN" --root "$cft" apply
+  expect_quiet 0 "$rel: apply --check (default profile) after apply" "$BIN" --root "$cft" apply --check
+  for fix in $DEFAULT_FIXES; do
+    expect_quiet 0 "$rel: $fix: its tests pass on the patched tree" "$BIN" --root "$cft" --python python test "$fix"
+  done
+  expect 0 "$rel: revert (default profile)" "$BIN" --root "$cft" revert
+  if diff -r "$cfp" "$cft" >/dev/null; then ok "$rel: revert restored every byte (default profile)"
+  else bad "$rel: tree differs from pristine after revert"; diff -rq "$cfp" "$cft" | head; fi
+  case $rel in
+    v0.26.0|v0.30.0)
+      expect 0 "$rel: every hunk of every default fix is needed (scripts/every-hunk-needed.py)" \
+        python scripts/every-hunk-needed.py --bin "$BIN" --tree "$cfp" --python python $DEFAULT_FIXES ;;
+  esac
+done
+# --- end correctness fixes --------------------------------------------------------------------
 # Issue 8 (exact placement), its own block: on a copy of each pristine release, reword
 # forward_native's docstring ("may be updated in-place" -> "may be modified in-place"). The
 # hunk's context then occurs only in forward_cpu: --check must say drifted (2) and name the
