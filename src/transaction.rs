@@ -1266,15 +1266,16 @@ fn bytecode_names(cache: &Dir, name: &OsStr) -> Result<Vec<OsString>> {
 /// first state is kept: bytecode of an already patched source is a cache Python rebuilds.
 /// Returns whether a stash was made.
 fn stash_bytecode(state: &Dir, t: &Target<'_>) -> Result<bool> {
-    let (stash, _) = state.open_or_create_dir(OsStr::new(BYTECODE))?;
     let key = stash_key(&t.rel);
-    if let Some(entry) = stash.open_dir(&key)? {
+    if let Some(entry) = state.open_dir(OsStr::new(BYTECODE))?.map(|s| s.open_dir(&key)).transpose()?.flatten() {
         if entry.read(OsStr::new(STASH_RECORD))?.is_some() {
             return Ok(false);
         }
-        // Left half-made by a killed run: make it again.
+        // Left half-made by a killed run: make it again (dropping it may remove `bytecode/`
+        // itself, so it is opened only after).
         drop_stash(state, &t.rel)?;
     }
+    let (stash, _) = state.open_or_create_dir(OsStr::new(BYTECODE))?;
     let st = t.dir.lstat(&t.name)?.with_context(|| format!("{}: vanished", t.shown().display()))?;
     let (entry, _) = stash.open_or_create_dir(&key)?;
     let mut pyc = Vec::new();

@@ -283,3 +283,17 @@ fn matrix_record_writes_only_releases_whose_both_halves_were_applied_and_tested(
         d.read_string("cat/fixes/fix-a/fix.yaml")
     );
 }
+
+#[test]
+fn a_bytecode_stash_left_half_made_by_a_killed_apply_is_made_again() {
+    // A SIGKILL between creating a module's stash directory and writing its record leaves
+    // `.gaudi-fixes/bytecode/<key>/` empty. The next apply drops it and makes it anew (dropping
+    // it removed `bytecode/` too, which the next step then tried to create inside: exit 3).
+    let d = fixture();
+    let key = &sha256(b"vllm/mod.py")[..32];
+    d.write(&format!("root/.gaudi-fixes/bytecode/{key}/stray.pyc"), "half");
+    d.cmd().args(with_fixture(&["apply", "fix-a"])).expect(0);
+    d.cmd().args(with_fixture(&["revert", "fix-a"])).expect(0);
+    assert_eq!(d.read_string("root/vllm/mod.py"), PRISTINE);
+    assert!(!d.path().join("root/.gaudi-fixes").exists(), "the state directory is left behind");
+}
