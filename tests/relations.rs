@@ -151,16 +151,23 @@ fn lint_finds_profiles_without_what_their_fixes_require() {
 #[test]
 fn lint_upstream_checks_a_patch_on_top_of_what_its_fix_requires() {
     // fix-b's context holds fix-a's line: it applies only after fix-a, as `requires:` ensures.
+    // fix-a's hunk has no context, so fix-b's edit beside its line leaves it readable as applied
+    // (with context, fix-b would sit inside fix-a's image and drift it: see the next test).
     let d = requiring_fixture();
     d.write(
+        "cat/fixes/fix-a/v0.26.0/mod.patch",
+        "--- a/vllm/mod.py\n+++ b/vllm/mod.py\n@@ -10,1 +10,1 @@ def sample(x):\n-    b = a * 2\n+    b = a * 3\n",
+    );
+    d.write(
         "cat/fixes/fix-b/v0.26.0/mod.patch",
-        "--- a/vllm/mod.py\n+++ b/vllm/mod.py\n@@ -10,4 +10,5 @@ def sample(x):\n     # fix-a: triple instead of double\n     b = a * 3\n+    # fix-b: after fix-a\n     return b\n \n",
+        "--- a/vllm/mod.py\n+++ b/vllm/mod.py\n@@ -10,2 +10,3 @@ def sample(x):\n     b = a * 3\n+    # fix-b: after fix-a\n     return b\n",
     );
     d.write("up/v0.26.0/vllm/mod.py", PRISTINE);
     let (out, _) = d.cmd().args(["--catalog", "cat", "lint", "--upstream", "up"]).expect(0);
     assert!(out.contains("fix-b v0.26.0: vllm/mod.py applies to pristine + fix-a"), "{out}");
     d.cmd().args(with_fixture(&["apply", "fix-b"])).expect(0);
     assert!(d.read_string("root/vllm/mod.py").contains("    b = a * 3\n    # fix-b: after fix-a\n"));
+    d.cmd().args(with_fixture(&["apply", "--check", "fix-a", "fix-b"])).expect(0);
     // Ordered after fix-a only, the patch is still checked on top of fix-a, but selected alone
     // it would meet the pristine file and drift: lint says it needs `requires:`.
     let y = d.read_string("cat/fixes/fix-b/fix.yaml").replace("requires: [fix-a]", "after: [fix-a]");
@@ -249,4 +256,25 @@ fn overlap_lint_moves_an_earlier_fix_through_the_fixes_between() {
     // And indeed, applied in order, fix-c's edit lands on fix-a's line.
     d.cmd().args(with_fixture(&["apply", "--profile", "performance"])).expect(0);
     assert!(d.read_string("root/vllm/mod.py").contains("    a = x + 1\n    # fix-c: edited\n    b = a * 3\n"));
+}
+
+#[test]
+fn lint_upstream_finds_a_later_fix_that_edits_an_earlier_ones_context() {
+    // fix-b (after fix-a) rewrites `return b`, the last context line of fix-a's hunk: both apply
+    // in order, but then fix-a no longer reads as applied and `apply --check` says drifted.
+    let d = fixture();
+    d.write(
+        "cat/fixes/fix-b/v0.26.0/mod.patch",
+        "--- a/vllm/mod.py\n+++ b/vllm/mod.py\n@@ -11,3 +11,3 @@ def sample(x):\n     b = a * 3\n-    return b\n+    return b + 0\n \n",
+    );
+    d.write("up/v0.26.0/vllm/mod.py", PRISTINE);
+    let (out, _) = d.cmd().args(["--catalog", "cat", "lint", "--upstream", "up"]).expect(1);
+    assert!(
+        out.contains(
+            "profile `performance` on v0.26.0: with all its fixes applied, fix-a's patch to vllm/mod.py reads Drifted"
+        ),
+        "{out}"
+    );
+    d.cmd().args(with_fixture(&["apply", "--profile", "performance"])).expect(0);
+    d.cmd().args(with_fixture(&["apply", "--check", "--profile", "performance"])).expect(2);
 }

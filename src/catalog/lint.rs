@@ -49,8 +49,66 @@ pub fn lint(catalog: &Catalog, upstream: Option<&Path>) -> Result<LintReport> {
         for fix in &catalog.fixes {
             against_upstream(catalog, fix, dir, &mut report)?;
         }
+        for profile in &catalog.profiles {
+            profile_against_upstream(catalog, &profile.name, dir, &mut report)?;
+        }
     }
     Ok(report)
+}
+
+/// With every fix of a profile applied in order to a pristine file, each one's patch must still
+/// read as applied: a later fix that edits an earlier one's context lines leaves the earlier
+/// one "drifted" for `apply --check` right after a successful `apply`.
+fn profile_against_upstream(catalog: &Catalog, profile: &str, dir: &Path, report: &mut LintReport) -> Result<()> {
+    let names = catalog.profile_fixes(profile).unwrap_or_default();
+    let Ok(fixes) = catalog.order(&names) else { return Ok(()) };
+    let mut releases: Vec<&str> = fixes.iter().flat_map(|f| f.variants.iter().map(|v| v.release.as_str())).collect();
+    releases.sort();
+    releases.dedup();
+    for release in releases {
+        let candidates = [dir.join(release), dir.join(release.trim_start_matches('v'))];
+        let Some(root) = candidates.iter().find(|p| p.is_dir()) else { continue };
+        // (file, patches in apply order with their fix's name)
+        let mut files: Vec<(&str, Vec<(&Fix, &crate::catalog::VariantPatch)>)> = Vec::new();
+        for fix in &fixes {
+            let Some(variant) = fix.variants.iter().find(|v| v.release == release && !v.upstreamed) else { continue };
+            for vp in &variant.patches {
+                match files.iter_mut().find(|(f, _)| *f == vp.file) {
+                    Some((_, list)) => list.push((fix, vp)),
+                    None => files.push((vp.file.as_str(), vec![(fix, vp)])),
+                }
+            }
+        }
+        for (file, patches) in files.iter().filter(|(_, p)| p.len() > 1) {
+            let path = root.join(file);
+            let Ok(bytes) = fs::read(&path) else { continue };
+            let Ok(mut text) = SourceText::decode(&bytes, &path) else { continue };
+            let mut complete = true;
+            for (_, vp) in patches {
+                let eval = state::evaluate(&vp.diff, &text);
+                match state::apply(&vp.diff, &text, &eval) {
+                    Some(next) => text = next,
+                    None => complete = false, // against_upstream reports it
+                }
+            }
+            if !complete {
+                continue;
+            }
+            for (fix, vp) in patches {
+                let state = state::evaluate(&vp.diff, &text).state;
+                if state != FileState::Applied {
+                    report.findings.push(Finding {
+                        file: catalog.files.display(&vp.patch_path),
+                        message: format!(
+                            "profile `{profile}` on {release}: with all its fixes applied, {}'s patch to {file} reads {state:?}, not applied (a later fix edits its context lines): `apply --check` would call it drifted right after `apply`",
+                            fix.manifest.name
+                        ),
+                    });
+                }
+            }
+        }
+    }
+    Ok(())
 }
 
 fn overlaps(catalog: &Catalog, profile: &str, a: &Fix, b: &Fix, report: &mut LintReport) {
