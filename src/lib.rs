@@ -41,6 +41,8 @@ use cli::{Cli, Command};
 pub fn run(cli: Cli) -> Result<ExitStatus> {
     report::init_color(cli.global.color);
     transaction::set_lock_timeout(cli.global.lock_timeout);
+    let output = report::Output::from(&cli.global);
+    transaction::set_listener(move |event| report::events::render(output, event));
     match &cli.command {
         Command::List => commands::list::run(&cli.global),
         Command::Show { fix, readme } => commands::show::run(&cli.global, fix, *readme),

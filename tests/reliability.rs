@@ -634,6 +634,20 @@ fn waiting_for_a_lock_says_who_holds_it() {
     d.cmd().args(with_fixture(&["apply", "--check", "fix-a"])).expect(0);
 }
 
+/// `--quiet` holds while waiting for a lock: the transaction reports the wait as an event the
+/// command line renders, so a quiet run prints nothing, and the exit code still tells.
+#[test]
+fn a_quiet_run_waiting_for_a_lock_prints_nothing() {
+    let d = two_file_fixture();
+    let root = std::fs::File::open(d.path().join("root")).unwrap();
+    root.lock().unwrap();
+    let (stdout, stderr) =
+        d.cmd().args(with_fixture(&["-q", "apply", "--check", "fix-a", "--lock-timeout", "0.3"])).expect(3);
+    assert!(!stderr.contains("gaudi-fixes: waiting for the lock"), "--quiet printed the wait line: {stderr}");
+    assert!(stderr.contains("gave up waiting for the lock"), "the error itself is still said: {stderr}");
+    assert!(stdout.is_empty(), "{stdout}");
+}
+
 /// Run with stdout a pipe whose reader is already gone (`| head -0`, deterministically).
 fn closed_stdout(d: &Dir, args: &[&str]) -> (Option<i32>, String) {
     use std::os::fd::{FromRawFd, OwnedFd};

@@ -1,0 +1,143 @@
+//! The compiled bytecode a tree had: kept at the first apply, given back when the source is.
+
+use std::ffi::{OsStr, OsString};
+
+use std::os::unix::ffi::OsStrExt;
+
+use std::path::Path;
+
+use anyhow::{Context, Result};
+use serde::{Deserialize, Serialize};
+
+use crate::hash::sha256_hex;
+
+use super::commit::Target;
+use super::fs::Dir;
+use super::journal::state_dir;
+
+/// Where a module's bytecode is kept, under the state directory: `bytecode/<key>/` holding
+/// `source.json` ([`Stashed`]) and the `.pyc` files as they were in `__pycache__`.
+pub(super) const BYTECODE: &str = "bytecode";
+pub(super) const STASH_RECORD: &str = "source.json";
+
+/// The source a stash belongs to: its bytes' hash and modification time, and the `.pyc` files
+/// kept (name, permission bits). The `.pyc` files were valid for exactly that source.
+#[derive(Debug, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub(super) struct Stashed {
+    pub(super) path: String,
+    sha256: String,
+    pub(super) mtime: (i64, i64),
+    pub(super) pyc: Vec<(String, u32)>,
+}
+
+pub(super) fn stash_key(rel: &str) -> OsString {
+    OsString::from(&sha256_hex(rel.as_bytes())[..32])
+}
+
+/// The `__pycache__/<module>.*.pyc` names of the module `name` in `cache`.
+pub(super) fn bytecode_names(cache: &Dir, name: &OsStr) -> Result<Vec<OsString>> {
+    let Some(stem) = Path::new(name).file_stem() else { return Ok(Vec::new()) };
+    let mut prefix = stem.as_bytes().to_vec();
+    prefix.push(b'.');
+    let mut names: Vec<OsString> = cache
+        .names()?
+        .into_iter()
+        .filter(|e| e.as_bytes().starts_with(&prefix) && e.as_bytes().ends_with(b".pyc"))
+        .collect();
+    names.sort();
+    Ok(names)
+}
+
+/// Before an apply first changes a module, keep its source's mtime and its `.pyc` files (what
+/// pip compiled), so the revert that gives the source back leaves the tree as it was. Only the
+/// first state is kept: bytecode of an already patched source is a cache Python rebuilds.
+/// Returns whether a stash was made.
+pub(super) fn stash_bytecode(state: &Dir, t: &Target<'_>) -> Result<bool> {
+    let key = stash_key(&t.rel);
+    if let Some(entry) = state.open_dir(OsStr::new(BYTECODE))?.map(|s| s.open_dir(&key)).transpose()?.flatten() {
+        if entry.read(OsStr::new(STASH_RECORD))?.is_some() {
+            return Ok(false);
+        }
+        // Left half-made by a killed run: make it again (dropping it may remove `bytecode/`
+        // itself, so it is opened only after).
+        drop_stash(state, &t.rel)?;
+    }
+    let (stash, _) = state.open_or_create_dir(OsStr::new(BYTECODE))?;
+    let st = t.dir.lstat(&t.name)?.with_context(|| format!("{}: vanished", t.shown().display()))?;
+    let (entry, _) = stash.open_or_create_dir(&key)?;
+    let mut pyc = Vec::new();
+    if let Some(cache) = t.dir.open_dir(OsStr::new("__pycache__"))? {
+        for name in bytecode_names(&cache, &t.name)? {
+            let Some(bytes) = cache.read(&name)? else { continue };
+            let mode = cache.lstat(&name)?.map_or(0o644, |s| s.mode & 0o777);
+            entry.create_exclusive(&name, &bytes, 0o600, None)?;
+            pyc.push((name.to_string_lossy().into_owned(), mode));
+        }
+    }
+    let record = Stashed { path: t.rel.clone(), sha256: sha256_hex(t.old), mtime: st.mtime, pyc };
+    let bytes = serde_json::to_vec_pretty(&record).context("serialising a bytecode record")?;
+    entry.create_exclusive(OsStr::new(STASH_RECORD), &bytes, 0o600, None)?;
+    entry.sync()?;
+    Ok(true)
+}
+
+/// Remove the stash of `rel` (and the bytecode directory when it is left empty).
+pub(super) fn drop_stash(state: &Dir, rel: &str) -> Result<()> {
+    let Some(stash) = state.open_dir(OsStr::new(BYTECODE))? else { return Ok(()) };
+    let key = stash_key(rel);
+    if let Some(entry) = stash.open_dir(&key)? {
+        for name in entry.names()? {
+            entry.unlink(&name)?;
+        }
+    }
+    stash.rmdir_if_empty(&key);
+    state.rmdir_if_empty(OsStr::new(BYTECODE));
+    Ok(())
+}
+
+/// When a target now holds the source a stash was made from, give it back its mtime and the
+/// `.pyc` files still valid for it (a timestamp `.pyc` records the source's mtime and size),
+/// then drop the stash.
+pub(super) fn restore_bytecode(t: &Target<'_>) -> Result<()> {
+    let Some(state) = state_dir(&t.root.dir)? else { return Ok(()) };
+    let Some(stash) = state.open_dir(OsStr::new(BYTECODE))? else { return Ok(()) };
+    let Some(entry) = stash.open_dir(&stash_key(&t.rel))? else { return Ok(()) };
+    let Some(bytes) = entry.read(OsStr::new(STASH_RECORD))? else { return Ok(()) };
+    let Ok(record) = serde_json::from_slice::<Stashed>(&bytes) else { return drop_stash(&state, &t.rel) };
+    let now = t.dir.read(&t.name)?.unwrap_or_default();
+    if record.path != t.rel || record.sha256 != sha256_hex(&now) {
+        return Ok(());
+    }
+    t.dir.set_mtime(&t.name, record.mtime)?;
+    let size = now.len() as u64;
+    let valid = |pyc: &[u8]| {
+        let word = |i: usize| pyc.get(i..i + 4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
+        match word(4) {
+            // Hash-based: checked against the source's bytes, which are the stashed ones.
+            Some(flags) if flags & 1 == 1 => true,
+            Some(0) => word(8) == Some(record.mtime.0 as u32) && word(12) == Some(size as u32),
+            _ => false,
+        }
+    };
+    if !record.pyc.is_empty() {
+        let (cache, _) = t.dir.open_or_create_dir(OsStr::new("__pycache__"))?;
+        for (name, mode) in &record.pyc {
+            let name = OsStr::new(name);
+            if Path::new(name).components().count() != 1 {
+                continue;
+            }
+            if let Some(pyc) = entry.read(name)? {
+                if valid(&pyc) {
+                    cache.create_exclusive(name, &pyc, *mode, Some(t.owner))?;
+                }
+            }
+        }
+        cache.sync()?;
+    }
+    drop_stash(&state, &t.rel)
+}
+
+pub(super) fn now_nanos() -> u128 {
+    std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0)
+}

@@ -1,0 +1,130 @@
+//! The journal and provenance records: what a committed, unfinished transaction must finish,
+//! checked data (checksum, tree identity, tree-relative paths).
+
+use std::ffi::OsStr;
+
+use std::path::{Path, PathBuf};
+
+use anyhow::{anyhow, bail, Context, Result};
+use serde::{Deserialize, Serialize};
+
+use crate::hash::sha256_hex;
+use crate::plan::Action;
+use crate::provenance::Provenance;
+
+use super::fs::{check_rel, Dir};
+use super::{JOURNAL, JOURNAL_FORMAT, PROVENANCE, SAVED, STATE_DIR};
+
+/// Which directory a journal belongs to: a copy of the tree (`cp -a`) has another identity.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct TreeId {
+    /// The canonical path of the tree root.
+    pub path: PathBuf,
+    pub dev: u64,
+    pub ino: u64,
+}
+
+/// One file in a journal.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct JournalFile {
+    /// Index into [`Journal::trees`].
+    pub tree: usize,
+    /// Relative to that tree's root; plain components only.
+    pub path: String,
+    pub pre_sha256: String,
+    pub post_sha256: String,
+    /// Permission bits (0o777) only.
+    pub mode: u32,
+}
+
+/// A committed, unfinished transaction. Each involved root holds an identical copy; saved
+/// copies live in the file's own root at `.gaudi-fixes/txn/<index>.pre|post`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Journal {
+    pub format: u32,
+    pub tool: String,
+    pub operation: Action,
+    /// Identifies the transaction across its roots.
+    pub id: String,
+    pub trees: Vec<TreeId>,
+    pub files: Vec<JournalFile>,
+    /// The provenance record to write per tree (index into `trees`) once the files are in place.
+    pub provenance: Vec<(usize, Provenance)>,
+    /// sha256 over this record serialised with `checksum` empty.
+    pub checksum: String,
+}
+
+impl Journal {
+    pub(super) fn compute_checksum(&self) -> String {
+        let mut copy = self.clone();
+        copy.checksum.clear();
+        // Through a JSON value, so the form hashed does not depend on field order.
+        let value = serde_json::to_value(&copy).expect("journal serialises");
+        sha256_hex(&serde_json::to_vec(&value).expect("journal serialises"))
+    }
+}
+
+/// The state directory of `root` if there is one; a symlink there is an error.
+pub(super) fn state_dir(root: &Dir) -> Result<Option<Dir>> {
+    root.open_dir(OsStr::new(STATE_DIR))
+}
+
+/// Read a root's provenance record, if any.
+pub fn read_provenance(root: &Path) -> Result<Option<Provenance>> {
+    let root_dir = Dir::open_path(root)?;
+    let Some(state) = state_dir(&root_dir)? else { return Ok(None) };
+    let Some(bytes) = state.read(OsStr::new(PROVENANCE))? else { return Ok(None) };
+    let path = state.path(OsStr::new(PROVENANCE));
+    Ok(Some(serde_json::from_slice(&bytes).with_context(|| format!("{}: not a provenance record", path.display()))?))
+}
+
+/// How to clear a journal this run will not use.
+pub(super) fn clear_hint(state: &Path) -> String {
+    format!(
+        "to clear it: check the tree with `gaudi-fixes apply --check` (restore any file it reports as drifted from a \
+         pristine copy), then remove {} and {} by hand",
+        state.join(JOURNAL).display(),
+        state.join(SAVED).display()
+    )
+}
+
+/// Read and check the journal in a state directory: format, checksum, paths.
+pub(super) fn read_journal(state: &Dir) -> Result<Option<Journal>> {
+    let Some(bytes) = state.read(OsStr::new(JOURNAL))? else { return Ok(None) };
+    let path = state.path(OsStr::new(JOURNAL));
+    let journal: Journal = serde_json::from_slice(&bytes).with_context(|| {
+        format!("{}: corrupt journal (not one this gaudi-fixes writes); {}", path.display(), clear_hint(&state.shown))
+    })?;
+    if journal.format != JOURNAL_FORMAT {
+        bail!("{}: corrupt journal (format {}); {}", path.display(), journal.format, clear_hint(&state.shown));
+    }
+    if journal.compute_checksum() != journal.checksum {
+        bail!(
+            "{}: corrupt journal: it fails its checksum (damaged or edited), so it was not used; {}",
+            path.display(),
+            clear_hint(&state.shown)
+        );
+    }
+    for f in &journal.files {
+        if f.tree >= journal.trees.len() {
+            bail!("{}: corrupt journal: file {} names no tree; {}", path.display(), f.path, clear_hint(&state.shown));
+        }
+        check_rel(&f.path).map_err(|e| {
+            anyhow!("{}: corrupt journal: {e} (it leaves the tree); {}", path.display(), clear_hint(&state.shown))
+        })?;
+    }
+    if journal.provenance.iter().any(|(i, _)| *i >= journal.trees.len()) {
+        bail!("{}: corrupt journal: provenance names no tree; {}", path.display(), clear_hint(&state.shown));
+    }
+    Ok(Some(journal))
+}
+
+/// The journal left in `root` by an interrupted run, if any (checked, not acted on).
+pub fn pending(root: &Path) -> Result<Option<Journal>> {
+    let root_dir = Dir::open_path(root)?;
+    let Some(state) = state_dir(&root_dir)? else { return Ok(None) };
+    read_journal(&state)
+}
