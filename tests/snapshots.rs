@@ -135,6 +135,7 @@ fn diff() {
     let d = drifted();
     snap("diff_drifted_human", &d, &["diff", "fix-a"]);
     snap("diff_drifted_json", &d, &["diff", "fix-a", "--format", "json"]);
+    snap("diff_drifted_github", &d, &["diff", "fix-a", "--format", "github"]);
 }
 
 #[test]

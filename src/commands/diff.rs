@@ -6,13 +6,13 @@ use anyhow::Result;
 
 use super::session::{Access, Session};
 use crate::catalog::Catalog;
-use crate::cli::{Format, GlobalArgs};
 use crate::exit_status::ExitStatus;
 use crate::plan::{self, FixState, Op};
 use crate::report::{self, outcome::Mode, outcome::RunOutcome};
+use crate::settings::Settings;
 
 /// Run `diff`: exit 0 when shown, 2 when the fix drifted, 3 on error.
-pub fn run(global: &GlobalArgs, name: &str) -> Result<ExitStatus> {
+pub fn run(global: &Settings, name: &str) -> Result<ExitStatus> {
     let catalog = Catalog::load(global.catalog.as_deref())?;
     let fix = catalog.fix(name)?;
     let session = Session::open(global, Access::Read)?;
@@ -48,19 +48,13 @@ pub fn run(global: &GlobalArgs, name: &str) -> Result<ExitStatus> {
         notes,
         nothing_selected: false,
     };
-    report::emit(global.quiet, |out| {
-        if global.format == Format::Json {
-            return report::outcome::render(out, Format::Json, &outcome);
+    let mut patches = Vec::new();
+    for v in variants {
+        for p in v.patches.iter().filter(|p| filter.includes(p.tree)) {
+            let heading = format!("# {} {} ({})", v.release, p.file, p.patch_path.display());
+            patches.push((heading, catalog.files.text(&p.patch_path)?.to_string()));
         }
-        // GitHub format shows the human text too: the patch is what a reader wants here.
-        report::outcome::render(out, Format::Human, &outcome)?;
-        for v in variants {
-            for p in v.patches.iter().filter(|p| filter.includes(p.tree)) {
-                let heading = format!("# {} {} ({})", v.release, p.file, p.patch_path.display());
-                report::outcome::patch_text(out, &heading, catalog.files.text(&p.patch_path)?)?;
-            }
-        }
-        Ok(())
-    })?;
+    }
+    report::emit(global.quiet, |out| report::outcome::render_diff(out, global.format, &outcome, &patches))?;
     Ok(status)
 }

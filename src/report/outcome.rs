@@ -137,6 +137,25 @@ fn human_diff(out: &mut dyn Write, o: &RunOutcome) -> Result<()> {
     Ok(())
 }
 
+/// `diff`'s output: with `--format json` the outcome document; with `github` the outcome's
+/// annotations (a drifted hunk at its file and line); for people the outcome, then each patch
+/// shown (`patches`: heading and text).
+pub fn render_diff(
+    out: &mut dyn Write,
+    format: Format,
+    outcome: &RunOutcome,
+    patches: &[(String, String)],
+) -> Result<()> {
+    if format != Format::Human {
+        return render(out, format, outcome);
+    }
+    render(out, Format::Human, outcome)?;
+    for (heading, text) in patches {
+        patch_text(out, heading, text)?;
+    }
+    Ok(())
+}
+
 /// A patch file under its `# release file (patch)` heading, coloured as a diff.
 pub fn patch_text(out: &mut dyn Write, heading: &str, text: &str) -> Result<()> {
     writeln!(out, "{}", heading.bold())?;
