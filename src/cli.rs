@@ -7,23 +7,22 @@ use clap::{Args, CommandFactory, FromArgMatches, Parser, Subcommand};
 
 use crate::discover::TreeQuery;
 use crate::exit_status::ExitStatus;
-pub use crate::report::{ColorChoice, Format};
-use crate::tree::TreeFilter;
-pub use crate::tree::TreeName;
+use crate::settings::{self, Settings};
+use crate::tree::{TreeFilter, TreeName};
 
 /// Apply a catalogue of vLLM / vllm_gaudi fixes to installed trees, with drift detection.
 #[derive(Debug, Parser)]
 #[command(name = "gaudi-fixes", version, about, long_about = None)]
 pub struct Cli {
     #[command(flatten)]
-    pub global: GlobalArgs,
+    pub global: GlobalFlags,
     #[command(subcommand)]
     pub command: Command,
 }
 
 /// Flags every subcommand takes.
 #[derive(Debug, Args)]
-pub struct GlobalArgs {
+pub struct GlobalFlags {
     /// Use this catalogue directory (holding fixes/ and profiles/) instead of the built-in one.
     #[arg(long, global = true, env = "GAUDI_FIXES_CATALOG", value_name = "DIR")]
     pub catalog: Option<PathBuf>,
@@ -70,10 +69,24 @@ fn tree_name_parser() -> impl clap::builder::TypedValueParser<Value = TreeName> 
     .map(|s| s.parse::<TreeName>().expect("clap only passes the possible values"))
 }
 
-impl GlobalArgs {
+impl GlobalFlags {
+    /// The flags resolved once, for every command below.
+    pub fn settings(&self) -> Settings {
+        Settings {
+            catalog: self.catalog.clone(),
+            trees: self.tree_query(),
+            filter: TreeFilter::only(self.only_tree.clone()),
+            python: self.python.clone(),
+            format: self.format.into(),
+            color: self.color.into(),
+            quiet: self.quiet,
+            lock_timeout: self.lock_timeout,
+        }
+    }
+
     /// Where to look for the trees. First match wins: the flags (`--root`, `--vllm`,
     /// `--vllm-gaudi`), then `GAUDI_FIXES_ROOT`, then the Python interpreter.
-    pub fn tree_query(&self) -> TreeQuery {
+    fn tree_query(&self) -> TreeQuery {
         let flags = self.root.is_some() || self.vllm.is_some() || self.vllm_gaudi.is_some();
         let root = match &self.root {
             Some(root) => Some((root.clone(), "--root")),
@@ -84,16 +97,119 @@ impl GlobalArgs {
         };
         TreeQuery { root, vllm: self.vllm.clone(), vllm_gaudi: self.vllm_gaudi.clone(), python: self.python.clone() }
     }
+}
 
-    /// The trees `--only-tree` leaves in (all of them without it).
-    pub fn tree_filter(&self) -> TreeFilter {
-        TreeFilter::only(self.only_tree.clone())
+/// How results are printed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum Format {
+    /// For people; coloured on a terminal.
+    Human,
+    /// A stable, documented JSON document on stdout.
+    Json,
+    /// GitHub Actions `::error file=…,line=…::` annotations.
+    Github,
+}
+
+impl From<Format> for crate::report::Format {
+    fn from(f: Format) -> crate::report::Format {
+        match f {
+            Format::Human => crate::report::Format::Human,
+            Format::Json => crate::report::Format::Json,
+            Format::Github => crate::report::Format::Github,
+        }
     }
 }
 
-impl From<&GlobalArgs> for crate::report::Output {
-    fn from(global: &GlobalArgs) -> crate::report::Output {
-        crate::report::Output { format: global.format, quiet: global.quiet }
+/// Colour policy for human output.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum ColorChoice {
+    Auto,
+    Always,
+    Never,
+}
+
+impl From<ColorChoice> for crate::report::ColorChoice {
+    fn from(c: ColorChoice) -> crate::report::ColorChoice {
+        match c {
+            ColorChoice::Auto => crate::report::ColorChoice::Auto,
+            ColorChoice::Always => crate::report::ColorChoice::Always,
+            ColorChoice::Never => crate::report::ColorChoice::Never,
+        }
+    }
+}
+
+impl From<SelectFlags> for settings::SelectArgs {
+    fn from(f: SelectFlags) -> settings::SelectArgs {
+        settings::SelectArgs { fixes: f.fixes, profile: f.profile, check: f.check, dry_run: f.dry_run }
+    }
+}
+
+impl From<LintFlags> for settings::LintArgs {
+    fn from(f: LintFlags) -> settings::LintArgs {
+        settings::LintArgs { upstream: f.upstream }
+    }
+}
+
+impl From<EquivFlags> for settings::EquivArgs {
+    fn from(f: EquivFlags) -> settings::EquivArgs {
+        settings::EquivArgs {
+            cases: f.cases,
+            batch: f.batch,
+            vocab: f.vocab,
+            release: f.release,
+            draws: f.draws,
+            alpha: f.alpha,
+            calibration_runs: f.calibration_runs,
+            power_runs: f.power_runs,
+            ulp_bound: f.ulp_bound,
+            threads: f.threads,
+            seed: f.seed,
+            emit_vectors: f.emit_vectors,
+        }
+    }
+}
+
+impl From<BenchFlags> for settings::BenchArgs {
+    fn from(f: BenchFlags) -> settings::BenchArgs {
+        settings::BenchArgs {
+            repeats: f.repeats,
+            batch: f.batch,
+            vocab: f.vocab,
+            top_k: f.top_k,
+            top_p: f.top_p,
+            release: f.release,
+            threads: f.threads,
+        }
+    }
+}
+
+impl From<TestFlags> for settings::TestArgs {
+    fn from(f: TestFlags) -> settings::TestArgs {
+        settings::TestArgs { fix: f.fix, pytest_args: f.pytest_args }
+    }
+}
+
+impl From<MatrixFlags> for settings::MatrixArgs {
+    fn from(f: MatrixFlags) -> settings::MatrixArgs {
+        settings::MatrixArgs {
+            releases: f.releases,
+            fixes: f.fixes,
+            record: f.record,
+            no_tests: f.no_tests,
+            markdown: f.markdown,
+        }
+    }
+}
+
+impl From<PortFlags> for settings::PortArgs {
+    fn from(f: PortFlags) -> settings::PortArgs {
+        settings::PortArgs { fix: f.fix, to: f.to, release: f.release, from: f.from, from_tree: f.from_tree }
+    }
+}
+
+impl From<RecordFlags> for settings::RecordArgs {
+    fn from(f: RecordFlags) -> settings::RecordArgs {
+        settings::RecordArgs { fix: f.fix, release: f.release, pristine: f.pristine, edited: f.edited, files: f.files }
     }
 }
 
@@ -117,30 +233,30 @@ pub enum Command {
         readme: bool,
     },
     /// Apply fixes (default: the `default` profile); with --check only report.
-    Apply(SelectArgs),
+    Apply(SelectFlags),
     /// Revert fixes back to byte-identical pristine sources.
-    Revert(SelectArgs),
+    Revert(SelectFlags),
     /// What a fix changes, or why it drifted.
     Diff { fix: String },
     /// For each tree found: path, version hint and every fix's state.
     Status,
     /// Check the catalogue's consistency (and, with --upstream, against pristine trees).
-    Lint(LintArgs),
+    Lint(LintFlags),
     /// Run the distribution-equivalence suite of the reference sampler (feature `reference`).
     // Hidden where it cannot run; called anyway, it says how to rebuild with it.
     #[command(hide = !cfg!(feature = "reference"))]
-    Equiv(EquivArgs),
+    Equiv(EquivFlags),
     /// Time stock vs subset sampling with the reference sampler (feature `reference`).
     #[command(hide = !cfg!(feature = "reference"))]
-    Bench(BenchArgs),
+    Bench(BenchFlags),
     /// Run a fix's tests (built into the binary) against the trees found: 0 pass, 1 fail, 3 error.
-    Test(TestArgs),
+    Test(TestFlags),
     /// Every fix × release: state, variant, whether the fix's tests pass; `--record` writes `verified:`.
-    Matrix(MatrixArgs),
+    Matrix(MatrixFlags),
     /// Carry a fix's variant to a new release's pristine tree (three-way), into a directory catalogue.
-    Port(PortArgs),
+    Port(PortFlags),
     /// Make or refresh a variant from a hand-edited tree, into a directory catalogue.
-    Record(RecordArgs),
+    Record(RecordFlags),
     /// Print a shell completion script on stdout (e.g. `gaudi-fixes completions bash >
     /// /etc/bash_completion.d/gaudi-fixes`).
     Completions {
@@ -153,7 +269,7 @@ pub enum Command {
 
 /// Which fixes `apply` / `revert` act on.
 #[derive(Debug, Args)]
-pub struct SelectArgs {
+pub struct SelectFlags {
     /// Fixes by name (applied in `after:` order).
     pub fixes: Vec<String>,
     /// A profile's fixes (combined with any FIX given).
@@ -169,7 +285,7 @@ pub struct SelectArgs {
 
 /// `lint` flags.
 #[derive(Debug, Args)]
-pub struct LintArgs {
+pub struct LintFlags {
     /// A directory with one pristine tree root per release (`<DIR>/v0.26.0/vllm/...`).
     #[arg(long, value_name = "DIR")]
     pub upstream: Option<PathBuf>,
@@ -177,7 +293,7 @@ pub struct LintArgs {
 
 /// `equiv` flags.
 #[derive(Debug, Args)]
-pub struct EquivArgs {
+pub struct EquivFlags {
     /// Generated batches per configuration (2 dtypes × 3 top_k × 3 top_p distributions).
     #[arg(long, default_value_t = 2)]
     pub cases: usize,
@@ -220,7 +336,7 @@ pub struct EquivArgs {
 
 /// `bench` flags.
 #[derive(Debug, Args)]
-pub struct BenchArgs {
+pub struct BenchFlags {
     /// Repeats per measurement (the median is reported).
     #[arg(long, default_value_t = 5)]
     pub repeats: usize,
@@ -313,7 +429,7 @@ pub fn print_man() -> anyhow::Result<ExitStatus> {
 
 /// `test` flags.
 #[derive(Debug, Args)]
-pub struct TestArgs {
+pub struct TestFlags {
     /// The fix whose tests run.
     pub fix: String,
     /// Extra pytest arguments, after `--` (e.g. `-- -k "not mutant" -x`).
@@ -323,7 +439,7 @@ pub struct TestArgs {
 
 /// `matrix` flags.
 #[derive(Debug, Args)]
-pub struct MatrixArgs {
+pub struct MatrixFlags {
     /// Releases to check (comma-separated tags, e.g. v0.26.0,v0.30.0); default: every release
     /// the catalogue names.
     #[arg(long, value_delimiter = ',', value_name = "LIST")]
@@ -345,7 +461,7 @@ pub struct MatrixArgs {
 
 /// `port` flags.
 #[derive(Debug, Args)]
-pub struct PortArgs {
+pub struct PortFlags {
     /// The fix to port.
     pub fix: String,
     /// The new release's pristine tree (a directory holding vllm/ and/or vllm_gaudi/).
@@ -365,7 +481,7 @@ pub struct PortArgs {
 
 /// `record` flags.
 #[derive(Debug, Args)]
-pub struct RecordArgs {
+pub struct RecordFlags {
     /// The fix to make or refresh a variant of.
     pub fix: String,
     /// The release tag of the variant, e.g. v0.33.0.

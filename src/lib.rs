@@ -12,7 +12,8 @@
 //!   record of what was applied, and where it disagrees with the files.
 //! - [`report`]: human / JSON / GitHub output (the only place with colour).
 //! - [`commands`]: one file per subcommand.
-//! - [`cli`]: flags, turned into the inputs above once, at the top.
+//! - [`cli`]: flags (the only module that knows clap), turned once, at the top, into
+//!   [`settings`]: what every command shares and each command's request.
 //! - `reference` (feature `reference`): the tch reference sampler, `equiv` and `bench`.
 
 pub mod catalog;
@@ -27,6 +28,7 @@ pub mod provenance;
 #[cfg(feature = "reference")]
 pub mod reference;
 pub mod report;
+pub mod settings;
 pub mod transaction;
 pub mod tree;
 pub mod upkeep;
@@ -37,27 +39,30 @@ use anyhow::Result;
 
 use cli::{Cli, Command};
 
-/// Run one parsed command line and say how it ended.
+/// Run one parsed command line and say how it ended: the flags are resolved once, here, into
+/// [`settings::Settings`] and each command's request; nothing below sees the command line.
 pub fn run(cli: Cli) -> Result<ExitStatus> {
-    report::init_color(cli.global.color);
-    transaction::set_lock_timeout(cli.global.lock_timeout);
-    let output = report::Output::from(&cli.global);
+    let settings = cli.global.settings();
+    report::init_color(settings.color);
+    transaction::set_lock_timeout(settings.lock_timeout);
+    let output = settings.output();
     transaction::set_listener(move |event| report::events::render(output, event));
-    match &cli.command {
-        Command::List => commands::list::run(&cli.global),
-        Command::Show { fix, readme } => commands::show::run(&cli.global, fix, *readme),
-        Command::Apply(args) => commands::apply::run(&cli.global, args),
-        Command::Revert(args) => commands::revert::run(&cli.global, args),
-        Command::Diff { fix } => commands::diff::run(&cli.global, fix),
-        Command::Status => commands::status::run(&cli.global),
-        Command::Lint(args) => commands::lint::run(&cli.global, args),
-        Command::Equiv(args) => commands::equiv::run(&cli.global, args),
-        Command::Bench(args) => commands::bench::run(&cli.global, args),
-        Command::Test(args) => commands::test::run(&cli.global, args),
-        Command::Matrix(args) => commands::matrix::run(&cli.global, args),
-        Command::Port(args) => commands::port::run(&cli.global, args),
-        Command::Record(args) => commands::record::run(&cli.global, args),
-        Command::Completions { shell } => cli::print_completions(*shell),
+    let s = &settings;
+    match cli.command {
+        Command::List => commands::list::run(s),
+        Command::Show { fix, readme } => commands::show::run(s, &fix, readme),
+        Command::Apply(flags) => commands::apply::run(s, &flags.into()),
+        Command::Revert(flags) => commands::revert::run(s, &flags.into()),
+        Command::Diff { fix } => commands::diff::run(s, &fix),
+        Command::Status => commands::status::run(s),
+        Command::Lint(flags) => commands::lint::run(s, &flags.into()),
+        Command::Equiv(flags) => commands::equiv::run(s, &flags.into()),
+        Command::Bench(flags) => commands::bench::run(s, &flags.into()),
+        Command::Test(flags) => commands::test::run(s, &flags.into()),
+        Command::Matrix(flags) => commands::matrix::run(s, &flags.into()),
+        Command::Port(flags) => commands::port::run(s, &flags.into()),
+        Command::Record(flags) => commands::record::run(s, &flags.into()),
+        Command::Completions { shell } => cli::print_completions(shell),
         Command::Man => cli::print_man(),
     }
 }

@@ -1,142 +1,15 @@
-//! `gaudi-fixes apply [FIX…] [--profile NAME] [--check] [--dry-run]`, and the selection
-//! shared with `revert`.
+//! `gaudi-fixes apply [FIX…] [--profile NAME] [--check] [--dry-run]` (the steps, shared with
+//! `revert`, are in [`super::select`]).
 
 use anyhow::Result;
 
-use super::session::{Access, Session};
-use crate::catalog::{Catalog, Fix};
-use crate::cli::{GlobalArgs, SelectArgs};
+use super::select::run_select;
 use crate::exit_status::ExitStatus;
-use crate::plan::{self, Action, FixState, Op};
-use crate::provenance;
-use crate::report::{self, outcome::Mode, outcome::RunOutcome};
-use crate::transaction;
-use crate::tree::TreeFilter;
+use crate::plan::Op;
+use crate::settings::{SelectArgs, Settings};
 
 /// Run `apply`.
-pub fn run(global: &GlobalArgs, args: &SelectArgs) -> Result<ExitStatus> {
+pub fn run(global: &Settings, args: &SelectArgs) -> Result<ExitStatus> {
     let op = if args.check { Op::Check } else { Op::Apply };
     run_select(global, args, op, "apply")
-}
-
-/// The fix names `args` select: FIX arguments plus `--profile` (with what it includes); neither
-/// means `default`. What they require is added by [`run_select`], for apply only.
-pub fn selection(catalog: &Catalog, args: &SelectArgs) -> Result<Vec<String>> {
-    let mut names = args.fixes.clone();
-    let profile = match (&args.profile, names.is_empty()) {
-        (Some(p), _) => Some(p.as_str()),
-        (None, true) => Some("default"),
-        (None, false) => None,
-    };
-    if let Some(profile) = profile {
-        names.extend(catalog.profile_fixes(profile)?);
-    }
-    names.sort();
-    names.dedup();
-    Ok(names)
-}
-
-/// Shared by `apply` and `revert`: select, discover, lock, recover, plan, write, report.
-pub fn run_select(global: &GlobalArgs, args: &SelectArgs, op: Op, command: &'static str) -> Result<ExitStatus> {
-    let catalog = Catalog::load(global.catalog.as_deref())?;
-    let mut names = selection(&catalog, args)?;
-    let mut notes = Vec::new();
-    if op != Op::Revert {
-        // A fix is only sound with what it requires: select that too (applied first).
-        let closure = catalog.with_requirements(&names)?;
-        for (required, by) in &closure.added {
-            notes.push(format!("{required} is selected too: {by} requires it"));
-        }
-        names = closure.names;
-    }
-    let fixes: Vec<&Fix> = catalog.order(&names)?;
-    let writes = matches!(op, Op::Apply | Op::Revert) && !args.dry_run && !args.check;
-    let session = Session::open(global, if writes { Access::Write } else { Access::Read })?;
-    if writes {
-        notes.extend(session.recover()?);
-    } else {
-        for (root, _) in session.pending()? {
-            notes.push(format!(
-                "{}: an interrupted gaudi-fixes run left a journal; the next `apply` or `revert` finishes it first",
-                root.display()
-            ));
-        }
-    }
-    notes.extend(session.remove_stale_temp_files(&catalog)?);
-    if op == Op::Revert {
-        refuse_reverting_what_applied_fixes_require(&catalog, &names, &session)?;
-    }
-    let plan = plan::plan(&fixes, &session.trees, &session.filter, op)?;
-    let status = plan.status(op);
-    let mut written = Vec::new();
-    if writes && status == ExitStatus::Applied && !plan.edits.is_empty() {
-        plan::check_writable(&plan.edits)?;
-        let records = provenance::after(&plan, session.provenance()?, &catalog.identity())?;
-        let action = if op == Op::Revert { Action::Revert } else { Action::Apply };
-        transaction::commit(action, &plan.edits, records)?;
-        written = plan.edits.iter().map(|e| e.path.clone()).collect();
-    }
-    let mode = match (op, args.dry_run) {
-        (Op::Check, _) => Mode::Check,
-        (_, true) => Mode::DryRun,
-        (Op::Revert, false) => Mode::Revert,
-        _ => Mode::Apply,
-    };
-    let outcome = RunOutcome {
-        command,
-        mode,
-        status,
-        would_write: plan.edits.len(),
-        trees: session.trees.clone(),
-        reports: plan.reports,
-        written,
-        notes,
-        nothing_selected: names.is_empty(),
-    };
-    report::emit(global.quiet, |out| report::outcome::render(out, global.format, &outcome))?;
-    Ok(status)
-}
-
-/// A revert of a fix that a fix outside the selection requires is an error (exit 3, nothing
-/// written) unless that dependant is known not to be applied: it would be left applied without
-/// what makes it sound. Dependants are judged on every tree found, a tree left out with
-/// `--only-tree` too (read, never written), and any state but not-applied counts: drifted may
-/// be partly applied, skipped or error was not seen.
-fn refuse_reverting_what_applied_fixes_require(catalog: &Catalog, names: &[String], session: &Session) -> Result<()> {
-    let dependants = catalog.dependants(names);
-    if dependants.is_empty() {
-        return Ok(());
-    }
-    let fixes: Vec<&Fix> = dependants.iter().map(|(fix, _)| *fix).collect();
-    let reports = plan::plan(&fixes, &session.trees, &TreeFilter::all(), Op::Status)?.reports;
-    let applied: Vec<(&str, FixState, &str)> = reports
-        .iter()
-        .zip(&dependants)
-        .filter(|(report, _)| report.state != FixState::NotApplied)
-        .map(|(report, (_, needed))| (report.name.as_str(), report.state, needed.as_str()))
-        .collect();
-    if applied.is_empty() {
-        return Ok(());
-    }
-    let why: Vec<String> = applied
-        .iter()
-        .map(|(dep, state, needed)| match state {
-            FixState::Applied => format!("{dep} is applied and requires {needed}"),
-            FixState::Error => {
-                format!("{dep}, which requires {needed}, could not be judged (a tree it needs was not found)")
-            }
-            _ => format!(
-                "{dep} is {} (not known to be unapplied) and requires {needed}",
-                state.as_str().replace('-', " ")
-            ),
-        })
-        .collect();
-    let mut both: Vec<&str> = applied.iter().map(|(dep, _, _)| *dep).collect();
-    both.extend(names.iter().map(String::as_str));
-    both.dedup();
-    anyhow::bail!(
-        "refusing to revert: {}; nothing was written. Revert them together: gaudi-fixes revert {}",
-        why.join("; "),
-        both.join(" ")
-    )
 }

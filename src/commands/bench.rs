@@ -4,11 +4,11 @@
 
 use anyhow::Result;
 
-use crate::cli::{BenchArgs, GlobalArgs};
 use crate::exit_status::ExitStatus;
+use crate::settings::{BenchArgs, Settings};
 
 /// Run the benchmark, or say how to get it when built without the `reference` feature.
-pub fn run(global: &GlobalArgs, args: &BenchArgs) -> Result<ExitStatus> {
+pub fn run(global: &Settings, args: &BenchArgs) -> Result<ExitStatus> {
     #[cfg(feature = "reference")]
     {
         bench(global, args)
@@ -21,7 +21,7 @@ pub fn run(global: &GlobalArgs, args: &BenchArgs) -> Result<ExitStatus> {
 }
 
 #[cfg(feature = "reference")]
-fn bench(global: &GlobalArgs, args: &BenchArgs) -> Result<ExitStatus> {
+fn bench(global: &Settings, args: &BenchArgs) -> Result<ExitStatus> {
     use anyhow::bail;
 
     use crate::reference::bench::{run_bench, Settings};
@@ -41,7 +41,7 @@ fn bench(global: &GlobalArgs, args: &BenchArgs) -> Result<ExitStatus> {
     if !(args.top_p > 0.0 && args.top_p <= 1.0) {
         bail!("--top-p must be in (0, 1]");
     }
-    let torch_threads = torch_threads(args.threads)?;
+    let torch_threads = crate::reference::torch_threads(args.threads)?;
     let settings = Settings { release, repeats: args.repeats, top_k: args.top_k, top_p: args.top_p, window };
     // Every batch size at the first vocabulary, then the next vocabulary.
     let shapes: Vec<(i64, i64)> =
@@ -51,15 +51,4 @@ fn bench(global: &GlobalArgs, args: &BenchArgs) -> Result<ExitStatus> {
     progress.clear();
     report::print(global.into(), &result)?;
     Ok(ExitStatus::Applied)
-}
-
-/// `--threads`: libtorch's intra-op threads (`None`: every core); returns what it now uses.
-#[cfg(feature = "reference")]
-pub(crate) fn torch_threads(threads: Option<i32>) -> Result<i32> {
-    let threads = match threads {
-        Some(n) if n < 1 => anyhow::bail!("--threads must be at least 1"),
-        Some(n) => n,
-        None => std::thread::available_parallelism().map_or(1, |n| n.get() as i32),
-    };
-    Ok(crate::reference::set_threads(threads))
 }

@@ -4,11 +4,11 @@
 
 use anyhow::Result;
 
-use crate::cli::{EquivArgs, GlobalArgs};
 use crate::exit_status::ExitStatus;
+use crate::settings::{EquivArgs, Settings};
 
 /// Run the suite, or say how to get it when built without the `reference` feature.
-pub fn run(global: &GlobalArgs, args: &EquivArgs) -> Result<ExitStatus> {
+pub fn run(global: &Settings, args: &EquivArgs) -> Result<ExitStatus> {
     #[cfg(feature = "reference")]
     {
         suite(global, args)
@@ -21,12 +21,12 @@ pub fn run(global: &GlobalArgs, args: &EquivArgs) -> Result<ExitStatus> {
 }
 
 #[cfg(feature = "reference")]
-fn suite(global: &GlobalArgs, args: &EquivArgs) -> Result<ExitStatus> {
+fn suite(global: &Settings, args: &EquivArgs) -> Result<ExitStatus> {
     use crate::reference::suite::{run_suite, Verdict};
     use crate::report::equiv as report;
 
     let config = config(args)?;
-    let threads = super::bench::torch_threads(Some(args.threads))?;
+    let threads = crate::reference::torch_threads(Some(args.threads))?;
     if let Some(dir) = &args.emit_vectors {
         let emitted = crate::reference::vectors::emit(dir, config.release, config.seed)?;
         report::print_emitted(global.into(), &emitted)?;

@@ -4,12 +4,12 @@
 use anyhow::Result;
 
 use crate::catalog::{lint, Catalog};
-use crate::cli::{GlobalArgs, LintArgs};
 use crate::exit_status::ExitStatus;
 use crate::report::{self, lint::LintOutcome};
+use crate::settings::{LintArgs, Settings};
 
 /// Run `lint`.
-pub fn run(global: &GlobalArgs, args: &LintArgs) -> Result<ExitStatus> {
+pub fn run(global: &Settings, args: &LintArgs) -> Result<ExitStatus> {
     let catalog = Catalog::load(global.catalog.as_deref())?;
     let report = lint::lint(&catalog, args.upstream.as_deref())?;
     let status = if report.findings.is_empty() { ExitStatus::Applied } else { ExitStatus::NotApplied };

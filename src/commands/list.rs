@@ -5,13 +5,13 @@ use anyhow::Result;
 
 use super::session::{Access, Session};
 use crate::catalog::{Catalog, Fix};
-use crate::cli::GlobalArgs;
 use crate::exit_status::ExitStatus;
 use crate::plan::{self, Op};
 use crate::report::{self, list::Row};
+use crate::settings::Settings;
 
 /// Run `list`.
-pub fn run(global: &GlobalArgs) -> Result<ExitStatus> {
+pub fn run(global: &Settings) -> Result<ExitStatus> {
     let catalog = Catalog::load(global.catalog.as_deref())?;
     let session = Session::open(global, Access::Read)?;
     let trees = &session.trees;

@@ -15,12 +15,13 @@ use anyhow::{bail, Context, Result};
 use serde::Serialize;
 
 use crate::catalog::{Catalog, Fix};
-use crate::cli::{Format, GlobalArgs, MatrixArgs};
 use crate::discover::{self, Tree, Trees};
 use crate::exit_status::ExitStatus;
 use crate::plan::ReasonCode;
 use crate::plan::{self, FileOutcome, FixState, Op};
 use crate::report::progress::Progress;
+use crate::report::Format;
+use crate::settings::{MatrixArgs, Settings};
 use crate::tree::{TreeFilter, TreeName};
 use crate::upkeep::{self, upstream, yaml_edit};
 
@@ -92,7 +93,7 @@ fn with_predecessors(catalog: &Catalog, fix: &Fix) -> Vec<String> {
 }
 
 /// Run `matrix`.
-pub fn run(global: &GlobalArgs, args: &MatrixArgs) -> Result<ExitStatus> {
+pub fn run(global: &Settings, args: &MatrixArgs) -> Result<ExitStatus> {
     let catalog = Catalog::load(global.catalog.as_deref())?;
     if args.record {
         upkeep::writable_catalog(global.catalog.as_deref(), "matrix --record")?;

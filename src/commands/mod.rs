@@ -1,4 +1,6 @@
-//! One file per subcommand; each turns flags into a plan, runs it and returns an [`ExitStatus`].
+//! One file per subcommand; each turns its request into a plan, runs it and returns an
+//! [`ExitStatus`]. Commands never call each other: the steps two share live in [`session`] and
+//! [`select`] here, or in the layers below (`upkeep`, `plan`, `reference`).
 //!
 //! [`ExitStatus`]: crate::exit_status::ExitStatus
 
@@ -12,6 +14,7 @@ pub mod matrix;
 pub mod port;
 pub mod record;
 pub mod revert;
+pub mod select;
 pub mod session;
 pub mod show;
 pub mod status;

@@ -13,14 +13,16 @@ use anyhow::{bail, Context, Result};
 use colored::Colorize;
 
 use crate::catalog::{Catalog, Variant};
-use crate::cli::{Format, GlobalArgs, PortArgs, TreeName};
 use crate::exit_status::ExitStatus;
 use crate::hash::sha256_hex;
 use crate::patch::{state, FileState, SourceText};
+use crate::report::Format;
+use crate::settings::{PortArgs, Settings};
+use crate::tree::TreeName;
 use crate::upkeep::{self, merge, upstream, NewFile};
 
 /// Run `port`.
-pub fn run(global: &GlobalArgs, args: &PortArgs) -> Result<ExitStatus> {
+pub fn run(global: &Settings, args: &PortArgs) -> Result<ExitStatus> {
     let dir = upkeep::writable_catalog(global.catalog.as_deref(), "port")?;
     let _lock = upkeep::lock_catalog(&dir)?;
     let catalog = Catalog::load(Some(&dir))?;
@@ -174,7 +176,7 @@ fn old_root(args: &PortArgs, release: &str, tree: TreeName) -> Result<PathBuf> {
 }
 
 fn print_conflicts(
-    global: &GlobalArgs,
+    global: &Settings,
     fix: &str,
     from: &str,
     to: &str,

@@ -7,8 +7,10 @@
 use anyhow::{bail, Result};
 
 use crate::catalog::Catalog;
-use crate::cli::{Format, GlobalArgs, RecordArgs, TreeName};
 use crate::exit_status::ExitStatus;
+use crate::report::Format;
+use crate::settings::{RecordArgs, Settings};
+use crate::tree::TreeName;
 use crate::upkeep::{self, upstream, NewFile};
 
 /// The files a fix's variants patch, with their trees, in manifest order.
@@ -25,7 +27,7 @@ pub fn fix_files(fix: &crate::catalog::Fix) -> Vec<(TreeName, String)> {
 }
 
 /// Run `record`.
-pub fn run(global: &GlobalArgs, args: &RecordArgs) -> Result<ExitStatus> {
+pub fn run(global: &Settings, args: &RecordArgs) -> Result<ExitStatus> {
     let dir = upkeep::writable_catalog(global.catalog.as_deref(), "record")?;
     let _lock = upkeep::lock_catalog(&dir)?;
     let catalog = Catalog::load(Some(&dir))?;
@@ -73,7 +75,7 @@ pub fn run(global: &GlobalArgs, args: &RecordArgs) -> Result<ExitStatus> {
 }
 
 /// Report what `record` / `port` wrote.
-pub fn print_written(global: &GlobalArgs, fix: &str, w: &upkeep::Written, command: &str) -> Result<()> {
+pub fn print_written(global: &Settings, fix: &str, w: &upkeep::Written, command: &str) -> Result<()> {
     crate::report::emit(global.quiet, |out| {
         if global.format == Format::Json {
             let doc = serde_json::json!({ "schema": 1, "command": command, "exit_code": 0, "fix": fix, "written": w });

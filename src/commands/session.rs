@@ -9,9 +9,9 @@ use anyhow::{Context, Result};
 
 use crate::catalog::Catalog;
 
-use crate::cli::GlobalArgs;
 use crate::discover::{self, Trees};
 use crate::provenance::Provenance;
+use crate::settings::Settings;
 use crate::transaction::{self, Journal, TreeLocks};
 use crate::tree::TreeFilter;
 
@@ -34,9 +34,9 @@ pub struct Session {
 
 impl Session {
     /// Discover the trees and lock the roots this run may touch (none found: nothing locked).
-    pub fn open(global: &GlobalArgs, access: Access) -> Result<Session> {
-        let trees = discover::discover(&global.tree_query())?;
-        let filter = global.tree_filter();
+    pub fn open(global: &Settings, access: Access) -> Result<Session> {
+        let trees = discover::discover(&global.trees.clone())?;
+        let filter = global.filter.clone();
         let roots: Vec<PathBuf> = trees.all().filter(|t| filter.includes(t.name)).map(|t| t.root.clone()).collect();
         let locks = if roots.is_empty() { None } else { Some(transaction::lock(&roots, access == Access::Write)?) };
         Ok(Session { trees, filter, roots, _locks: locks })

@@ -3,12 +3,12 @@
 use anyhow::{Context, Result};
 
 use crate::catalog::Catalog;
-use crate::cli::GlobalArgs;
 use crate::exit_status::ExitStatus;
 use crate::report;
+use crate::settings::Settings;
 
 /// Run `show`.
-pub fn run(global: &GlobalArgs, name: &str, readme: bool) -> Result<ExitStatus> {
+pub fn run(global: &Settings, name: &str, readme: bool) -> Result<ExitStatus> {
     let catalog = Catalog::load(global.catalog.as_deref())?;
     let fix = catalog.fix(name)?;
     report::emit(global.quiet, |out| {

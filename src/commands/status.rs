@@ -6,14 +6,14 @@ use anyhow::Result;
 
 use super::session::{Access, Session};
 use crate::catalog::{Catalog, Fix};
-use crate::cli::GlobalArgs;
 use crate::exit_status::ExitStatus;
 use crate::plan::{self, Op};
 use crate::provenance;
 use crate::report::{self, outcome::Mode, outcome::RunOutcome};
+use crate::settings::Settings;
 
 /// Run `status`. Exits 0 (it reports; `apply --check` is the gate), 3 on error.
-pub fn run(global: &GlobalArgs) -> Result<ExitStatus> {
+pub fn run(global: &Settings) -> Result<ExitStatus> {
     let catalog = Catalog::load(global.catalog.as_deref())?;
     let session = Session::open(global, Access::Read)?;
     let all: Vec<&Fix> = catalog.fixes.iter().collect();

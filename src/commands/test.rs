@@ -18,10 +18,11 @@ use anyhow::{bail, Context, Result};
 use serde::Serialize;
 
 use crate::catalog::{Catalog, Fix};
-use crate::cli::{Format, GlobalArgs, TestArgs};
 use crate::discover::{self, Trees};
 use crate::exit_status::ExitStatus;
 use crate::plan::{self, FixState, Op};
+use crate::report::Format;
+use crate::settings::{Settings, TestArgs};
 use crate::tree::TreeName;
 
 /// The outcome of one run of a fix's tests.
@@ -309,11 +310,11 @@ fn filtered_view(scratch: &Path, kept: &[(&str, &Path)]) -> Result<PathBuf> {
 }
 
 /// Run `test`.
-pub fn run(global: &GlobalArgs, args: &TestArgs) -> Result<ExitStatus> {
+pub fn run(global: &Settings, args: &TestArgs) -> Result<ExitStatus> {
     let catalog = Catalog::load(global.catalog.as_deref())?;
     let fix = catalog.fix(&args.fix)?;
-    let trees: Trees = discover::discover(&global.tree_query())?;
-    let filter = global.tree_filter();
+    let trees: Trees = discover::discover(&global.trees.clone())?;
+    let filter = global.filter.clone();
     if trees.vllm.is_none() && trees.vllm_gaudi.is_none() {
         let notes = trees.notes.join("; ");
         bail!("no vllm or vllm_gaudi tree found to test {} against ({notes}); give --root DIR", fix.manifest.name);

@@ -45,6 +45,16 @@ pub fn set_threads(threads: i32) -> i32 {
     tch::get_num_threads()
 }
 
+/// `--threads`: libtorch's intra-op threads (`None`: every core); returns what it now uses.
+pub fn torch_threads(threads: Option<i32>) -> Result<i32> {
+    let threads = match threads {
+        Some(n) if n < 1 => anyhow::bail!("--threads must be at least 1"),
+        Some(n) => n,
+        None => std::thread::available_parallelism().map_or(1, |n| n.get() as i32),
+    };
+    Ok(set_threads(threads))
+}
+
 /// The vLLM release whose stock sampler is mirrored. Both releases' `apply_top_k_top_p_pytorch`
 /// are the same op for op except for the dtype of the top-p softmax.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

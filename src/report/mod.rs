@@ -18,7 +18,7 @@ pub mod show;
 use std::io::IsTerminal;
 
 /// How results are printed.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Format {
     /// For people; coloured on a terminal.
     Human,
@@ -29,7 +29,7 @@ pub enum Format {
 }
 
 /// Colour policy for human output.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum ColorChoice {
     Auto,
     Always,
