@@ -59,7 +59,7 @@ pub fn run(global: &GlobalArgs, args: &RecordArgs) -> Result<ExitStatus> {
         }
         let pristine = upkeep::read_in(&args.pristine, &file, "--pristine")?;
         let patched = upkeep::read_in(&args.edited, &file, "--edited")?;
-        new_files.push(NewFile { tree, file, pristine, patched, reuse: None });
+        new_files.push(NewFile { tree, file, pristine, patched, reuse: None, base: None });
     }
     if new_files.is_empty() {
         bail!(
@@ -90,6 +90,9 @@ pub fn print_written(global: &GlobalArgs, fix: &str, w: &upkeep::Written, comman
         }
         for f in &w.unchanged {
             writeln!(out, "  {f}: no change, not part of the variant")?;
+        }
+        for note in &w.notes {
+            writeln!(out, "  {note}")?;
         }
         writeln!(
             out,
