@@ -25,6 +25,7 @@ pub fn lint(catalog: &Catalog, upstream: Option<&Path>) -> Result<LintReport> {
         Err(err) => report.findings.push(Finding { file: catalog.files.origin.clone(), message: format!("{err:#}") }),
     }
     super::relations::lint(catalog, &mut report);
+    release_keys(catalog, &mut report);
     for profile in &catalog.profiles {
         // With what the profile includes (an include cycle is reported above).
         let names = catalog.profile_fixes(&profile.name).unwrap_or_else(|_| profile.fixes.clone());
@@ -54,6 +55,64 @@ pub fn lint(catalog: &Catalog, upstream: Option<&Path>) -> Result<LintReport> {
         }
     }
     Ok(report)
+}
+
+/// Every fix.yaml names its releases as `record`, `port` and `matrix` do (`v0.34.0`, never
+/// `v0.34` or `0.34.0`: an alias would be a second variant of one release) and lists them in
+/// release order, oldest first (what `record` and `port` keep when they add one); so are the
+/// releases of its `verified:` lists.
+fn release_keys(catalog: &Catalog, report: &mut LintReport) {
+    let mut clean = true;
+    for fix in &catalog.fixes {
+        let manifest = fix.dir.join("fix.yaml");
+        let text = catalog.files.text(&manifest).unwrap_or_default();
+        let at = |key: &str| {
+            format!("{}:{}", catalog.files.display(&manifest), super::manifest::line_of(text, &format!("{key}:")))
+        };
+        let mut previous: Option<(&str, super::manifest::ReleaseOrder)> = None;
+        for key in fix.manifest.releases.keys() {
+            let message = match super::manifest::canonical_release(key) {
+                None => format!("release `{key}` is not a release name like v0.26.0"),
+                Some(tag) if tag != *key => format!(
+                    "release `{key}` is not written as {tag}: record, port and matrix name it {tag}, so it would become a second variant; rename it"
+                ),
+                Some(_) => String::new(),
+            };
+            if !message.is_empty() {
+                clean = false;
+                report.findings.push(Finding { file: at(key), message });
+            }
+            let Some(order) = super::manifest::release_order(key) else { continue };
+            if let Some((before, before_order)) = &previous {
+                if order < *before_order {
+                    clean = false;
+                    report.findings.push(Finding {
+                        file: at(key),
+                        message: format!(
+                            "releases are not in release order: {key} comes after {before}; list them oldest first"
+                        ),
+                    });
+                }
+            }
+            if previous.as_ref().is_none_or(|(_, o)| order > *o) {
+                previous = Some((key, order));
+            }
+        }
+        for (key, release) in &fix.manifest.releases {
+            for v in &release.verified {
+                if let Some(tag) = super::manifest::canonical_release(v).filter(|t| t != v) {
+                    clean = false;
+                    report.findings.push(Finding {
+                        file: at(key),
+                        message: format!("release {key}: verified: `{v}` is not written as {tag}; rename it"),
+                    });
+                }
+            }
+        }
+    }
+    if clean {
+        report.checked.push(format!("releases of {} fix(es) are named vX.Y.Z, in release order", catalog.fixes.len()));
+    }
 }
 
 /// With every fix of a profile applied in order to a pristine file, each one's patch must still

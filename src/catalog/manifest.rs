@@ -113,6 +113,45 @@ pub fn is_release_name(name: &str) -> bool {
         .is_match(name)
 }
 
+/// The one spelling of a release name: `v` and at least three numbers without leading zeros,
+/// then the suffix if any — `0.34`, `v0.34`, `0.34.0` and `v00.034.0` are all `v0.34.0`. `None`
+/// for a name that is not a version.
+pub fn canonical_release(name: &str) -> Option<String> {
+    static RE: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
+    let re = RE.get_or_init(|| {
+        regex::Regex::new(r"^v?([0-9]+(?:\.[0-9]+)+)(?:(\.post|rc|\.dev)([0-9]+))?$").expect("valid regex")
+    });
+    let c = re.captures(name)?;
+    let mut numbers: Vec<u64> = c[1].split('.').map(|n| n.parse().ok()).collect::<Option<_>>()?;
+    while numbers.len() < 3 {
+        numbers.push(0);
+    }
+    let mut tag = format!("v{}", numbers.iter().map(u64::to_string).collect::<Vec<_>>().join("."));
+    if let (Some(kind), Some(n)) = (c.get(2), c.get(3)) {
+        tag.push_str(&format!("{}{}", kind.as_str(), n.as_str().parse::<u64>().ok()?));
+    }
+    Some(tag)
+}
+
+/// A release's place in [`release_order`]: its numbers, its kind (dev, rc, final, post), its
+/// suffix's number.
+pub type ReleaseOrder = (Vec<u64>, u8, u64);
+
+/// The order of releases: by number (`v0.9.0` before `v0.10.0`), a `.devN` and `rcN` before
+/// its release, a `.postN` after it. `None` for a name that is not a version.
+pub fn release_order(name: &str) -> Option<ReleaseOrder> {
+    let tag = canonical_release(name)?;
+    let bare = &tag[1..];
+    let (numbers, rank, n) = match [(".dev", 0), ("rc", 1), (".post", 3)].into_iter().find_map(|(s, r)| {
+        let (head, n) = bare.split_once(s)?;
+        Some((head, r, n.parse().ok()?))
+    }) {
+        Some(found) => found,
+        None => (bare, 2, 0),
+    };
+    Some((numbers.split('.').map(|n| n.parse().unwrap_or(0)).collect(), rank, n))
+}
+
 /// One file a variant patches.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -156,6 +195,22 @@ mod tests {
         for bad in ["", "/etc/passwd", "vllm/../x", "./vllm", "vllm//a", "C:\\x", "a\\b"] {
             assert!(check_relative(bad).is_err(), "{bad}");
         }
+    }
+
+    #[test]
+    fn release_names_have_one_spelling_and_an_order() {
+        for alias in ["0.34", "v0.34", "0.34.0", "v00.034.0", "v0.34.0"] {
+            assert_eq!(canonical_release(alias).as_deref(), Some("v0.34.0"), "{alias}");
+        }
+        assert_eq!(canonical_release("0.11.0rc02").as_deref(), Some("v0.11.0rc2"));
+        assert_eq!(canonical_release("v0.10.1.post1").as_deref(), Some("v0.10.1.post1"));
+        for bad in ["banana", "v1", "0..26", "v0.26.0.", "latest", "v0.x.1", ""] {
+            assert_eq!(canonical_release(bad), None, "{bad}");
+        }
+        let order = |n: &str| release_order(n).unwrap();
+        assert!(order("v0.9.0") < order("v0.10.0"));
+        assert!(order("v0.11.0rc2") < order("v0.11.0") && order("v0.11.0") < order("v0.11.0.post1"));
+        assert!(order("v0.11.0.dev1") < order("v0.11.0rc1"));
     }
 
     #[test]

@@ -32,10 +32,13 @@ pub fn run(global: &Settings, args: &PortArgs) -> Result<ExitStatus> {
         bail!("--to {}: no such directory", args.to.display());
     }
     let from: &Variant = match &args.from {
-        Some(name) => fix.variants.iter().find(|v| v.release == *name && !v.upstreamed).with_context(|| {
-            let known: Vec<&str> = fix.variants.iter().filter(|v| !v.upstreamed).map(|v| v.release.as_str()).collect();
-            format!("{} has no variant `{name}` with patches (has: {})", fix.manifest.name, known.join(", "))
-        })?,
+        Some(name) => {
+            fix.variants.iter().find(|v| same_release(&v.release, name) && !v.upstreamed).with_context(|| {
+                let known: Vec<&str> =
+                    fix.variants.iter().filter(|v| !v.upstreamed).map(|v| v.release.as_str()).collect();
+                format!("{} has no variant `{name}` with patches (has: {})", fix.manifest.name, known.join(", "))
+            })?
+        }
         None => fix.variants.iter().rev().find(|v| !v.upstreamed).context("the fix has no variant with patches")?,
     };
     if from.release == release {
@@ -62,9 +65,15 @@ pub fn run(global: &Settings, args: &PortArgs) -> Result<ExitStatus> {
         }
         let new_bytes = upkeep::read_in(&new_root, &vp.file, "--to")?;
         let shown = std::path::Path::new(&vp.file);
-        let old = SourceText::decode(&old_bytes, shown)?;
-        let new = SourceText::decode(&new_bytes, shown)?;
-        if sha256_hex(&new_bytes) == vp.pristine_sha256 {
+        let (old, new) = on_predecessors(
+            &catalog,
+            fix,
+            (&from.release, SourceText::decode(&old_bytes, shown)?),
+            (&release, SourceText::decode(&new_bytes, shown)?),
+            &vp.file,
+            &mut how,
+        )?;
+        if sha256_hex(&new_bytes) == vp.pristine_sha256 && old.encode() == new.encode() {
             // Same file upstream: the variant's patch is reused as it is.
             let rel = vp.patch_path.strip_prefix(&fix.dir).unwrap_or(&vp.patch_path).display().to_string();
             how.push(format!("{}: unchanged upstream, reusing {rel}", vp.file));
@@ -74,12 +83,13 @@ pub fn run(global: &Settings, args: &PortArgs) -> Result<ExitStatus> {
                 pristine: new_bytes.clone(),
                 patched: Vec::new(),
                 reuse: Some(rel),
+                base: None,
             });
             continue;
         }
         let eval = state::evaluate(&vp.diff, &old);
         let old_patched = state::apply(&vp.diff, &old, &eval).with_context(|| {
-            format!("{}: the {} patch does not apply to its own pristine file", vp.file, from.release)
+            format!("{}: the {} patch does not apply to the file it was made on", vp.file, from.release)
         })?;
         let new_eval = state::evaluate(&vp.diff, &new);
         let patched = if new_eval.state == FileState::NotApplied {
@@ -109,7 +119,15 @@ pub fn run(global: &Settings, args: &PortArgs) -> Result<ExitStatus> {
                 }
             }
         };
-        new_files.push(NewFile { tree: vp.tree, file: vp.file.clone(), pristine: new_bytes, patched, reuse: None });
+        let base = Some(new.encode());
+        new_files.push(NewFile {
+            tree: vp.tree,
+            file: vp.file.clone(),
+            pristine: new_bytes,
+            patched,
+            reuse: None,
+            base,
+        });
     }
     if !conflicts.is_empty() {
         print_conflicts(global, &fix.manifest.name, &from.release, &release, &conflicts)?;
@@ -124,6 +142,42 @@ pub fn run(global: &Settings, args: &PortArgs) -> Result<ExitStatus> {
     }
     super::record::print_written(global, &fix.manifest.name, &written, "port")?;
     Ok(ExitStatus::Applied)
+}
+
+/// Whether `key` (a fix.yaml release) names release `name` (any spelling: `0.26`, `v0.26.0`).
+fn same_release(key: &str, name: &str) -> bool {
+    key == name || crate::catalog::manifest::canonical_release(key) == crate::catalog::manifest::canonical_release(name)
+}
+
+/// The files the fix's patch is made on, in the old and the new release: each pristine file with
+/// the patches of the fixes it comes after (`requires:`, `after:`) applied first — as `apply`
+/// and `lint --upstream` give it — so the ported patch is made on top of theirs, not on the bare
+/// file. A fix this one is made on in the old release but which has no variant for the new
+/// one is an error: port it first.
+fn on_predecessors(
+    catalog: &Catalog,
+    fix: &crate::catalog::Fix,
+    (from, old): (&str, SourceText),
+    (to, new): (&str, SourceText),
+    file: &str,
+    how: &mut Vec<String>,
+) -> Result<(SourceText, SourceText)> {
+    use crate::catalog::relations::with_predecessors_applied;
+    let (old, old_on) = with_predecessors_applied(catalog, fix, from, file, old).map_err(anyhow::Error::msg)?;
+    let (new, new_on) = with_predecessors_applied(catalog, fix, to, file, new).map_err(anyhow::Error::msg)?;
+    for name in old_on.iter().filter(|n| !new_on.contains(n)) {
+        if catalog.fix(name)?.variants.iter().all(|v| v.release != to) {
+            bail!(
+                "{file}: {} comes after {name}, whose {from} patch edits this file (the {from} patch of {} is made                  on top of it), and {name} has no {to} variant yet: port {name} to {to} first; nothing was written",
+                fix.manifest.name,
+                fix.manifest.name
+            );
+        }
+    }
+    if !new_on.is_empty() {
+        how.push(format!("{file}: made on top of {} ({to})", new_on.join(" + ")));
+    }
+    Ok((old, new))
 }
 
 /// The new release's pristine root for `tree`: `--to`, else (for a tree `--to` lacks) the cache.

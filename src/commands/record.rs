@@ -59,9 +59,11 @@ pub fn run(global: &Settings, args: &RecordArgs) -> Result<ExitStatus> {
         if !in_pristine && !in_edited {
             continue; // That tree is not part of these directories: not recorded.
         }
+        refuse_larger_than_apply_reads(&args.pristine, &file, "--pristine")?;
+        refuse_larger_than_apply_reads(&args.edited, &file, "--edited")?;
         let pristine = upkeep::read_in(&args.pristine, &file, "--pristine")?;
         let patched = upkeep::read_in(&args.edited, &file, "--edited")?;
-        new_files.push(NewFile { tree, file, pristine, patched, reuse: None });
+        new_files.push(NewFile { tree, file, pristine, patched, reuse: None, base: None });
     }
     if new_files.is_empty() {
         bail!(
@@ -72,6 +74,23 @@ pub fn run(global: &Settings, args: &RecordArgs) -> Result<ExitStatus> {
     let written = upkeep::write_variant(&dir, &catalog, fix, &release, &new_files)?;
     print_written(global, &fix.manifest.name, &written, "record")?;
     Ok(ExitStatus::Applied)
+}
+
+/// A variant `apply` could never use is not recorded: `apply` refuses a source file over
+/// [`crate::plan::MAX_FILE_BYTES`] (16 MiB), so `record` refuses it too, before anything is read
+/// or written.
+fn refuse_larger_than_apply_reads(root: &std::path::Path, file: &str, flag: &str) -> Result<()> {
+    let path = root.join(file);
+    let Ok(meta) = std::fs::metadata(&path) else { return Ok(()) }; // Reading it says why.
+    if meta.len() > crate::plan::MAX_FILE_BYTES {
+        bail!(
+            "{flag} {}: {} bytes is larger than the {} MiB apply reads of a source file; refusing (nothing was written)",
+            path.display(),
+            meta.len(),
+            crate::plan::MAX_FILE_BYTES >> 20
+        );
+    }
+    Ok(())
 }
 
 /// Report what `record` / `port` wrote.
@@ -92,6 +111,9 @@ pub fn print_written(global: &Settings, fix: &str, w: &upkeep::Written, command:
         }
         for f in &w.unchanged {
             writeln!(out, "  {f}: no change, not part of the variant")?;
+        }
+        for note in &w.notes {
+            writeln!(out, "  {note}")?;
         }
         writeln!(
             out,

@@ -29,6 +29,9 @@ pub struct NewFile {
     /// An existing patch (relative to the fix directory) that already turns exactly this
     /// pristine file into exactly these bytes; it is referenced instead of written again.
     pub reuse: Option<String>,
+    /// The file the patch is made on when the caller knows it (`port`: the pristine file with
+    /// the fixes this one comes after applied); `None`: found from `patched` ([`patch_base`]).
+    pub base: Option<Vec<u8>>,
 }
 
 /// What was written.
@@ -41,6 +44,8 @@ pub struct Written {
     pub reused: Vec<String>,
     /// Files whose edited copy equals the pristine one (not part of the variant).
     pub unchanged: Vec<String>,
+    /// What else the user must know: a shared patch file left alone, what became of `verified:`.
+    pub notes: Vec<String>,
 }
 
 /// The catalogue directory to write into; the built-in catalogue is refused.
@@ -115,25 +120,76 @@ fn patch_base(
     Ok(if carries { base.encode() } else { pristine.to_vec() })
 }
 
-/// The patch file name of `file` within the variant directory.
-fn patch_name(file: &str, taken: &[String]) -> String {
+/// The patch file name of `file` within the variant directory: `<stem>.patch`, else (taken)
+/// the path spelled out, else that with `-2`, `-3`, … .
+fn patch_name(file: &str, taken: impl Fn(&str) -> bool) -> String {
     let stem = Path::new(file).file_stem().unwrap_or_default().to_string_lossy().to_string();
-    let plain = format!("{stem}.patch");
-    if !taken.contains(&plain) {
-        return plain;
+    let long = file.trim_end_matches(".py").replace('/', "__");
+    let mut names = [stem, long.clone()].into_iter().chain((2..).map(|n| format!("{long}-{n}")));
+    names.find(|n| !taken(&format!("{n}.patch"))).map(|n| format!("{n}.patch")).expect("an endless list")
+}
+
+/// The patch files (relative to the fix directory) that variants of `fix` other than `release`
+/// read, each with those variants: one of them is never rewritten for `release`.
+fn read_by_others(fix: &Fix, release: &str) -> Vec<(String, Vec<String>)> {
+    let mut out: Vec<(String, Vec<String>)> = Vec::new();
+    for v in fix.variants.iter().filter(|v| v.release != release) {
+        for p in &v.patches {
+            let rel = p.patch_path.strip_prefix(&fix.dir).unwrap_or(&p.patch_path).display().to_string();
+            match out.iter_mut().find(|(r, _)| *r == rel) {
+                Some((_, list)) => list.push(v.release.clone()),
+                None => out.push((rel, vec![v.release.clone()])),
+            }
+        }
     }
-    format!("{}.patch", file.trim_end_matches(".py").replace('/', "__"))
+    out
+}
+
+/// What becomes of the `verified:` list of the variant `release` replaces: kept when the new
+/// entries are the old ones byte for byte (same files, pristine hashes and patch text), since
+/// that is what was verified; else dropped, and a note says so.
+fn verified_kept(
+    catalog: &Catalog,
+    fix: &Fix,
+    release: &str,
+    new: &[(PatchEntry, String)],
+) -> (Vec<String>, Option<String>) {
+    let Some(old) = fix.variants.iter().find(|v| v.release == release) else { return (Vec::new(), None) };
+    if old.verified.is_empty() {
+        return (Vec::new(), None);
+    }
+    let same = old.patches.len() == new.len()
+        && old.patches.iter().all(|vp| {
+            new.iter().any(|(e, text)| {
+                e.file == vp.file
+                    && e.pristine_sha256 == vp.pristine_sha256
+                    && catalog.files.text(&vp.patch_path).is_ok_and(|old_text| old_text == text)
+            })
+        });
+    let list = format!("[{}]", old.verified.join(", "));
+    if same {
+        let note = format!("verified: {list} kept (the variant is the same, byte for byte)");
+        (old.verified.clone(), Some(note))
+    } else {
+        let note = format!(
+            "verified: {list} dropped: the patches changed, so those releases verified another variant; run `matrix --releases {} --fix {} --record` again",
+            old.verified.join(","),
+            fix.manifest.name
+        );
+        (Vec::new(), Some(note))
+    }
 }
 
 /// Write release `release` of `fix` into the catalogue at `dir`: its patch files and its entry
-/// in fix.yaml (replacing an entry of that name; `verified:` starts empty). The catalogue is
-/// loaded again afterwards; if it does not load, fix.yaml and the patches are put back.
+/// in fix.yaml (replacing an entry of that name; its `verified:` is kept only when the variant
+/// is the same, byte for byte). A patch file another variant reads is never rewritten: the new
+/// patch gets a file of its own (copy-on-write). The catalogue is loaded again afterwards; if it
+/// does not load, fix.yaml and the patches are put back.
 pub fn write_variant(dir: &Path, catalog: &Catalog, fix: &Fix, release: &str, files: &[NewFile]) -> Result<Written> {
     let fix_dir = dir.join(&fix.dir);
     let manifest_path = fix_dir.join("fix.yaml");
     let old_manifest =
         std::fs::read_to_string(&manifest_path).with_context(|| format!("reading {}", manifest_path.display()))?;
-    let mut entries = Vec::new();
     let mut to_write: Vec<(PathBuf, String)> = Vec::new();
     let mut written = Written {
         release: release.to_string(),
@@ -141,30 +197,63 @@ pub fn write_variant(dir: &Path, catalog: &Catalog, fix: &Fix, release: &str, fi
         patches: Vec::new(),
         reused: Vec::new(),
         unchanged: Vec::new(),
+        notes: Vec::new(),
     };
-    let mut taken = Vec::new();
+    let others = read_by_others(fix, release);
+    let mut taken: Vec<String> = Vec::new();
+    // Each entry with its patch text, to tell whether the variant changed.
+    let mut made: Vec<(PatchEntry, String)> = Vec::new();
     for f in files {
         let pristine_sha256 = sha256_hex(&f.pristine);
         if let Some(reuse) = &f.reuse {
-            entries.push(PatchEntry { tree: f.tree, file: f.file.clone(), patch: reuse.clone(), pristine_sha256 });
+            let text = catalog.files.text(&fix.dir.join(reuse)).unwrap_or_default().to_string();
+            made.push((PatchEntry { tree: f.tree, file: f.file.clone(), patch: reuse.clone(), pristine_sha256 }, text));
             written.reused.push(reuse.clone());
             continue;
         }
-        let base = patch_base(catalog, fix, release, &f.file, &f.pristine, &f.patched)?;
+        let base = match &f.base {
+            Some(base) => base.clone(),
+            None => patch_base(catalog, fix, release, &f.file, &f.pristine, &f.patched)?,
+        };
         let Some(text) = checked_patch(&f.file, &base, &f.patched)? else {
             written.unchanged.push(f.file.clone());
             continue;
         };
-        let name = patch_name(&f.file, &taken);
-        taken.push(name.clone());
-        let rel = format!("{release}/{name}");
-        to_write.push((fix_dir.join(&rel), text));
-        entries.push(PatchEntry { tree: f.tree, file: f.file.clone(), patch: rel, pristine_sha256 });
+        let shared = |rel: &str| others.iter().find(|(r, _)| r == rel).map(|(_, by)| by.join(", "));
+        let plain = format!("{release}/{}", patch_name(&f.file, |n| taken.iter().any(|t| t == n)));
+        let rel = match shared(&plain) {
+            // Another variant reads that file and it already holds this patch: nothing to write.
+            Some(_) if catalog.files.text(&fix.dir.join(&plain)).is_ok_and(|t| t == text) => {
+                taken.push(plain.strip_prefix(&format!("{release}/")).unwrap_or(&plain).to_string());
+                made.push((PatchEntry { tree: f.tree, file: f.file.clone(), patch: plain, pristine_sha256 }, text));
+                continue;
+            }
+            Some(by) => {
+                let own = format!(
+                    "{release}/{}",
+                    patch_name(&f.file, |n| {
+                        let rel = format!("{release}/{n}");
+                        taken.iter().any(|t| t == n) || shared(&rel).is_some() || fix_dir.join(&rel).exists()
+                    })
+                );
+                written.notes.push(format!(
+                    "{plain} is shared with {by}: left as it is (their bytes and verified: stay); {release} now reads {own}"
+                ));
+                own
+            }
+            None => plain,
+        };
+        taken.push(rel.strip_prefix(&format!("{release}/")).unwrap_or(&rel).to_string());
+        to_write.push((fix_dir.join(&rel), text.clone()));
+        made.push((PatchEntry { tree: f.tree, file: f.file.clone(), patch: rel, pristine_sha256 }, text));
     }
-    if entries.is_empty() {
+    if made.is_empty() {
         bail!("no file differs from its pristine copy: there is nothing to record for {release}");
     }
-    let new_manifest = yaml_edit::put_release(&old_manifest, release, &entries, &[])
+    let (verified, note) = verified_kept(catalog, fix, release, &made);
+    written.notes.extend(note);
+    let entries: Vec<PatchEntry> = made.into_iter().map(|(e, _)| e).collect();
+    let new_manifest = yaml_edit::put_release(&old_manifest, release, &entries, &verified)
         .with_context(|| format!("editing {}", manifest_path.display()))?;
     let mut backups: Vec<(PathBuf, Option<Vec<u8>>)> = Vec::new();
     let result = (|| -> Result<()> {

@@ -27,13 +27,13 @@ pub fn cache_dir() -> Result<PathBuf> {
     Ok(PathBuf::from(home).join(".cache/gaudi-fixes"))
 }
 
-/// `v0.26.0` from `0.26.0` or `v0.26.0`; anything else is an error.
+/// A release name as the catalogue writes it: `v0.26.0` from `0.26`, `v0.26`, `0.26.0` or
+/// `v00.026.0` (one spelling, so an alias never becomes a second variant); anything else is an
+/// error.
 pub fn release_tag(name: &str) -> Result<String> {
-    let tag = format!("v{}", name.trim_start_matches('v'));
-    if !crate::catalog::manifest::is_release_name(&tag) {
-        bail!("`{name}` is not a release like v0.26.0");
-    }
-    Ok(tag)
+    crate::catalog::manifest::canonical_release(name).with_context(|| {
+        format!("`{name}` is not a release like v0.26.0 (X.Y or X.Y.Z, `v` optional, e.g. 0.34 or v0.34.0)")
+    })
 }
 
 /// The cached pristine vLLM root for `release` (holding vllm/), if it is there.

@@ -1,0 +1,252 @@
+//! What `record` and `port` write into a catalogue, through the real binary on the temp
+//! fixture: a patch file other variants share is never rewritten for one of them; `port` makes
+//! a patch on the fixes it comes after, as `lint --upstream` checks it; the fix.yaml edit keeps
+//! line endings, comments and release order (and `lint` checks the order); release names are
+//! normalised; re-porting onto a release says what became of its `verified:`; `record` refuses a
+//! file `apply` would never read.
+
+mod common;
+
+use common::{fixture, sha256, with_fixture, Dir, FIX_A_PATCH, PRISTINE};
+
+fn patched_a() -> String {
+    PRISTINE.replace("    b = a * 2\n", "    # fix-a: triple instead of double\n    b = a * 3\n")
+}
+
+fn json(out: &str) -> serde_json::Value {
+    serde_json::from_str(out).unwrap_or_else(|e| panic!("{e}: {out}"))
+}
+
+/// `--catalog cat record FIX --release RELEASE --pristine root --edited edited`.
+fn record<'d>(d: &'d Dir, fix: &str, release: &str) -> common::TestCommand<'d> {
+    d.cmd().args(["--catalog", "cat", "record", fix, "--release", release, "--pristine", "root", "--edited", "edited"])
+}
+
+/// `--catalog cat port FIX --from v0.26.0 --from-tree root --to TO --release RELEASE`.
+fn port<'d>(d: &'d Dir, fix: &str, to: &str, release: &str) -> common::TestCommand<'d> {
+    d.cmd().args([
+        "--catalog",
+        "cat",
+        "port",
+        fix,
+        "--from",
+        "v0.26.0",
+        "--from-tree",
+        "root",
+        "--to",
+        to,
+        "--release",
+        release,
+    ])
+}
+
+/// The release keys of `yaml` (the lines `  vX…:` of its releases block), in file order.
+fn release_keys(yaml: &str) -> Vec<String> {
+    yaml.lines()
+        .filter(|l| l.starts_with("  v") && !l.starts_with("   ") && l.trim_end().ends_with(':'))
+        .map(|l| l.trim().trim_end_matches(':').to_string())
+        .collect()
+}
+
+/// fix-a's v0.27.0 variant reads v0.26.0's patch file (the pristine file is the same), as
+/// topk-subset-sampler's three variants share `v0.26.0/hpu_input_batch.patch`.
+const SHARED_V27: &str = "  v0.27.0:\n    verified: [v0.27.0, v0.28.0]\n    patches:\n      - tree: vllm\n        file: vllm/mod.py\n        patch: v0.26.0/mod.patch\n";
+
+#[test]
+fn record_never_rewrites_a_patch_file_another_variant_reads() {
+    let d = fixture();
+    let v27 = format!("{SHARED_V27}        pristine_sha256: {}\n", sha256(PRISTINE.as_bytes()));
+    let yaml = d.read_string("cat/fixes/fix-a/fix.yaml") + &v27;
+    d.write("cat/fixes/fix-a/fix.yaml", &yaml);
+    let edited = patched_a().replace("    return 1\n", "    # hand edit\n    return 1\n");
+    d.write("edited/vllm/mod.py", &edited);
+    let (out, _) = record(&d, "fix-a", "v0.26.0").expect(0);
+    assert_eq!(
+        d.read_string("cat/fixes/fix-a/v0.26.0/mod.patch"),
+        FIX_A_PATCH,
+        "record of v0.26.0 rewrote the patch file v0.27.0 reads too"
+    );
+    let y = d.read_string("cat/fixes/fix-a/fix.yaml");
+    assert!(y.contains(&v27), "v0.27.0's entry (patch, verified:) changed:\n{y}");
+    assert!(out.contains("shared with v0.27.0"), "record did not say why it wrote a new file:\n{out}");
+    // v0.26.0 now reads a patch file of its own, under its release's directory.
+    let v26 = y.split("  v0.27.0:").next().unwrap();
+    let own = v26.lines().find_map(|l| l.trim().strip_prefix("patch: ")).unwrap().to_string();
+    assert!(own.starts_with("v0.26.0/") && own != "v0.26.0/mod.patch", "{y}");
+    assert!(d.read_string(&format!("cat/fixes/fix-a/{own}")).contains("# hand edit"));
+    d.cmd().args(["--catalog", "cat", "lint"]).expect(0);
+    // Recording v0.27.0 the same way leaves v0.26.0's file alone too.
+    let (out, _) = record(&d, "fix-a", "v0.27.0").expect(0);
+    assert_eq!(d.read_string("cat/fixes/fix-a/v0.26.0/mod.patch"), FIX_A_PATCH, "{out}");
+}
+
+/// The fixture's tree with an import added on top: v0.27.0 of `vllm/mod.py`.
+fn new_release(d: &Dir) -> String {
+    let new = format!("import sys\n{PRISTINE}");
+    d.write("new/vllm/__init__.py", "");
+    d.write("new/vllm/mod.py", &new);
+    d.write("up/v0.26.0/vllm/__init__.py", "");
+    d.write("up/v0.26.0/vllm/mod.py", PRISTINE);
+    d.write("up/v0.27.0/vllm/__init__.py", "");
+    d.write("up/v0.27.0/vllm/mod.py", &new);
+    new
+}
+
+#[test]
+fn port_builds_on_the_fix_it_comes_after() {
+    // fix-b is `after: [fix-a]` and both edit vllm/mod.py: fix-b's patch is made on fix-a's.
+    let d = fixture();
+    new_release(&d);
+    port(&d, "fix-a", "new", "v0.27.0").expect(0);
+    port(&d, "fix-b", "new", "v0.27.0").expect(0);
+    let (out, _) = d.cmd().args(["--catalog", "cat", "lint", "--upstream", "up"]).expect(0);
+    assert!(out.contains("fix-b v0.27.0: vllm/mod.py applies to pristine + fix-a"), "{out}");
+    // The ported profile applies exactly to the new tree and reads applied afterwards.
+    d.write("new/vllm/_version.py", "__version__ = version = '0.27.0'\n");
+    let args = ["--catalog", "cat", "--root", "new"];
+    d.cmd().args(args).args(["apply", "--profile", "performance"]).expect(0);
+    let (out, _) =
+        d.cmd().args(args).args(["apply", "--check", "--profile", "performance", "--format", "json"]).expect(0);
+    for fix in json(&out)["fixes"].as_array().unwrap() {
+        assert_eq!((fix["state"].as_str(), fix["variant"].as_str()), (Some("applied"), Some("v0.27.0")), "{out}");
+    }
+}
+
+#[test]
+fn port_refuses_to_build_on_a_fix_not_yet_ported() {
+    // fix-a (which fix-b comes after) has no v0.27.0 variant yet: fix-b cannot be made on it.
+    let d = fixture();
+    new_release(&d);
+    let before = d.snapshot("cat");
+    let (_, err) = port(&d, "fix-b", "new", "v0.27.0").expect(3);
+    assert!(err.contains("fix-a") && err.contains("port fix-a to v0.27.0 first"), "{err}");
+    assert_eq!(d.snapshot("cat"), before, "a refused port wrote something");
+}
+
+#[test]
+fn record_keeps_a_crlf_fix_yaml_crlf() {
+    let d = fixture();
+    let crlf = d.read_string("cat/fixes/fix-a/fix.yaml").replace('\n', "\r\n");
+    d.write("cat/fixes/fix-a/fix.yaml", &crlf);
+    d.write("edited/vllm/mod.py", patched_a());
+    record(&d, "fix-a", "v0.27.0").expect(0);
+    let y = d.read_string("cat/fixes/fix-a/fix.yaml");
+    assert!(y.starts_with(&crlf), "{y:?}");
+    assert!(y.contains("  v0.27.0:\r\n"), "{y:?}");
+    assert_eq!(y.matches('\n').count(), y.matches("\r\n").count(), "record turned CRLF lines into LF: {y:?}");
+}
+
+#[test]
+fn record_keeps_a_comment_after_releases() {
+    let d = fixture();
+    let yaml = d
+        .read_string("cat/fixes/fix-a/fix.yaml")
+        .replace("releases:\n", "releases:  # one variant per release\n")
+        .replace("  v0.26.0:\n", "  v0.26.0:   # the first\n");
+    d.write("cat/fixes/fix-a/fix.yaml", &yaml);
+    d.write("edited/vllm/mod.py", patched_a());
+    record(&d, "fix-a", "v0.27.0").expect(0);
+    // And a release written with a comment on its key is replaced, not added twice.
+    record(&d, "fix-a", "v0.26.0").expect(0);
+    let y = d.read_string("cat/fixes/fix-a/fix.yaml");
+    assert!(y.contains("releases:  # one variant per release\n"), "{y}");
+    assert_eq!(release_keys(&y.replace("   # the first", "")), ["v0.26.0", "v0.27.0"], "{y}");
+}
+
+#[test]
+fn record_inserts_a_release_in_release_order() {
+    let d = fixture();
+    d.write("edited/vllm/mod.py", patched_a());
+    for release in ["v0.27.0", "v0.9.0", "v0.26.1", "v0.30.0", "v0.10.0"] {
+        record(&d, "fix-a", release).expect(0);
+    }
+    let y = d.read_string("cat/fixes/fix-a/fix.yaml");
+    assert_eq!(release_keys(&y), ["v0.9.0", "v0.10.0", "v0.26.0", "v0.26.1", "v0.27.0", "v0.30.0"], "{y}");
+    d.cmd().args(["--catalog", "cat", "lint"]).expect(0);
+}
+
+#[test]
+fn lint_finds_releases_out_of_order() {
+    let d = fixture();
+    let yaml = d.read_string("cat/fixes/fix-a/fix.yaml");
+    let (head, v26) = yaml.split_once("  v0.26.0:\n").unwrap();
+    let entry = format!("  v0.26.0:\n{v26}");
+    d.write("cat/fixes/fix-a/fix.yaml", format!("{head}{}{entry}", entry.replace("v0.26.0:", "v0.30.0:")));
+    let (out, _) = d.cmd().args(["--catalog", "cat", "lint"]).expect(1);
+    assert!(out.contains("fix-a/fix.yaml") && out.contains("v0.26.0 comes after v0.30.0"), "{out}");
+    // A key that is not written as vX.Y.Z is found too: it would be a second variant of v0.26.0.
+    d.write("cat/fixes/fix-a/fix.yaml", yaml.replace("  v0.26.0:\n", "  v0.26:\n"));
+    let (out, _) = d.cmd().args(["--catalog", "cat", "lint"]).expect(1);
+    assert!(out.contains("`v0.26` is not written as v0.26.0"), "{out}");
+    // And so is a `verified:` release.
+    d.write("cat/fixes/fix-a/fix.yaml", yaml.replace("  v0.26.0:\n", "  v0.26.0:\n    verified: [v00.26]\n"));
+    let (out, _) = d.cmd().args(["--catalog", "cat", "lint"]).expect(1);
+    assert!(out.contains("verified: `v00.26` is not written as v0.26.0"), "{out}");
+}
+
+#[test]
+fn release_aliases_are_one_variant() {
+    let d = fixture();
+    d.write("edited/vllm/mod.py", patched_a());
+    for alias in ["0.27", "v0.27", "0.27.0", "v00.027.0"] {
+        record(&d, "fix-a", alias).expect(0);
+    }
+    let y = d.read_string("cat/fixes/fix-a/fix.yaml");
+    assert_eq!(release_keys(&y), ["v0.26.0", "v0.27.0"], "{y}");
+    assert!(d.path().join("cat/fixes/fix-a/v0.27.0/mod.patch").is_file(), "{}", d.listing());
+    // matrix takes them as one release too.
+    d.write("cache/upstream/v0.26.0/vllm/mod.py", PRISTINE);
+    let (out, _) = d
+        .cmd()
+        .args(["--catalog", "cat", "--python", "./no-python", "matrix", "--releases", "0.26,v0.26,v00.026.0"])
+        .args(["--fix", "fix-a", "--no-tests"])
+        .args(["--format", "json"])
+        .env("GAUDI_FIXES_CACHE", d.path().join("cache"))
+        .expect(0);
+    let cells = json(&out)["cells"].as_array().unwrap().clone();
+    assert_eq!(cells.len(), 1, "{out}");
+    assert_eq!(cells[0]["release"], "v0.26.0", "{out}");
+    // Not a version: a clear error, nothing written.
+    let before = d.snapshot("cat");
+    for bad in ["banana", "v0.x.1", "0..26", "v0.26.0.", "latest"] {
+        let (_, err) = record(&d, "fix-a", bad).expect(3);
+        assert!(err.contains(&format!("`{bad}` is not a release")), "{err}");
+    }
+    assert_eq!(d.snapshot("cat"), before);
+}
+
+#[test]
+fn port_onto_an_existing_release_says_what_became_of_verified() {
+    let d = fixture();
+    new_release(&d);
+    port(&d, "fix-a", "new", "v0.27.0").expect(0);
+    let y = d.read_string("cat/fixes/fix-a/fix.yaml").replace("  v0.27.0:\n", "  v0.27.0:\n    verified: [v0.27.0]\n");
+    d.write("cat/fixes/fix-a/fix.yaml", &y);
+    // The same variant made again: it is what was verified, so verified: stays.
+    let (out, _) = port(&d, "fix-a", "new", "v0.27.0").expect(0);
+    assert!(out.contains("verified: [v0.27.0] kept"), "{out}");
+    assert_eq!(d.read_string("cat/fixes/fix-a/fix.yaml"), y, "{out}");
+    // A different patch for it: what was verified is not this; dropped, and said so.
+    d.write("new2/vllm/mod.py", format!("import re\nimport sys\n{PRISTINE}"));
+    let (out, _) = port(&d, "fix-a", "new2", "v0.27.0").expect(0);
+    assert!(out.contains("verified: [v0.27.0] dropped"), "{out}");
+    let y = d.read_string("cat/fixes/fix-a/fix.yaml");
+    assert!(!y.contains("verified: [v0.27.0]"), "{y}");
+}
+
+#[test]
+fn record_refuses_a_file_larger_than_apply_reads() {
+    let d = fixture();
+    // 17 MiB of source (apply reads files up to 16 MiB), one line edited.
+    let line = format!("# {}\n", "x".repeat(1021));
+    let big = format!("{PRISTINE}{}", line.repeat(17 * 1024));
+    d.write("root/vllm/mod.py", &big);
+    d.write("edited/vllm/mod.py", big.replace("    b = a * 2\n", "    b = a * 3\n"));
+    let before = d.snapshot("cat");
+    let (_, err) = record(&d, "fix-a", "v0.27.0").expect(3);
+    assert!(err.contains("vllm/mod.py") && err.contains("larger than the 16 MiB"), "{err}");
+    assert_eq!(d.snapshot("cat"), before, "a refused record wrote something");
+    // with_fixture is the tree apply reads: it refuses the file too (the limit is one).
+    let (_, err) = d.cmd().args(with_fixture(&["apply", "--check", "fix-a"])).expect(3);
+    assert!(err.contains("16 MiB"), "{err}");
+}
