@@ -1,7 +1,8 @@
 //! Hangs and leaks in the upkeep commands, through the real binary: `record` and
 //! `lint --upstream` never open a FIFO nor follow a symlink out of the directory they were
 //! given; two `matrix` runs preparing one release both succeed and leave nothing behind; a
-//! killed `matrix` leaves nothing the next run does not remove.
+//! killed `matrix` leaves nothing the next run does not remove; stale probe files are left
+//! alone by the commands that only read the catalogue.
 
 mod common;
 
@@ -11,7 +12,7 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{fixture, Dir, PRISTINE};
+use common::{fixture, with_fixture, Dir, PRISTINE};
 
 fn mkfifo(path: &Path) {
     let _ = fs::remove_file(path);
@@ -306,4 +307,19 @@ fn a_matrix_killed_while_testing_leaves_nothing_after_the_next_run() {
     assert_eq!(out.status.code(), Some(0), "{}{}", text(&out.stdout), text(&out.stderr));
     assert_eq!(leftovers(&d), Vec::<String>::new(), "left in the cache; stderr: {}", text(&out.stderr));
     assert!(text(&out.stderr).contains("left by a killed"), "{}", text(&out.stderr));
+}
+
+/// `list` and `show` only read: a stale probe file beside a patched module is for the commands
+/// that judge the files (`apply`, `revert`, `status`, `apply --check`, `diff`) to report and
+/// remove; these two leave the tree as it is.
+#[test]
+fn list_and_show_leave_the_tree_alone_even_with_a_stale_probe_file() {
+    let d = fixture();
+    let probe = "root/vllm/.mod.py.gaudi-fixes.tmp";
+    d.write(probe, "");
+    let before = d.snapshot("root");
+    for args in [vec!["list"], vec!["show", "fix-a"]] {
+        d.cmd().args(with_fixture(&args)).expect(0);
+        assert_eq!(d.snapshot("root"), before, "{args:?} changed the tree");
+    }
 }
