@@ -119,6 +119,44 @@ fn record_refuses_a_symlink_leading_out_of_its_directory() {
     assert!(d.read_string("cat/fixes/fix-a/v0.27.0/mod.patch").contains("+    b = a * 5"));
 }
 
+/// `port --to DIR` reads the new release's files the same way: a FIFO or a symlink out of DIR
+/// there is exit 3 naming it, nothing written.
+#[test]
+fn port_refuses_a_fifo_or_an_outside_symlink_in_the_new_tree() {
+    for case in ["fifo", "symlink"] {
+        let d = fixture();
+        d.write("new/vllm/__init__.py", "");
+        let target = d.path().join("new/vllm/mod.py");
+        if case == "fifo" {
+            mkfifo(&target);
+        } else {
+            d.write("outside/mod.py", format!("import sys\n{PRISTINE}"));
+            std::os::unix::fs::symlink("../../outside/mod.py", &target).unwrap();
+        }
+        let before = d.snapshot("cat");
+        let args = [
+            "--catalog",
+            "cat",
+            "port",
+            "fix-a",
+            "--from",
+            "v0.26.0",
+            "--from-tree",
+            "root",
+            "--to",
+            "new",
+            "--release",
+            "v0.27.0",
+        ];
+        let out = bounded(command(&d, &args), &format!("port with a {case} in --to"));
+        let err = text(&out.stderr);
+        assert_eq!(out.status.code(), Some(3), "{case}: {err}");
+        let why = if case == "fifo" { "not a regular file" } else { "outside" };
+        assert!(err.contains("new/vllm/mod.py") && err.contains(why), "{case}: {err}");
+        assert_eq!(d.snapshot("cat"), before, "{case}: port wrote into the catalogue");
+    }
+}
+
 /// An upstream tree for `lint --upstream` holding the fixture's pristine file.
 fn with_upstream() -> Dir {
     let d = fixture();
