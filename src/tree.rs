@@ -1,7 +1,15 @@
-//! The vocabulary of trees: the two source trees a fix may patch ([`TreeName`]) and which of
-//! them a run may touch ([`TreeFilter`], `--only-tree`). Ground floor: knows no flags.
+//! The vocabulary of trees: the two source trees a fix may patch ([`TreeName`]), which of
+//! them a run may touch ([`TreeFilter`], `--only-tree`), and how a file of a directory tree is
+//! read safely ([`resolve_inside`], [`read_regular`], [`read_inside`]): never through a
+//! symlink that leads out of it, never a FIFO, device or directory, never unbounded — the
+//! one policy `apply`, `record`, `port` and `lint --upstream` share. Ground floor: knows no
+//! flags.
 
+use std::fs;
+use std::path::{Path, PathBuf};
 use std::str::FromStr;
+
+use anyhow::{bail, Context, Result};
 
 /// The two source trees a fix may patch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
@@ -65,6 +73,93 @@ impl TreeFilter {
     pub fn includes(&self, tree: TreeName) -> bool {
         self.0.is_empty() || self.0.contains(&tree)
     }
+}
+
+/// The real (canonical) path of `rel` under `root`, and whether `rel` itself is a symlink;
+/// `None` when nothing is there. A path that resolves outside `root` — the file a symlink, or
+/// a symlinked directory on its way — is refused; `within` names `root` in that error (`the
+/// tree`, `--edited DIR`).
+pub fn resolve_inside(root: &Path, rel: &str, within: &str) -> Result<Option<(PathBuf, bool)>> {
+    let path = root.join(rel);
+    let meta = match fs::symlink_metadata(&path) {
+        Ok(meta) => meta,
+        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
+        Err(err) => return Err(err).with_context(|| format!("reading {}", path.display())),
+    };
+    // Resolve every component, not only the last: a symlinked directory on the way can lead
+    // outside just as well as a symlinked file.
+    let real = fs::canonicalize(&path).with_context(|| format!("{}: broken symlink", path.display()))?;
+    let root_real = fs::canonicalize(root).with_context(|| format!("resolving {}", root.display()))?;
+    let is_symlink = meta.file_type().is_symlink();
+    if !real.starts_with(&root_real) {
+        let through = if is_symlink { "symlink points" } else { "a symlinked directory on its path leads" };
+        bail!("{}: {through} outside {within} (to {}); refusing to touch it", path.display(), real.display());
+    }
+    Ok(Some((real, is_symlink)))
+}
+
+/// What a non-regular file is, for errors.
+fn kind(ft: fs::FileType) -> &'static str {
+    use std::os::unix::fs::FileTypeExt;
+    if ft.is_fifo() {
+        "a FIFO"
+    } else if ft.is_socket() {
+        "a socket"
+    } else if ft.is_block_device() || ft.is_char_device() {
+        "a device"
+    } else if ft.is_dir() {
+        "a directory"
+    } else if ft.is_symlink() {
+        "a symlink"
+    } else {
+        "not a file"
+    }
+}
+
+/// The bytes of the regular file `real` (a resolved path, reached as `shown`), at most `max`
+/// of them. Anything else is refused before it is opened — a FIFO would block the read
+/// forever, a device could do anything — and checked again on the open file (no symlink
+/// followed, opened non-blocking), so a file swapped in between is refused too.
+pub fn read_regular(shown: &Path, real: &Path, max: u64) -> Result<Vec<u8>> {
+    use std::io::Read;
+    use std::os::unix::fs::OpenOptionsExt;
+    let not_regular = |ft: fs::FileType| {
+        anyhow::anyhow!("{}: not a regular file ({}); refusing to read it", shown.display(), kind(ft))
+    };
+    let meta = fs::symlink_metadata(real).with_context(|| format!("reading {}", shown.display()))?;
+    if !meta.is_file() {
+        return Err(not_regular(meta.file_type()));
+    }
+    let mut file = fs::OpenOptions::new()
+        .read(true)
+        .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
+        .open(real)
+        .with_context(|| format!("reading {}", shown.display()))?;
+    let meta = file.metadata().with_context(|| format!("reading {}", shown.display()))?;
+    if !meta.is_file() {
+        return Err(not_regular(meta.file_type()));
+    }
+    if meta.len() > max {
+        bail!(
+            "{}: {} bytes is larger than the {} MiB gaudi-fixes reads as a source file; refusing",
+            shown.display(),
+            meta.len(),
+            max >> 20
+        );
+    }
+    let mut bytes = Vec::with_capacity(meta.len() as usize);
+    file.by_ref().take(max + 1).read_to_end(&mut bytes).with_context(|| format!("reading {}", shown.display()))?;
+    if bytes.len() as u64 > max {
+        bail!("{}: grew past {} MiB while it was read; refusing", shown.display(), max >> 20);
+    }
+    Ok(bytes)
+}
+
+/// `rel` under `root`, read by the policy above (inside `root`, regular, at most `max` bytes);
+/// `None` when nothing is there.
+pub fn read_inside(root: &Path, rel: &str, within: &str, max: u64) -> Result<Option<Vec<u8>>> {
+    let Some((real, _)) = resolve_inside(root, rel, within)? else { return Ok(None) };
+    read_regular(&root.join(rel), &real, max).map(Some)
 }
 
 #[cfg(test)]

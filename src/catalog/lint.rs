@@ -3,7 +3,6 @@
 //! the same lines, and (with pristine upstream trees) every variant applies to its release, is
 //! then found applied, and reverts to the recorded pristine hash.
 
-use std::fs;
 use std::path::{Path, PathBuf};
 
 use anyhow::Result;
@@ -140,7 +139,7 @@ fn profile_against_upstream(catalog: &Catalog, profile: &str, dir: &Path, report
         }
         for (file, patches) in files.iter().filter(|(_, p)| p.len() > 1) {
             let path = root.join(file);
-            let Ok(bytes) = fs::read(&path) else { continue };
+            let Some(bytes) = read_upstream(root, file)? else { continue };
             let Ok(mut text) = SourceText::decode(&bytes, &path) else { continue };
             let mut complete = true;
             for (_, vp) in patches {
@@ -295,6 +294,13 @@ fn changed_lines_after(hunk: &crate::patch::Hunk) -> std::ops::Range<usize> {
     first..last + 1
 }
 
+/// `file` of the release tree `root`, read as `apply` reads a tree: a FIFO there (which used to
+/// block lint forever), a device, or a symlink leading out of the release tree is an error.
+fn read_upstream(root: &Path, file: &str) -> Result<Option<Vec<u8>>> {
+    let within = format!("the upstream tree {}", root.display());
+    crate::tree::read_inside(root, file, &within, crate::plan::MAX_FILE_BYTES)
+}
+
 fn against_upstream(catalog: &Catalog, fix: &Fix, dir: &Path, report: &mut LintReport) -> Result<()> {
     for variant in fix.variants.iter().filter(|v| !v.upstreamed) {
         let candidates: [PathBuf; 2] = [dir.join(&variant.release), dir.join(variant.release.trim_start_matches('v'))];
@@ -317,12 +323,11 @@ fn against_upstream(catalog: &Catalog, fix: &Fix, dir: &Path, report: &mut LintR
                 ));
                 continue;
             }
-            let bytes = match fs::read(&path) {
-                Ok(b) => b,
-                Err(err) => {
-                    report.findings.push(Finding { file: shown_patch, message: format!("{}: {err}", path.display()) });
-                    continue;
-                }
+            let Some(bytes) = read_upstream(root, &vp.file)? else {
+                report
+                    .findings
+                    .push(Finding { file: shown_patch, message: format!("{}: no such file", path.display()) });
+                continue;
             };
             let mut bad = |message: String| report.findings.push(Finding { file: shown_patch.clone(), message });
             let hash = sha256_hex(&bytes);

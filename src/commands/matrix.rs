@@ -127,6 +127,10 @@ pub fn run(global: &Settings, args: &MatrixArgs) -> Result<ExitStatus> {
         }
     };
 
+    // What killed runs left in the cache (patched copies, half-extracted releases) goes first.
+    for note in upstream::remove_stale(&upstream::cache_dir()?) {
+        eprintln!("gaudi-fixes: {note}");
+    }
     let mut progress = Progress::or_lines(global);
     let mut prepared = Vec::new();
     let mut cells = Vec::new();
@@ -320,21 +324,22 @@ fn evaluate_cell(
     Ok(cell)
 }
 
-/// A patched copy of a release's trees, beside the cache (hard links need one file system).
-struct ScratchTree(PathBuf);
+/// A patched copy of a release's trees, beside the cache (hard links need one file system):
+/// `scratch/<release>-<fix>.gaudi-fixes-<pid>`, removed when done, or by the next `matrix`
+/// when this one is killed ([`upstream::remove_stale`]).
+struct ScratchTree(PathBuf, Option<upstream::OwnDir>);
 
 impl ScratchTree {
     fn new(release: &str, fix: &str) -> Result<ScratchTree> {
-        let dir = upstream::cache_dir()?.join("scratch").join(format!("{release}-{fix}-{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&dir);
-        std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-        Ok(ScratchTree(dir))
+        let parent = upstream::cache_dir()?.join("scratch");
+        let own = upstream::OwnDir::new(&parent, &format!("{release}-{fix}"))?;
+        Ok(ScratchTree(own.path().to_path_buf(), Some(own)))
     }
 }
 
 impl Drop for ScratchTree {
     fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
+        drop(self.1.take());
         // The scratch/ directory itself goes when it is empty (another run may be using it).
         if let Some(parent) = self.0.parent() {
             let _ = std::fs::remove_dir(parent);

@@ -55,40 +55,14 @@ impl Workspace {
 /// target when the file itself is a symlink), refusing anything that resolves outside the
 /// tree; `None` when it does not exist.
 fn resolve_tree_file(tree: &Tree, rel: &str) -> Result<Option<(PathBuf, PathBuf)>> {
-    let path = tree.root.join(rel);
-    let meta = match fs::symlink_metadata(&path) {
-        Ok(meta) => meta,
-        Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(err) => return Err(err).with_context(|| format!("reading {}", path.display())),
-    };
-    // Resolve every component, not only the last: a symlinked directory on the way can lead
-    // outside the tree just as well as a symlinked file.
-    let real = fs::canonicalize(&path).with_context(|| format!("{}: broken symlink", path.display()))?;
-    let root = fs::canonicalize(&tree.root).with_context(|| format!("resolving {}", tree.root.display()))?;
-    if !real.starts_with(&root) {
-        let through =
-            if meta.file_type().is_symlink() { "symlink points" } else { "a symlinked directory on its path leads" };
-        bail!("{}: {through} outside the tree (to {}); refusing to touch it", path.display(), real.display());
-    }
-    let write = if meta.file_type().is_symlink() { real.clone() } else { path };
+    let Some((real, is_symlink)) = crate::tree::resolve_inside(&tree.root, rel, "the tree")? else { return Ok(None) };
+    let write = if is_symlink { real.clone() } else { tree.root.join(rel) };
     Ok(Some((real, write)))
 }
 
 /// Read the real file `real` (reached as `path`), refusing non-regular and too large files.
 fn read_real_file(path: &Path, real: &Path) -> Result<Vec<u8>> {
-    let meta = fs::metadata(real).with_context(|| format!("reading {}", real.display()))?;
-    if !meta.is_file() {
-        bail!("{}: not a regular file", path.display());
-    }
-    if meta.len() > MAX_FILE_BYTES {
-        bail!(
-            "{}: {} bytes is larger than the {} MiB a patched source may be; refusing",
-            path.display(),
-            meta.len(),
-            MAX_FILE_BYTES >> 20
-        );
-    }
-    fs::read(real).with_context(|| format!("reading {}", real.display()))
+    crate::tree::read_regular(path, real, MAX_FILE_BYTES)
 }
 
 /// Refuse to plan writes to files we must not write (read-only), before anything is written.

@@ -291,8 +291,12 @@ pub fn lock_catalog(dir: &Path) -> Result<crate::transaction::TreeLocks> {
     crate::transaction::lock(&[dir.to_path_buf()], true)
 }
 
-/// Read `file` under the tree root `root`, or say which tree lacks it.
+/// Read `file` under the tree root `root` (`what` names it: `--edited`, `--to`), or say which
+/// tree lacks it. As `apply` reads a tree: a FIFO, device or directory there, or a symlink
+/// leading out of `root`, is refused (a FIFO used to block `record` forever, and an outside
+/// symlink put the outside file's text into the patch).
 pub fn read_in(root: &Path, file: &str, what: &str) -> Result<Vec<u8>> {
-    let path = root.join(file);
-    std::fs::read(&path).with_context(|| format!("{what}: cannot read {}", path.display()))
+    let within = format!("{what} {}", root.display());
+    crate::tree::read_inside(root, file, &within, crate::plan::MAX_FILE_BYTES)?
+        .with_context(|| format!("{what}: cannot read {}: no such file", root.join(file).display()))
 }

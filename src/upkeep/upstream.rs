@@ -79,9 +79,8 @@ pub fn vllm_tree(python: &str, release: &str, mut progress: impl FnMut(&str)) ->
     progress(&format!("extracting vllm/ from {}", wheel.display()));
     let parent = cache.join("upstream");
     std::fs::create_dir_all(&parent)?;
-    let tmp = parent.join(format!(".{release}.{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&tmp);
-    std::fs::create_dir_all(&tmp)?;
+    let own = OwnDir::new(&parent, &format!(".{release}"))?;
+    let tmp = own.path().to_path_buf();
     const EXTRACT: &str = r#"
 import os, sys, zipfile
 wheel, out = sys.argv[1], sys.argv[2]
@@ -96,7 +95,6 @@ if not os.path.isfile(os.path.join(out, 'vllm', '__init__.py')):
 "#;
     let out = Command::new(python).arg("-c").arg(EXTRACT).arg(&wheel).arg(&tmp).output()?;
     if !out.status.success() {
-        let _ = std::fs::remove_dir_all(&tmp);
         bail!("extracting {}: {}", wheel.display(), String::from_utf8_lossy(&out.stderr).trim());
     }
     let marker = format!(
@@ -105,7 +103,7 @@ if not os.path.isfile(os.path.join(out, 'vllm', '__init__.py')):
     );
     std::fs::write(tmp.join(".gaudi-fixes-upstream"), marker)?;
     let dest = parent.join(release);
-    std::fs::rename(&tmp, &dest).with_context(|| format!("moving the new tree to {}", dest.display()))?;
+    own.install(&dest, |d| d.join("vllm").is_dir())?;
     Ok(dest)
 }
 
@@ -170,9 +168,8 @@ pub fn gaudi_tree(release: &str) -> Result<Option<GaudiTree>> {
         }
         if let Some(archive) = archive_for(name) {
             std::fs::create_dir_all(&cache)?;
-            let tmp = cache.join(format!(".{name}.{}", std::process::id()));
-            let _ = std::fs::remove_dir_all(&tmp);
-            std::fs::create_dir_all(&tmp)?;
+            let own = OwnDir::new(&cache, &format!(".{name}"))?;
+            let tmp = own.path().to_path_buf();
             let st = Command::new("tar")
                 .arg("-xzf")
                 .arg(&archive)
@@ -181,15 +178,112 @@ pub fn gaudi_tree(release: &str) -> Result<Option<GaudiTree>> {
                 .status()
                 .context("running tar to extract vllm_gaudi")?;
             if !st.success() || !tmp.join("vllm_gaudi").is_dir() {
-                let _ = std::fs::remove_dir_all(&tmp);
                 bail!("{}: could not extract vllm_gaudi/ from it", archive.display());
             }
-            std::fs::rename(&tmp, &root)?;
+            own.install(&root, |d| d.join("vllm_gaudi").is_dir())?;
             let label = archive.file_name().unwrap_or_default().to_string_lossy().to_string();
             return Ok(Some(GaudiTree { root, source: label }));
         }
     }
     Ok(None)
+}
+
+/// The mark of a directory a run makes in the cache and removes when it is done: a temp
+/// extraction in `upstream/` or `gaudi/`, a patched copy in `scratch/`. The PID after it says
+/// whose it is, so that the next run can remove what a killed one left.
+const OWN_MARK: &str = ".gaudi-fixes-";
+
+/// A directory of this run's own in the cache, `<parent>/<stem>.gaudi-fixes-<pid>`, locked
+/// (flock) while this run lives and removed when it is dropped. A run killed before that
+/// leaves it; [`remove_stale`] removes it the next time.
+pub struct OwnDir {
+    path: PathBuf,
+    /// The open directory holding the lock; the kernel drops it when the run dies.
+    _lock: std::fs::File,
+    /// Renamed into place: nothing to remove.
+    installed: bool,
+}
+
+impl OwnDir {
+    /// Make it afresh (one left by an earlier run of this PID is removed first).
+    pub fn new(parent: &Path, stem: &str) -> Result<OwnDir> {
+        let path = parent.join(format!("{stem}{OWN_MARK}{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&path);
+        std::fs::create_dir_all(&path).with_context(|| format!("creating {}", path.display()))?;
+        let lock = std::fs::File::open(&path).with_context(|| format!("opening {}", path.display()))?;
+        // SAFETY: flock(2) on a directory we just opened.
+        if unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&lock), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            bail!("{}: locked by another process; cannot use it", path.display());
+        }
+        Ok(OwnDir { path, _lock: lock, installed: false })
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Make it `dest` (a rename, so that `dest` appears whole or not at all). Another run
+    /// preparing the same tree may have got there first: when `dest` is then `complete`, that
+    /// tree is used and this one dropped (two runs used to have the second fail with
+    /// "Directory not empty" and leave its copy in the cache).
+    pub fn install(mut self, dest: &Path, complete: impl Fn(&Path) -> bool) -> Result<()> {
+        match std::fs::rename(&self.path, dest) {
+            Ok(()) => {
+                self.installed = true;
+                Ok(())
+            }
+            Err(_) if complete(dest) => Ok(()), // dropped: ours is removed
+            Err(e) => Err(e).with_context(|| format!("moving the new tree to {}", dest.display())),
+        }
+    }
+}
+
+impl Drop for OwnDir {
+    fn drop(&mut self) {
+        if !self.installed {
+            let _ = std::fs::remove_dir_all(&self.path);
+        }
+    }
+}
+
+/// Whether process `pid` exists (a zombie or another user's process counts).
+fn alive(pid: u32) -> bool {
+    let Ok(pid) = libc::pid_t::try_from(pid) else { return false };
+    // SAFETY: kill(2) with signal 0 only checks that the process exists.
+    let found = unsafe { libc::kill(pid, 0) } == 0;
+    found || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
+}
+
+/// Remove what killed runs left in the cache (`cache`): every [`OwnDir`] whose PID is no
+/// process now and whose lock nobody holds; a sentence each, for stderr. A live run's
+/// directories are left alone.
+pub fn remove_stale(cache: &Path) -> Vec<String> {
+    let mut notes = Vec::new();
+    for sub in ["upstream", "gaudi", "scratch"] {
+        let Ok(entries) = std::fs::read_dir(cache.join(sub)) else { continue };
+        for entry in entries.flatten() {
+            let name = entry.file_name().to_string_lossy().into_owned();
+            let Some(pid) = name.rsplit_once(OWN_MARK).and_then(|(_, p)| p.parse::<u32>().ok()) else { continue };
+            let path = entry.path();
+            if pid == std::process::id() || alive(pid) || !entry.file_type().is_ok_and(|t| t.is_dir()) {
+                continue;
+            }
+            let Ok(dir) = std::fs::File::open(&path) else { continue };
+            // SAFETY: flock(2) on a directory we just opened.
+            if unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&dir), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+                continue; // Held: its run lives (in another PID namespace).
+            }
+            match std::fs::remove_dir_all(&path) {
+                Ok(()) => {
+                    notes.push(format!("removed {}, left by a killed gaudi-fixes run (PID {pid})", path.display()))
+                }
+                Err(e) => {
+                    notes.push(format!("cannot remove {}, left by a killed run (PID {pid}): {e}", path.display()))
+                }
+            }
+        }
+    }
+    notes
 }
 
 /// Copy `src` (a package directory) to `dest` as hard links where the file system allows
