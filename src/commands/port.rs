@@ -6,17 +6,15 @@
 //! touches lines upstream changed too, the conflicting hunks are shown and nothing is written
 //! (exit 2): edit a copy by hand and use `record`.
 
-use std::io::Write;
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
-use colored::Colorize;
 
 use crate::catalog::{Catalog, Variant};
 use crate::exit_status::ExitStatus;
 use crate::hash::sha256_hex;
 use crate::patch::{state, FileState, SourceText};
-use crate::report::Format;
+use crate::report::upkeep as upkeep_report;
 use crate::settings::{PortArgs, Settings};
 use crate::tree::TreeName;
 use crate::upkeep::{self, merge, upstream, NewFile};
@@ -130,17 +128,23 @@ pub fn run(global: &Settings, args: &PortArgs) -> Result<ExitStatus> {
         });
     }
     if !conflicts.is_empty() {
-        print_conflicts(global, &fix.manifest.name, &from.release, &release, &conflicts)?;
+        crate::report::emit(global.quiet, |out| {
+            upkeep_report::port_conflicts(out, global.format, &fix.manifest.name, &from.release, &release, &conflicts)
+        })?;
         return Ok(ExitStatus::Drifted);
     }
     let written = upkeep::write_variant(&dir, &catalog, fix, &release, &new_files)?;
-    if !global.quiet && global.format == Format::Human {
-        let mut out = crate::report::stdout().lock();
-        for line in &how {
-            writeln!(out, "{line}")?;
-        }
-    }
-    super::record::print_written(global, &fix.manifest.name, &written, "port")?;
+    crate::report::emit(global.quiet, |out| {
+        upkeep_report::written(
+            out,
+            global.format,
+            global.catalog.as_deref(),
+            &fix.manifest.name,
+            &written,
+            "port",
+            &how,
+        )
+    })?;
     Ok(ExitStatus::Applied)
 }
 
@@ -226,50 +230,5 @@ fn old_root(args: &PortArgs, release: &str, tree: TreeName) -> Result<PathBuf> {
              `gaudi-fixes matrix --releases {release} --no-tests` / scripts/fetch-upstream.sh {release}",
             upstream::cache_dir().map(|d| d.display().to_string()).unwrap_or_default()
         )
-    })
-}
-
-fn print_conflicts(
-    global: &Settings,
-    fix: &str,
-    from: &str,
-    to: &str,
-    conflicts: &[(String, Vec<merge::Conflict>)],
-) -> Result<()> {
-    crate::report::emit(global.quiet, |out| {
-        if global.format == Format::Json {
-            let files: Vec<_> = conflicts
-                .iter()
-                .map(|(f, cs)| {
-                    serde_json::json!({ "file": f, "conflicts": cs.iter().map(|c| serde_json::json!({
-                        "base_line": c.base_line, "base": c.base, "ours": c.ours, "theirs": c.theirs })).collect::<Vec<_>>() })
-                })
-                .collect();
-            let doc = serde_json::json!({ "schema": 1, "command": "port", "exit_code": 2, "fix": fix, "from": from,
-                "release": to, "conflicts": files });
-            serde_json::to_writer_pretty(&mut *out, &doc)?;
-            writeln!(out)?;
-            return Ok(());
-        }
-        writeln!(
-            out,
-            "{} {fix} {from} → {to}: the fix changes lines that {to} changed too; nothing was written",
-            "port: conflict:".red().bold()
-        )?;
-        for (file, cs) in conflicts {
-            for c in cs {
-                writeln!(out, "{}", format!("--- {file} near line {} of {from}", c.base_line).bold())?;
-                writeln!(out, "  {from} (pristine) → the fix:")?;
-                crate::report::human::diff_lines(&mut *out, &c.base, &c.ours)?;
-                writeln!(out, "  {from} (pristine) → {to} (pristine):")?;
-                crate::report::human::diff_lines(&mut *out, &c.base, &c.theirs)?;
-            }
-        }
-        writeln!(
-            out,
-            "next: copy the {to} tree, make the fix's change there by hand, and run \
-             `gaudi-fixes --catalog DIR record {fix} --release {to} --pristine <{to} tree> --edited <copy>`"
-        )?;
-        Ok(())
     })
 }

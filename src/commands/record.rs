@@ -8,7 +8,7 @@ use anyhow::{bail, Result};
 
 use crate::catalog::Catalog;
 use crate::exit_status::ExitStatus;
-use crate::report::Format;
+use crate::report::upkeep as upkeep_report;
 use crate::settings::{RecordArgs, Settings};
 use crate::tree::TreeName;
 use crate::upkeep::{self, upstream, NewFile};
@@ -72,7 +72,17 @@ pub fn run(global: &Settings, args: &RecordArgs) -> Result<ExitStatus> {
         );
     }
     let written = upkeep::write_variant(&dir, &catalog, fix, &release, &new_files)?;
-    print_written(global, &fix.manifest.name, &written, "record")?;
+    crate::report::emit(global.quiet, |out| {
+        upkeep_report::written(
+            out,
+            global.format,
+            global.catalog.as_deref(),
+            &fix.manifest.name,
+            &written,
+            "record",
+            &[],
+        )
+    })?;
     Ok(ExitStatus::Applied)
 }
 
@@ -91,36 +101,4 @@ fn refuse_larger_than_apply_reads(root: &std::path::Path, file: &str, flag: &str
         );
     }
     Ok(())
-}
-
-/// Report what `record` / `port` wrote.
-pub fn print_written(global: &Settings, fix: &str, w: &upkeep::Written, command: &str) -> Result<()> {
-    crate::report::emit(global.quiet, |out| {
-        if global.format == Format::Json {
-            let doc = serde_json::json!({ "schema": 1, "command": command, "exit_code": 0, "fix": fix, "written": w });
-            serde_json::to_writer_pretty(&mut *out, &doc)?;
-            writeln!(out)?;
-            return Ok(());
-        }
-        writeln!(out, "{command}: {fix} {}: wrote {}", w.release, w.manifest.display())?;
-        for p in &w.patches {
-            writeln!(out, "  patch {}", p.display())?;
-        }
-        for p in &w.reused {
-            writeln!(out, "  reused {p} (the pristine file is the same)")?;
-        }
-        for f in &w.unchanged {
-            writeln!(out, "  {f}: no change, not part of the variant")?;
-        }
-        for note in &w.notes {
-            writeln!(out, "  {note}")?;
-        }
-        writeln!(
-            out,
-            "next: `gaudi-fixes --catalog {} lint --upstream DIR`, then `gaudi-fixes matrix --releases {} --record`",
-            global.catalog.as_deref().map_or(".".into(), |p| p.display().to_string()),
-            w.release
-        )?;
-        Ok(())
-    })
 }

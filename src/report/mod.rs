@@ -14,6 +14,7 @@ pub mod list;
 pub mod outcome;
 pub mod progress;
 pub mod show;
+pub mod upkeep;
 
 use std::io::IsTerminal;
 

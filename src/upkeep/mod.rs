@@ -4,7 +4,9 @@
 //! ([`merge`]), and text edits of fix.yaml that keep its layout ([`yaml_edit`]).
 
 pub mod diffgen;
+pub mod matrix;
 pub mod merge;
+pub mod pytest;
 pub mod upstream;
 pub mod yaml_edit;
 

@@ -1,0 +1,371 @@
+//! Output of the upkeep commands (`record`, `port`, `test`, `matrix`): human, JSON and, where
+//! it says something, GitHub annotations. The commands hand over data; every byte is written
+//! here.
+
+use std::io::Write;
+use std::path::Path;
+
+use anyhow::Result;
+use colored::Colorize;
+
+use super::json::SCHEMA;
+use super::Format;
+use crate::catalog::Fix;
+use crate::exit_status::ExitStatus;
+use crate::plan::FixState;
+use crate::upkeep::matrix::{Cell, CellState, ReleaseTrees, TestsResult};
+use crate::upkeep::merge::Conflict;
+use crate::upkeep::pytest::TestRun;
+use crate::upkeep::Written;
+
+/// What `record` / `port` wrote (`how`: port's account of each file, for people).
+pub fn written(
+    out: &mut dyn Write,
+    format: Format,
+    catalog: Option<&Path>,
+    fix: &str,
+    w: &Written,
+    command: &str,
+    how: &[String],
+) -> Result<()> {
+    {
+        if format == Format::Json {
+            let doc =
+                serde_json::json!({ "schema": SCHEMA, "command": command, "exit_code": 0, "fix": fix, "written": w });
+            serde_json::to_writer_pretty(&mut *out, &doc)?;
+            writeln!(out)?;
+            return Ok(());
+        }
+        for line in how {
+            writeln!(out, "{line}")?;
+        }
+        writeln!(out, "{command}: {fix} {}: wrote {}", w.release, w.manifest.display())?;
+        for p in &w.patches {
+            writeln!(out, "  patch {}", p.display())?;
+        }
+        for p in &w.reused {
+            writeln!(out, "  reused {p} (the pristine file is the same)")?;
+        }
+        for f in &w.unchanged {
+            writeln!(out, "  {f}: no change, not part of the variant")?;
+        }
+        for note in &w.notes {
+            writeln!(out, "  {note}")?;
+        }
+        writeln!(
+            out,
+            "next: `gaudi-fixes --catalog {} lint --upstream DIR`, then `gaudi-fixes matrix --releases {} --record`",
+            catalog.map_or(".".into(), |p| p.display().to_string()),
+            w.release
+        )?;
+        Ok(())
+    }
+}
+
+/// `port`'s conflicts: the lines the fix changes that the new release changed too.
+pub fn port_conflicts(
+    out: &mut dyn Write,
+    format: Format,
+    fix: &str,
+    from: &str,
+    to: &str,
+    conflicts: &[(String, Vec<Conflict>)],
+) -> Result<()> {
+    {
+        if format == Format::Json {
+            let files: Vec<_> = conflicts
+                .iter()
+                .map(|(f, cs)| {
+                    serde_json::json!({ "file": f, "conflicts": cs.iter().map(|c| serde_json::json!({
+                        "base_line": c.base_line, "base": c.base, "ours": c.ours, "theirs": c.theirs })).collect::<Vec<_>>() })
+                })
+                .collect();
+            let doc = serde_json::json!({ "schema": SCHEMA, "command": "port", "exit_code": 2, "fix": fix, "from": from,
+                "release": to, "conflicts": files });
+            serde_json::to_writer_pretty(&mut *out, &doc)?;
+            writeln!(out)?;
+            return Ok(());
+        }
+        writeln!(
+            out,
+            "{} {fix} {from} → {to}: the fix changes lines that {to} changed too; nothing was written",
+            "port: conflict:".red().bold()
+        )?;
+        for (file, cs) in conflicts {
+            for c in cs {
+                writeln!(out, "{}", format!("--- {file} near line {} of {from}", c.base_line).bold())?;
+                writeln!(out, "  {from} (pristine) → the fix:")?;
+                super::human::diff_lines(&mut *out, &c.base, &c.ours)?;
+                writeln!(out, "  {from} (pristine) → {to} (pristine):")?;
+                super::human::diff_lines(&mut *out, &c.base, &c.theirs)?;
+            }
+        }
+        writeln!(
+            out,
+            "next: copy the {to} tree, make the fix's change there by hand, and run \
+             `gaudi-fixes --catalog DIR record {fix} --release {to} --pristine <{to} tree> --edited <copy>`"
+        )?;
+        Ok(())
+    }
+}
+
+/// What `test` runs: the fix, its state on the trees, where and with which interpreter.
+pub struct TestAbout<'a> {
+    pub fix: &'a str,
+    pub state: FixState,
+    pub variant: Option<&'a str>,
+    /// The tree shown (vllm's root, else vllm_gaudi's).
+    pub root: &'a Path,
+    pub python: &'a str,
+    /// `--only-tree` hides a tree that was found.
+    pub left_out: bool,
+    /// The fix is not applied (nor upstreamed): its tests are expected to fail.
+    pub not_applied: bool,
+}
+
+/// Before pytest runs (for people, on stderr, where pytest's progress follows): what is tested,
+/// and when its tests are expected to fail.
+pub fn test_start(output: super::Output, about: &TestAbout<'_>) {
+    if output.quiet || output.format != Format::Human {
+        return;
+    }
+    let mut err = std::io::stderr().lock();
+    let _ = writeln!(
+        err,
+        "gaudi-fixes test: {} ({} [{}]) on {} with {}",
+        about.fix,
+        about.state.as_str(),
+        about.variant.unwrap_or("-"),
+        about.root.display(),
+        about.python
+    );
+    if about.left_out {
+        let _ = writeln!(
+            err,
+            "gaudi-fixes test: --only-tree: the left-out tree is hidden from the tests; its half's tests skip"
+        );
+    }
+    if about.not_applied {
+        let _ = writeln!(
+            err,
+            "gaudi-fixes test: {} is {} on these trees: its tests check the patched code and are expected to fail \
+             (`gaudi-fixes apply {}` first)",
+            about.fix,
+            about.state.as_str(),
+            about.fix
+        );
+    }
+}
+
+/// The result of `test`: the verdict and pytest's summary (and why it failed, when the fix is
+/// not applied).
+pub fn test_run(
+    out: &mut dyn Write,
+    format: Format,
+    about: &TestAbout<'_>,
+    run: &TestRun,
+    status: ExitStatus,
+) -> Result<()> {
+    let why_failed = if !run.passed && about.not_applied {
+        let state =
+            if about.state == FixState::NotApplied { String::new() } else { format!(": {}", about.state.as_str()) };
+        format!(" — {} is not applied on these trees{state}", run.fix)
+    } else {
+        String::new()
+    };
+    match format {
+        Format::Json => {
+            let doc = serde_json::json!({
+                "schema": SCHEMA,
+                "command": "test",
+                "exit_code": status.code(),
+                "fix": run.fix,
+                "state": about.state,
+                "variant": about.variant,
+                "python": run.python,
+                "root": run.root,
+                "passed": run.passed,
+                "pytest_exit": run.pytest_exit,
+                "summary": run.summary,
+                "skipped": run.skipped,
+            });
+            serde_json::to_writer_pretty(&mut *out, &doc)?;
+            writeln!(out)?;
+        }
+        Format::Github => {
+            if run.passed {
+                writeln!(out, "::notice::{}: tests passed: {}", run.fix, run.summary)?;
+            } else {
+                writeln!(out, "::error::{}: tests failed: {}{why_failed}", run.fix, run.summary)?;
+            }
+        }
+        Format::Human => {
+            let verdict = if run.passed { "passed" } else { "FAILED" };
+            writeln!(out, "test {}: {verdict} ({}){why_failed}", run.fix, run.summary)?;
+            for reason in &run.skipped {
+                writeln!(out, "  skipped: {reason}")?;
+            }
+        }
+    }
+    Ok(())
+}
+
+/// Where pytest's own report goes while `test` runs it: stderr, for people; nowhere (kept for
+/// the result only) under `--quiet` or with JSON.
+pub fn pytest_echo(output: super::Output) -> Option<std::io::Stderr> {
+    (!output.quiet && output.format != Format::Json).then(std::io::stderr)
+}
+
+// ---- matrix
+
+#[derive(Debug, serde::Serialize)]
+struct MatrixDocument<'a> {
+    schema: u32,
+    command: &'static str,
+    exit_code: u8,
+    python: &'a str,
+    releases: &'a [ReleaseTrees],
+    cells: &'a [Cell],
+}
+
+fn state_text(c: &Cell) -> String {
+    let mut s = c.state.as_str().to_string();
+    if c.offsets {
+        s.push_str(" (offsets)");
+    }
+    if let Some(r) = c.reason {
+        s = format!("{s}: {}", super::human::reason_word(r));
+    }
+    s
+}
+
+fn verified_text(c: &Cell) -> &'static str {
+    match (c.verified, c.recorded) {
+        (true, _) => "yes",
+        (false, true) => "recorded",
+        _ if c.state == CellState::Applies => "no",
+        _ => "-",
+    }
+}
+
+fn matrix_human(out: &mut dyn Write, releases: &[ReleaseTrees], cells: &[Cell], no_tests: Option<&str>) -> Result<()> {
+    for r in releases {
+        match (&r.error, &r.vllm_gaudi) {
+            (Some(e), _) => writeln!(out, "{}: cannot prepare: {e}", r.release)?,
+            (None, Some(g)) => writeln!(out, "{}: vllm_gaudi from {}", r.release, g.source)?,
+            (None, None) => writeln!(out, "{}: no vllm_gaudi tree (its half is not checked)", r.release)?,
+        }
+    }
+    if let Some(why) = no_tests {
+        writeln!(out, "tests not run: {why}")?;
+    }
+    let rows: Vec<[String; 6]> = cells
+        .iter()
+        .map(|c| {
+            let tests = match c.tests {
+                TestsResult::NotRun => "-".to_string(),
+                t => t.as_str().to_string(),
+            };
+            [
+                c.release.clone(),
+                c.fix.clone(),
+                state_text(c),
+                c.variant.clone().unwrap_or_else(|| "-".into()),
+                tests,
+                verified_text(c).to_string(),
+            ]
+        })
+        .collect();
+    let head = ["release", "fix", "state", "variant", "tests", "verified"].map(str::to_string);
+    let mut widths = head.clone().map(|h| h.len());
+    for r in &rows {
+        for (w, c) in widths.iter_mut().zip(r) {
+            *w = (*w).max(c.chars().count());
+        }
+    }
+    for r in std::iter::once(&head).chain(&rows) {
+        let line: Vec<String> = r.iter().zip(widths).map(|(c, w)| format!("{c:<w$}")).collect();
+        writeln!(out, "{}", line.join("  ").trim_end())?;
+    }
+    for c in cells.iter().filter(|c| matches!(c.tests, TestsResult::Failed | TestsResult::Error)) {
+        writeln!(
+            out,
+            "{} {}: tests {}: {}",
+            c.release,
+            c.fix,
+            c.tests.as_str(),
+            c.tests_summary.as_deref().unwrap_or("")
+        )?;
+    }
+    Ok(())
+}
+
+/// One Markdown table per fix, as the fix pages embed them.
+fn markdown(out: &mut dyn Write, fixes: &[&Fix], cells: &[Cell]) -> Result<()> {
+    for fix in fixes {
+        let name = &fix.manifest.name;
+        writeln!(out, "<!-- gaudi-fixes matrix --fix {name} --markdown -->")?;
+        writeln!(out, "| vLLM | state | variant | tests | verified |")?;
+        writeln!(out, "|---|---|---|---|---|")?;
+        for c in cells.iter().filter(|c| &c.fix == name) {
+            let tests = match c.tests {
+                TestsResult::Passed => "pass",
+                TestsResult::Failed => "**fail**",
+                TestsResult::Error => "error",
+                TestsResult::NotRun => "–",
+            };
+            let verified = match verified_text(c) {
+                "yes" | "recorded" => "✓",
+                "no" => "no",
+                _ => "–",
+            };
+            writeln!(
+                out,
+                "| {} | {} | {} | {tests} | {verified} |",
+                c.release.trim_start_matches('v'),
+                state_text(c),
+                c.variant.as_deref().unwrap_or("–"),
+            )?;
+        }
+        writeln!(out)?;
+    }
+    Ok(())
+}
+
+/// `matrix`'s result: one Markdown table per fix (`--markdown`), the JSON document, or the
+/// human table (with why tests did not run, when they did not).
+#[allow(clippy::too_many_arguments)]
+pub fn matrix(
+    out: &mut dyn Write,
+    format: Format,
+    markdown_tables: bool,
+    status: ExitStatus,
+    python: &str,
+    fixes: &[&Fix],
+    releases: &[ReleaseTrees],
+    cells: &[Cell],
+    no_tests: Option<&str>,
+) -> Result<()> {
+    if markdown_tables {
+        return markdown(out, fixes, cells);
+    }
+    if format == Format::Json {
+        let doc =
+            MatrixDocument { schema: SCHEMA, command: "matrix", exit_code: status.code(), python, releases, cells };
+        serde_json::to_writer_pretty(&mut *out, &doc)?;
+        writeln!(out)?;
+        return Ok(());
+    }
+    matrix_human(out, releases, cells, no_tests)
+}
+
+/// Notes a command has for people before its result (on stderr; nothing under `--quiet`).
+pub fn notes(output: super::Output, notes: &[String]) {
+    if output.quiet {
+        return;
+    }
+    let mut err = std::io::stderr().lock();
+    for note in notes {
+        let _ = writeln!(err, "gaudi-fixes: {note}");
+    }
+}
