@@ -6,10 +6,11 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 
 use super::verdict::{Edit, MAX_FILE_BYTES};
 use crate::discover::Tree;
+use crate::error::{bail_in, Located};
 use crate::patch::SourceText;
 use crate::tree::TreeName;
 
@@ -63,12 +64,12 @@ fn resolve_tree_file(tree: &Tree, rel: &str) -> Result<Option<(PathBuf, PathBuf)
     };
     // Resolve every component, not only the last: a symlinked directory on the way can lead
     // outside the tree just as well as a symlinked file.
-    let real = fs::canonicalize(&path).with_context(|| format!("{}: broken symlink", path.display()))?;
+    let real = fs::canonicalize(&path).map_err(|e| Located::in_file(&path, format!("broken symlink: {e}")))?;
     let root = fs::canonicalize(&tree.root).with_context(|| format!("resolving {}", tree.root.display()))?;
     if !real.starts_with(&root) {
         let through =
             if meta.file_type().is_symlink() { "symlink points" } else { "a symlinked directory on its path leads" };
-        bail!("{}: {through} outside the tree (to {}); refusing to touch it", path.display(), real.display());
+        bail_in!(path, "{through} outside the tree (to {}); refusing to touch it", real.display());
     }
     let write = if meta.file_type().is_symlink() { real.clone() } else { path };
     Ok(Some((real, write)))
@@ -78,12 +79,12 @@ fn resolve_tree_file(tree: &Tree, rel: &str) -> Result<Option<(PathBuf, PathBuf)
 fn read_real_file(path: &Path, real: &Path) -> Result<Vec<u8>> {
     let meta = fs::metadata(real).with_context(|| format!("reading {}", real.display()))?;
     if !meta.is_file() {
-        bail!("{}: not a regular file", path.display());
+        bail_in!(path, "not a regular file");
     }
     if meta.len() > MAX_FILE_BYTES {
-        bail!(
-            "{}: {} bytes is larger than the {} MiB a patched source may be; refusing",
-            path.display(),
+        bail_in!(
+            path,
+            "{} bytes is larger than the {} MiB a patched source may be; refusing",
             meta.len(),
             MAX_FILE_BYTES >> 20
         );
@@ -96,9 +97,9 @@ pub fn check_writable(edits: &[Edit]) -> Result<()> {
     for edit in edits {
         let meta = fs::metadata(&edit.path).with_context(|| format!("reading {}", edit.path.display()))?;
         if meta.permissions().readonly() {
-            bail!(
-                "{}: file is read-only; nothing was written (make it writable, or run where the tree may be changed)",
-                edit.path.display()
+            bail_in!(
+                &edit.path,
+                "file is read-only; nothing was written (make it writable, or run where the tree may be changed)"
             );
         }
     }
