@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # The whole test suite, on a fresh machine: sets up the torch venv (reused when present),
-# runs the Rust tests (default build, then the `reference` feature), the equivalence suite,
+# checks rustfmt's layout and clippy (-D warnings), runs the Rust tests (default build, then the
+# `reference` feature), the equivalence suite,
 # and, on real vLLM trees from the package index, the topk-subset-sampler cycle:
 #   check → 1, apply → 0, check → 0, apply again changes nothing, pytest of the patched real
 #   code (and it fails on the pristine code), revert → byte-identical, lint --upstream; the
@@ -62,6 +63,10 @@ export PATH="$VENV/bin:$PATH"
 export PYTHONDONTWRITEBYTECODE=1
 echo "venv: $VENV"
 
+step "cargo fmt --check, cargo clippy -D warnings (default build)"
+expect 0 "cargo fmt --check (the whole tree is rustfmt's layout)" cargo fmt --check
+expect 0 "cargo clippy --all-targets -- -D warnings (default build)" cargo clippy --release --all-targets --quiet -- -D warnings
+
 step "cargo test (default build: no libtorch)"
 echo "building and running the default build's tests (unit, CLI, reliability, properties, snapshots)"
 expect 0 "cargo test (default build)" cargo test --quiet
@@ -71,6 +76,8 @@ export LIBTORCH_USE_PYTORCH=1
 echo "building gaudi-fixes with the reference sampler: tch/torch-sys link libtorch 2.13.0 from the venv" \
   "(torch-sys compiles its C++ wrapper: several minutes on a first build; cargo's lines follow)"
 expect 0 "cargo build --release --features reference" cargo build --release --features reference
+expect 0 "cargo clippy --features reference --all-targets -- -D warnings" \
+  cargo clippy --release --features reference --all-targets --quiet -- -D warnings
 expect 0 "cargo test --features reference (reference unit tests)" cargo test --release --features reference --quiet --lib reference::
 expect 0 "cargo test --features reference (tests/reference.rs)" cargo test --release --features reference --quiet --test reference
 BIN=$REPO/target/release/gaudi-fixes

@@ -360,6 +360,35 @@ pub struct BenchFlags {
     pub threads: Option<i32>,
 }
 
+impl Command {
+    /// The subcommand's name, as typed (the JSON document's `command`).
+    pub fn name(&self) -> &'static str {
+        match self {
+            Command::List => "list",
+            Command::Show { .. } => "show",
+            Command::Apply(_) => "apply",
+            Command::Revert(_) => "revert",
+            Command::Diff { .. } => "diff",
+            Command::Status => "status",
+            Command::Lint(_) => "lint",
+            Command::Equiv(_) => "equiv",
+            Command::Bench(_) => "bench",
+            Command::Test(_) => "test",
+            Command::Matrix(_) => "matrix",
+            Command::Port(_) => "port",
+            Command::Record(_) => "record",
+            Command::Completions { .. } => "completions",
+            Command::Man => "man",
+        }
+    }
+}
+
+/// `--format json` / `--format=json` among `args` (for usage errors, which come before parsing).
+pub fn wants_json(args: impl Iterator<Item = std::ffi::OsString>) -> bool {
+    let args: Vec<String> = args.map(|a| a.to_string_lossy().into_owned()).collect();
+    args.windows(2).any(|w| w[0] == "--format" && w[1] == "json") || args.iter().any(|a| a == "--format=json")
+}
+
 impl Cli {
     /// Parse argv; a usage error prints clap's message and maps to exit 3 (help/version to 0).
     pub fn parse_or_usage_error() -> Result<Cli, ExitStatus> {

@@ -3,7 +3,8 @@
 //! sampler fix draws from the same distribution as stock.
 //!
 //! Modules:
-//! - [`tree`]: tree names and the `--only-tree` filter; [`exit_status`]: the 0/1/2/3 contract.
+//! - [`tree`]: tree names and the `--only-tree` filter; [`exit_status`]: the 0/1/2/3 contract;
+//!   [`error`]: errors that carry their file and line.
 //! - [`catalog`]: fix manifests, profiles, ordering and lint.
 //! - [`discover`]: which trees to act on.
 //! - [`patch`]: unified-diff parsing, exact hunk location, per-hunk state.
@@ -20,6 +21,7 @@ pub mod catalog;
 pub mod cli;
 pub mod commands;
 pub mod discover;
+pub mod error;
 pub mod exit_status;
 pub mod hash;
 pub mod patch;
@@ -64,6 +66,16 @@ pub fn run(cli: Cli) -> Result<ExitStatus> {
         Command::Record(flags) => commands::record::run(s, &flags.into()),
         Command::Completions { shell } => cli::print_completions(shell),
         Command::Man => cli::print_man(),
+    }
+}
+
+/// The exit code of a run that ended in `err`: [`exit_status::ROLLBACK_FAILED`] when a
+/// rollback failed (the journal stays), else [`ExitStatus::Error`]'s.
+pub fn error_code(err: &anyhow::Error) -> u8 {
+    if err.chain().any(|c| c.is::<transaction::RollbackFailed>()) {
+        exit_status::ROLLBACK_FAILED
+    } else {
+        ExitStatus::Error.code()
     }
 }
 

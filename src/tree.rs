@@ -5,11 +5,12 @@
 //! one policy `apply`, `record`, `port` and `lint --upstream` share. Ground floor: knows no
 //! flags.
 
+use crate::error::{bail_in, Located};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 
 /// The two source trees a fix may patch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]
@@ -88,12 +89,12 @@ pub fn resolve_inside(root: &Path, rel: &str, within: &str) -> Result<Option<(Pa
     };
     // Resolve every component, not only the last: a symlinked directory on the way can lead
     // outside just as well as a symlinked file.
-    let real = fs::canonicalize(&path).with_context(|| format!("{}: broken symlink", path.display()))?;
+    let real = fs::canonicalize(&path).map_err(|e| Located::in_file(&path, format!("broken symlink: {e}")))?;
     let root_real = fs::canonicalize(root).with_context(|| format!("resolving {}", root.display()))?;
     let is_symlink = meta.file_type().is_symlink();
     if !real.starts_with(&root_real) {
         let through = if is_symlink { "symlink points" } else { "a symlinked directory on its path leads" };
-        bail!("{}: {through} outside {within} (to {}); refusing to touch it", path.display(), real.display());
+        bail_in!(path, "{through} outside {within} (to {}); refusing to touch it", real.display());
     }
     Ok(Some((real, is_symlink)))
 }
@@ -124,7 +125,7 @@ pub fn read_regular(shown: &Path, real: &Path, max: u64) -> Result<Vec<u8>> {
     use std::io::Read;
     use std::os::unix::fs::OpenOptionsExt;
     let not_regular = |ft: fs::FileType| {
-        anyhow::anyhow!("{}: not a regular file ({}); refusing to read it", shown.display(), kind(ft))
+        anyhow::Error::from(Located::in_file(shown, format!("not a regular file ({}); refusing to read it", kind(ft))))
     };
     let meta = fs::symlink_metadata(real).with_context(|| format!("reading {}", shown.display()))?;
     if !meta.is_file() {
@@ -140,9 +141,9 @@ pub fn read_regular(shown: &Path, real: &Path, max: u64) -> Result<Vec<u8>> {
         return Err(not_regular(meta.file_type()));
     }
     if meta.len() > max {
-        bail!(
-            "{}: {} bytes is larger than the {} MiB gaudi-fixes reads as a source file; refusing",
-            shown.display(),
+        bail_in!(
+            shown,
+            "{} bytes is larger than the {} MiB gaudi-fixes reads as a source file; refusing",
             meta.len(),
             max >> 20
         );
@@ -150,7 +151,7 @@ pub fn read_regular(shown: &Path, real: &Path, max: u64) -> Result<Vec<u8>> {
     let mut bytes = Vec::with_capacity(meta.len() as usize);
     file.by_ref().take(max + 1).read_to_end(&mut bytes).with_context(|| format!("reading {}", shown.display()))?;
     if bytes.len() as u64 > max {
-        bail!("{}: grew past {} MiB while it was read; refusing", shown.display(), max >> 20);
+        bail_in!(shown, "grew past {} MiB while it was read; refusing", max >> 20);
     }
     Ok(bytes)
 }

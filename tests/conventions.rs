@@ -85,6 +85,36 @@ fn github_format_annotates_errors_and_says_when_all_is_well() {
     assert!(out.contains("::notice::gaudi-fixes: check passed: fix-a applied"), "{out}");
 }
 
+/// An error at a place in a patch or a tree file carries that place to the JSON error object
+/// and the GitHub annotation (the line counted here from the file the test wrote).
+#[test]
+fn errors_in_a_patch_or_a_tree_file_name_their_file_and_line() {
+    let d = fixture();
+    let patch = d.read_string("cat/fixes/fix-a/v0.26.0/mod.patch");
+    d.write("cat/fixes/fix-a/v0.26.0/mod.patch", patch.replacen("@@ -", "@@ ?", 1));
+    let line = patch.lines().position(|l| l.starts_with("@@")).unwrap() + 1;
+    let cases = [("cat/fixes/fix-a/v0.26.0/mod.patch", line, "malformed hunk header")];
+    assert_errors_at(&d, &cases);
+    d.write("cat/fixes/fix-a/v0.26.0/mod.patch", patch);
+    let source = d.read_string("root/vllm/mod.py");
+    let nul_line = source.lines().count();
+    d.write("root/vllm/mod.py", format!("{source}\0\n"));
+    assert_errors_at(&d, &[("root/vllm/mod.py", nul_line + 1, "binary file")]);
+}
+
+fn assert_errors_at(d: &Dir, cases: &[(&str, usize, &str)]) {
+    for (file, line, says) in cases {
+        let (stdout, _) = d.cmd().args(with_fixture(&["--format", "json", "apply", "--check", "fix-a"])).expect(3);
+        let doc: serde_json::Value = serde_json::from_str(&stdout).unwrap_or_else(|e| panic!("{e}: {stdout}"));
+        let error = &doc["error"];
+        assert!(error["file"].as_str().is_some_and(|f| f.ends_with(file)), "{file}: {stdout}");
+        assert_eq!(error["line"], *line, "{stdout}");
+        assert!(error["message"].as_str().unwrap().contains(says), "{stdout}");
+        let (out, _) = d.cmd().args(with_fixture(&["--format", "github", "apply", "--check", "fix-a"])).expect(3);
+        assert!(out.starts_with("::error file=") && out.contains(&format!("{file},line={line}::")), "{out}");
+    }
+}
+
 #[test]
 fn human_output_glitches_are_gone() {
     let d = fixture();

@@ -10,6 +10,7 @@ use anyhow::{bail, Context, Result};
 use super::manifest::{check_relative, line_of, Manifest, Release, UpstreamStatus};
 use super::profile::Profile;
 use super::source::CatalogFiles;
+use crate::error::{bail_at, bail_in, Located};
 use crate::patch::{parse, FilePatch};
 use crate::tree::TreeName;
 
@@ -96,7 +97,7 @@ impl Catalog {
             .collect();
         for dir in dirs {
             if !files.files.contains_key(&dir.join("fix.yaml")) {
-                bail!("{}: fix directory without fix.yaml", files.display(&dir));
+                bail_in!(files.display(&dir), "fix directory without fix.yaml");
             }
         }
         fixes.sort_by(|a, b| a.manifest.name.cmp(&b.manifest.name));
@@ -105,13 +106,13 @@ impl Catalog {
         for (path, _) in files.files.iter().filter(|(p, _)| p.starts_with("profiles")) {
             let shown = files.display(path);
             if path.extension().is_none_or(|e| e != "yaml") {
-                bail!("{shown}: profiles must be `profiles/<name>.yaml`");
+                bail_in!(&shown, "profiles must be `profiles/<name>.yaml`");
             }
             let text = files.text(path)?;
             let profile: Profile = serde_yaml::from_str(text).map_err(|e| yaml_error(&shown, &e))?;
             let stem = path.file_stem().unwrap_or_default().to_string_lossy();
             if profile.name != stem {
-                bail!("{shown}:{}: name `{}` must equal the file name `{stem}`", line_of(text, "name:"), profile.name);
+                bail_at!(&shown, line_of(text, "name:"), "name `{}` must equal the file name `{stem}`", profile.name);
             }
             profiles.push((profile, shown, text.to_string()));
         }
@@ -121,10 +122,10 @@ impl Catalog {
             let text = files.text(&fix.dir.join("fix.yaml"))?;
             for other in fix.manifest.after.iter().chain(&fix.manifest.requires).chain(&fix.manifest.conflicts) {
                 if !names.contains(other.as_str()) {
-                    bail!("{shown}:{}: `{other}` is not a fix in this catalogue", line_of(text, other));
+                    bail_at!(&shown, line_of(text, other), "`{other}` is not a fix in this catalogue");
                 }
                 if *other == fix.manifest.name {
-                    bail!("{shown}:{}: a fix cannot name itself in after:/requires:/conflicts:", line_of(text, other));
+                    bail_at!(&shown, line_of(text, other), "a fix cannot name itself in after:/requires:/conflicts:");
                 }
             }
         }
@@ -139,14 +140,15 @@ impl Catalog {
                         .skip(start - 1)
                         .position(|l| l.contains(name.as_str()))
                         .map_or(start, |i| start + i);
-                    bail!("{shown}:{line}: include: `{name}` is not another profile in this catalogue");
+                    bail_at!(shown, line, "include: `{name}` is not another profile in this catalogue");
                 }
             }
             for name in &profile.fixes {
                 if !names.contains(name.as_str()) {
-                    bail!(
-                        "{shown}:{}: profile names `{name}`, which is not a fix in this catalogue",
-                        line_of(text, name)
+                    bail_at!(
+                        shown,
+                        line_of(text, name),
+                        "profile names `{name}`, which is not a fix in this catalogue"
                     );
                 }
             }
@@ -220,7 +222,7 @@ impl Catalog {
 /// Turn a serde_yaml error into one naming the file and line.
 pub(crate) fn yaml_error(shown: &str, err: &serde_yaml::Error) -> anyhow::Error {
     match err.location() {
-        Some(loc) => anyhow::anyhow!("{shown}:{}:{}: {err}", loc.line(), loc.column()),
+        Some(loc) => Located::at(shown, loc.line(), err.to_string()).column(loc.column()).into(),
         // Syntax errors (an unclosed quote, a tab in the indentation) and errors under a key
         // carry their position only in the text; lift the first one into `file:line:col:`.
         None => {
@@ -228,8 +230,10 @@ pub(crate) fn yaml_error(shown: &str, err: &serde_yaml::Error) -> anyhow::Error 
             let at = AT.get_or_init(|| regex::Regex::new(r" at line (\d+) column (\d+)").expect("valid regex"));
             let text = err.to_string();
             match at.captures(&text) {
-                Some(c) => anyhow::anyhow!("{shown}:{}:{}: {text}", &c[1], &c[2]),
-                None => anyhow::anyhow!("{shown}: {text}"),
+                Some(c) => {
+                    Located::at(shown, c[1].parse().unwrap_or(1), text.clone()).column(c[2].parse().unwrap_or(1)).into()
+                }
+                None => Located::in_file(shown, text).into(),
             }
         }
     }
@@ -241,27 +245,27 @@ fn load_fix(files: &CatalogFiles, manifest_path: &Path) -> Result<Fix> {
     let manifest: Manifest = serde_yaml::from_str(text).map_err(|e| yaml_error(&shown, &e))?;
     let dir = manifest_path.parent().expect("fix.yaml has a directory").to_path_buf();
     let dir_name = dir.file_name().unwrap_or_default().to_string_lossy().to_string();
-    let at = |needle: &str| format!("{shown}:{}", line_of(text, needle));
+    let at = |needle: &str| line_of(text, needle);
     if dir.parent() != Some(Path::new("fixes")) {
-        bail!("{shown}: manifests live at fixes/<name>/fix.yaml");
+        bail_in!(&shown, "manifests live at fixes/<name>/fix.yaml");
     }
     if manifest.name != dir_name {
-        bail!("{}: name `{}` must equal the directory name `{dir_name}`", at("name:"), manifest.name);
+        bail_at!(&shown, at("name:"), "name `{}` must equal the directory name `{dir_name}`", manifest.name);
     }
     match (&manifest.upstream.status, &manifest.upstream.url, &manifest.upstream.release) {
-        (UpstreamStatus::Filed, None, _) => bail!("{}: upstream status `filed` needs a url", at("upstream")),
+        (UpstreamStatus::Filed, None, _) => bail_at!(&shown, at("upstream"), "upstream status `filed` needs a url"),
         (UpstreamStatus::Merged, None, _) | (UpstreamStatus::Merged, _, None) => {
-            bail!("{}: upstream status `merged` needs a url and a release", at("upstream"))
+            bail_at!(&shown, at("upstream"), "upstream status `merged` needs a url and a release")
         }
         _ => {}
     }
     if manifest.releases.is_empty() {
-        bail!("{}: `releases:` is empty", at("releases"));
+        bail_at!(&shown, at("releases"), "`releases:` is empty");
     }
     for test in &manifest.tests {
-        check_relative(test).map_err(|e| anyhow::anyhow!("{}: tests: {e}", at(test)))?;
+        check_relative(test).map_err(|e| Located::at(&shown, at(test), format!("tests: {e}")))?;
         if !files.files.contains_key(&dir.join(test)) {
-            bail!("{}: test file `{test}` does not exist", at(test));
+            bail_at!(&shown, at(test), "test file `{test}` does not exist");
         }
     }
     let mut variants = Vec::new();
@@ -282,44 +286,55 @@ fn load_variant(
     let rel_line = line_of(text, &format!("{release}:"));
     match (body.upstreamed, body.patches.is_empty()) {
         (true, false) => {
-            bail!("{shown}:{rel_line}: release {release}: `upstreamed: true` and `patches:` exclude each other")
+            bail_at!(shown, rel_line, "release {release}: `upstreamed: true` and `patches:` exclude each other")
         }
-        (false, true) => bail!("{shown}:{rel_line}: release {release}: needs `patches:` or `upstreamed: true`"),
+        (false, true) => bail_at!(shown, rel_line, "release {release}: needs `patches:` or `upstreamed: true`"),
         _ => {}
     }
     for v in &body.verified {
         if !super::manifest::is_release_name(v) {
-            bail!("{shown}:{}: release {release}: verified: `{v}` is not a release tag like v0.26.0", line_of(text, v));
+            bail_at!(shown, line_of(text, v), "release {release}: verified: `{v}` is not a release tag like v0.26.0");
         }
     }
     let mut patches = Vec::new();
     let mut seen = BTreeSet::new();
     for entry in &body.patches {
-        let at = |needle: &str| format!("{shown}:{}", line_of(text, needle));
-        check_relative(&entry.file).map_err(|e| anyhow::anyhow!("{}: file: {e}", at(&entry.file)))?;
+        let at = |needle: &str| line_of(text, needle);
+        check_relative(&entry.file).map_err(|e| Located::at(shown, at(&entry.file), format!("file: {e}")))?;
         let pkg = format!("{}/", entry.tree.as_str());
         if !entry.file.starts_with(&pkg) {
-            bail!("{}: file `{}` of tree `{}` must be inside `{pkg}`", at(&entry.file), entry.file, entry.tree);
+            bail_at!(shown, at(&entry.file), "file `{}` of tree `{}` must be inside `{pkg}`", entry.file, entry.tree);
         }
         if !seen.insert((entry.tree, entry.file.clone())) {
-            bail!("{}: release {release} patches `{}` twice; use one patch per file", at(&entry.file), entry.file);
+            bail_at!(
+                shown,
+                at(&entry.file),
+                "release {release} patches `{}` twice; use one patch per file",
+                entry.file
+            );
         }
-        check_relative(&entry.patch).map_err(|e| anyhow::anyhow!("{}: patch: {e}", at(&entry.patch)))?;
+        check_relative(&entry.patch).map_err(|e| Located::at(shown, at(&entry.patch), format!("patch: {e}")))?;
         if entry.pristine_sha256.len() != 64
             || !entry.pristine_sha256.bytes().all(|b| b.is_ascii_hexdigit() && !b.is_ascii_uppercase())
         {
-            bail!("{}: pristine_sha256 must be 64 lowercase hex digits", at(&entry.pristine_sha256));
+            bail_at!(shown, at(&entry.pristine_sha256), "pristine_sha256 must be 64 lowercase hex digits");
         }
         let patch_path = dir.join(&entry.patch);
         if !files.files.contains_key(&patch_path) {
-            bail!("{}: patch `{}` does not exist ({})", at(&entry.patch), entry.patch, files.display(&patch_path));
+            bail_at!(
+                shown,
+                at(&entry.patch),
+                "patch `{}` does not exist ({})",
+                entry.patch,
+                files.display(&patch_path)
+            );
         }
         let patch_text = files.text(&patch_path)?;
         let parsed = parse::parse(patch_text, Path::new(&files.display(&patch_path)))?;
         if parsed.files.len() != 1 {
-            bail!(
-                "{}: a patch must touch exactly one file (its entry's `{}`); it touches {}",
+            bail_in!(
                 files.display(&patch_path),
+                "a patch must touch exactly one file (its entry's `{}`); it touches {}",
                 entry.file,
                 parsed.files.len()
             );
@@ -327,9 +342,10 @@ fn load_variant(
         let diff = parsed.files.into_iter().next().expect("one file");
         if diff.old_path != entry.file || diff.new_path != entry.file {
             let line = line_of(patch_text, "--- ");
-            bail!(
-                "{}:{line}: patch touches `{}`, but its entry in {shown} declares `{}`",
+            bail_at!(
                 files.display(&patch_path),
+                line,
+                "patch touches `{}`, but its entry in {shown} declares `{}`",
                 diff.new_path,
                 entry.file
             );
@@ -356,17 +372,17 @@ fn load_variant(
 /// tree's package and some text.
 fn check_detect(shown: &str, text: &str, release: &str, body: &Release) -> Result<()> {
     if !body.detect.is_empty() && !body.upstreamed {
-        bail!("{shown}:{}: release {release}: `detect:` needs `upstreamed: true`", line_of(text, "detect:"));
+        bail_at!(shown, line_of(text, "detect:"), "release {release}: `detect:` needs `upstreamed: true`");
     }
     for entry in &body.detect {
-        let at = format!("{shown}:{}", line_of(text, &entry.file));
-        check_relative(&entry.file).map_err(|e| anyhow::anyhow!("{at}: detect file: {e}"))?;
+        let at = line_of(text, &entry.file);
+        check_relative(&entry.file).map_err(|e| Located::at(shown, at, format!("detect file: {e}")))?;
         let pkg = format!("{}/", entry.tree.as_str());
         if !entry.file.starts_with(&pkg) {
-            bail!("{at}: detect file `{}` of tree `{}` must be inside `{pkg}`", entry.file, entry.tree);
+            bail_at!(shown, at, "detect file `{}` of tree `{}` must be inside `{pkg}`", entry.file, entry.tree);
         }
         if entry.text.trim().is_empty() {
-            bail!("{at}: release {release}: detect text for `{}` is empty", entry.file);
+            bail_at!(shown, at, "release {release}: detect text for `{}` is empty", entry.file);
         }
     }
     Ok(())

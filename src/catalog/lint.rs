@@ -203,7 +203,7 @@ fn overlaps(catalog: &Catalog, profile: &str, a: &Fix, b: &Fix, report: &mut Lin
                     .collect();
                 for ha in &pa.diff.hunks {
                     let ra = if chained {
-                        let r = changed_lines_after(ha);
+                        let r = changed_lines(&ha.reversed());
                         let (start, end) = moves.iter().fold((r.start, r.end), |(s, e), d| (moved(d, s), moved(d, e)));
                         start..end
                     } else {
@@ -254,7 +254,8 @@ fn moved(diff: &crate::patch::FilePatch, line: usize) -> usize {
 }
 
 /// The pre-image lines a hunk removes or inserts before (context excluded), as a range of
-/// 1-based line numbers; an insertion occupies the line it goes before.
+/// 1-based line numbers; an insertion occupies the line it goes before. Of the reversed hunk:
+/// the post-image lines it adds, or the line its removals close up at.
 fn changed_lines(hunk: &crate::patch::Hunk) -> std::ops::Range<usize> {
     let (mut line, mut first, mut last) = (hunk.old_start, usize::MAX, 0);
     for l in &hunk.lines {
@@ -274,33 +275,6 @@ fn changed_lines(hunk: &crate::patch::Hunk) -> std::ops::Range<usize> {
     first..last + 1
 }
 
-/// The same for the post-image: the lines a hunk adds, or the line its removals close up at.
-fn changed_lines_after(hunk: &crate::patch::Hunk) -> std::ops::Range<usize> {
-    let (mut line, mut first, mut last) = (hunk.new_start, usize::MAX, 0);
-    for l in &hunk.lines {
-        match l {
-            crate::patch::HunkLine::Context(_) => line += 1,
-            crate::patch::HunkLine::Add(_) => {
-                first = first.min(line);
-                last = last.max(line);
-                line += 1;
-            }
-            crate::patch::HunkLine::Remove(_) => {
-                first = first.min(line);
-                last = last.max(line);
-            }
-        }
-    }
-    first..last + 1
-}
-
-/// `file` of the release tree `root`, read as `apply` reads a tree: a FIFO there (which used to
-/// block lint forever), a device, or a symlink leading out of the release tree is an error.
-fn read_upstream(root: &Path, file: &str) -> Result<Option<Vec<u8>>> {
-    let within = format!("the upstream tree {}", root.display());
-    crate::tree::read_inside(root, file, &within, crate::plan::MAX_FILE_BYTES)
-}
-
 fn against_upstream(catalog: &Catalog, fix: &Fix, dir: &Path, report: &mut LintReport) -> Result<()> {
     for variant in fix.variants.iter().filter(|v| !v.upstreamed) {
         let candidates: [PathBuf; 2] = [dir.join(&variant.release), dir.join(variant.release.trim_start_matches('v'))];
@@ -311,8 +285,6 @@ fn against_upstream(catalog: &Catalog, fix: &Fix, dir: &Path, report: &mut LintR
             continue;
         };
         for vp in &variant.patches {
-            let path = root.join(&vp.file);
-            let shown_patch = catalog.files.display(&vp.patch_path);
             if !root.join(vp.tree.as_str()).is_dir() {
                 report.skipped.push(format!(
                     "{} {}: no {}/ tree in {}",
@@ -323,98 +295,136 @@ fn against_upstream(catalog: &Catalog, fix: &Fix, dir: &Path, report: &mut LintR
                 ));
                 continue;
             }
-            let Some(bytes) = read_upstream(root, &vp.file)? else {
-                report
-                    .findings
-                    .push(Finding { file: shown_patch, message: format!("{}: no such file", path.display()) });
-                continue;
-            };
-            let mut bad = |message: String| report.findings.push(Finding { file: shown_patch.clone(), message });
-            let hash = sha256_hex(&bytes);
-            if hash != vp.pristine_sha256 {
-                bad(format!(
-                    "{}: sha256 {hash} is not the recorded pristine_sha256 {} (is {} a pristine {} tree?)",
-                    path.display(),
-                    vp.pristine_sha256,
-                    root.display(),
-                    variant.release
-                ));
-                continue;
-            }
-            let pristine = SourceText::decode(&bytes, &path)?;
-            // A fix's patch is made on top of the fixes it comes after (requires: or after:).
-            let (text, required) = match super::relations::with_predecessors_applied(
-                catalog,
-                fix,
-                &variant.release,
-                &vp.file,
-                pristine.clone(),
-            ) {
-                Ok(found) => found,
-                Err(message) => {
-                    bad(message);
-                    continue;
-                }
-            };
-            let base = text.encode();
-            let eval = state::evaluate(&vp.diff, &text);
-            let Some(patched) = state::apply(&vp.diff, &text, &eval) else {
-                bad(format!(
-                    "{}: does not apply to pristine {} (state {:?})",
-                    path.display(),
-                    variant.release,
-                    eval.state
-                ));
-                for h in &eval.hunks {
-                    if let Some(reason) = h.reason() {
-                        bad(format!("{}: hunk {} (patch line {}): {reason}", path.display(), h.index, h.patch_line));
-                    }
-                }
-                // Where the hunks say they are: is each anchored as the rule asks?
-                for (i, hunk) in vp.diff.hunks.iter().enumerate() {
-                    let at = match eval.hunks[i].state {
-                        HunkState::NotApplied { line, .. } | HunkState::Applied { line, .. } => line - 1,
-                        HunkState::Drifted { .. } => hunk.old_start.saturating_sub(1),
-                    };
-                    if let Some(finding) = anchor_finding(i + 1, hunk, &text, at) {
-                        bad(format!("{}: {finding}", path.display()));
-                    }
-                }
-                continue;
-            };
-            let after = state::evaluate(&vp.diff, &patched);
-            if after.state != FileState::Applied {
-                bad(format!("{}: after applying, the patch is not found applied ({:?})", path.display(), after.state));
-                continue;
-            }
-            let not_unique = uniqueness(&vp.diff, &text, &eval, &patched, &after);
-            let unique = not_unique.is_empty();
-            for finding in not_unique {
-                bad(format!("{}: {finding}", path.display()));
-            }
-            let reverted = state::revert(&vp.diff, &patched, &after).map(|t| t.encode());
-            if reverted.as_deref() != Some(base.as_slice()) {
-                bad(format!("{}: apply then revert does not give back the pristine bytes", path.display()));
-                continue;
-            }
-            if !unique {
-                continue;
-            }
-            if let Some(finding) = needs_unrequired(catalog, fix, &variant.release, &vp.file, pristine, &required, vp) {
-                bad(format!("{}: {finding}", path.display()));
-                continue;
-            }
-            let on = if required.is_empty() { String::new() } else { format!(" + {}", required.join(" + ")) };
-            report.checked.push(format!(
-                "{} {}: {} applies to pristine{on}, is then applied, reverts to sha256 {}…; every hunk anchored and found once",
-                fix.manifest.name,
-                variant.release,
-                vp.file,
-                &sha256_hex(&base)[..12]
-            ));
+            patch_against_upstream(catalog, fix, variant, root, vp, report)?;
         }
     }
     Ok(())
+}
+
+/// `file` of the release tree `root`, read as `apply` reads a tree: a FIFO there (which used to
+/// block lint forever), a device, or a symlink leading out of the release tree is an error.
+fn read_upstream(root: &Path, file: &str) -> Result<Option<Vec<u8>>> {
+    let within = format!("the upstream tree {}", root.display());
+    crate::tree::read_inside(root, file, &within, crate::plan::MAX_FILE_BYTES)
+}
+
+/// One patch of `variant` on its pristine file under `root` (with the fixes it comes after
+/// applied first): it applies, reads as applied, is anchored and found once, reverts to the
+/// same bytes, and needs no fix it does not require.
+fn patch_against_upstream(
+    catalog: &Catalog,
+    fix: &Fix,
+    variant: &super::Variant,
+    root: &Path,
+    vp: &super::VariantPatch,
+    report: &mut LintReport,
+) -> Result<()> {
+    let path = root.join(&vp.file);
+    let shown_patch = catalog.files.display(&vp.patch_path);
+    let Some(bytes) = read_upstream(root, &vp.file)? else {
+        report.findings.push(Finding { file: shown_patch, message: format!("{}: no such file", path.display()) });
+        return Ok(());
+    };
+    let mut bad = |message: String| report.findings.push(Finding { file: shown_patch.clone(), message });
+    let hash = sha256_hex(&bytes);
+    if hash != vp.pristine_sha256 {
+        bad(format!(
+            "{}: sha256 {hash} is not the recorded pristine_sha256 {} (is {} a pristine {} tree?)",
+            path.display(),
+            vp.pristine_sha256,
+            root.display(),
+            variant.release
+        ));
+        return Ok(());
+    }
+    let pristine = SourceText::decode(&bytes, &path)?;
+    // A fix's patch is made on top of the fixes it comes after (requires: or after:).
+    let (text, required) =
+        match super::relations::with_predecessors_applied(catalog, fix, &variant.release, &vp.file, pristine.clone()) {
+            Ok(found) => found,
+            Err(message) => {
+                bad(message);
+                return Ok(());
+            }
+        };
+    let base = text.encode();
+    let eval = state::evaluate(&vp.diff, &text);
+    let Some(patched) = state::apply(&vp.diff, &text, &eval) else {
+        why_it_does_not_apply(vp, &text, &eval, &path, &variant.release, &mut bad);
+        return Ok(());
+    };
+    if !round_trip(vp, &text, &eval, &patched, &path, &mut bad) {
+        return Ok(());
+    }
+    if let Some(finding) = needs_unrequired(catalog, fix, &variant.release, &vp.file, pristine, &required, vp) {
+        bad(format!("{}: {finding}", path.display()));
+        return Ok(());
+    }
+    let on = if required.is_empty() { String::new() } else { format!(" + {}", required.join(" + ")) };
+    report.checked.push(format!(
+        "{} {}: {} applies to pristine{on}, is then applied, reverts to sha256 {}…; every hunk anchored and found once",
+        fix.manifest.name,
+        variant.release,
+        vp.file,
+        &sha256_hex(&base)[..12]
+    ));
+    Ok(())
+}
+
+/// Once `text` is `patched`: the patch reads as applied, each hunk is found once, and a revert
+/// gives back `text`'s bytes. False (with findings) when any of it fails.
+fn round_trip(
+    vp: &super::VariantPatch,
+    text: &SourceText,
+    eval: &FileEval,
+    patched: &SourceText,
+    path: &Path,
+    bad: &mut impl FnMut(String),
+) -> bool {
+    let after = state::evaluate(&vp.diff, patched);
+    if after.state != FileState::Applied {
+        bad(format!("{}: after applying, the patch is not found applied ({:?})", path.display(), after.state));
+        return false;
+    }
+    let not_unique = uniqueness(&vp.diff, text, eval, patched, &after);
+    let unique = not_unique.is_empty();
+    for finding in not_unique {
+        bad(format!("{}: {finding}", path.display()));
+    }
+    let reverted = state::revert(&vp.diff, patched, &after).map(|t| t.encode());
+    if reverted.as_deref() != Some(text.encode().as_slice()) {
+        bad(format!("{}: apply then revert does not give back the pristine bytes", path.display()));
+        return false;
+    }
+    unique
+}
+
+/// Findings for a patch that does not apply to `text`: its state, each hunk's reason, and
+/// each hunk whose header does not anchor it as the rule asks.
+fn why_it_does_not_apply(
+    vp: &super::VariantPatch,
+    text: &SourceText,
+    eval: &FileEval,
+    path: &Path,
+    release: &str,
+    bad: &mut impl FnMut(String),
+) {
+    bad(format!("{}: does not apply to pristine {release} (state {:?})", path.display(), eval.state));
+    for h in &eval.hunks {
+        if let Some(reason) = h.reason() {
+            bad(format!("{}: hunk {} (patch line {}): {reason}", path.display(), h.index, h.patch_line));
+        }
+    }
+    // Where the hunks say they are: is each anchored as the rule asks?
+    for (i, hunk) in vp.diff.hunks.iter().enumerate() {
+        let at = match eval.hunks[i].state {
+            HunkState::NotApplied { line, .. } | HunkState::Applied { line, .. } => line - 1,
+            HunkState::Drifted { .. } => hunk.old_start.saturating_sub(1),
+        };
+        if let Some(finding) = anchor_finding(i + 1, hunk, text, at) {
+            bad(format!("{}: {finding}", path.display()));
+        }
+    }
 }
 
 /// Selected alone, a fix brings what it requires but not what it is only ordered `after:`: a

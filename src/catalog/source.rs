@@ -8,6 +8,8 @@ use std::path::{Path, PathBuf};
 use anyhow::{bail, Context, Result};
 use include_dir::{include_dir, Dir};
 
+use crate::error::{bail_at, bail_in, Located};
+
 static BUILTIN_FIXES: Dir<'_> = include_dir!("$CARGO_MANIFEST_DIR/fixes");
 static BUILTIN_PROFILES: Dir<'_> = include_dir!("$CARGO_MANIFEST_DIR/profiles");
 
@@ -55,9 +57,9 @@ impl CatalogFiles {
                 let len = entry.metadata().with_context(|| format!("reading {}", entry.path().display()))?.len();
                 let limit = file_limit(&rel);
                 if len > limit {
-                    bail!(
-                        "{}: {len} bytes is over the {} KiB a catalogue file of this kind may be; refusing",
-                        entry.path().display(),
+                    bail_in!(
+                        entry.path(),
+                        "{len} bytes is over the {} KiB a catalogue file of this kind may be; refusing",
                         limit >> 10
                     );
                 }
@@ -76,14 +78,14 @@ impl CatalogFiles {
     /// A file as UTF-8 text, or an error naming it.
     pub fn text(&self, rel: &Path) -> Result<&str> {
         let bytes =
-            self.files.get(rel).with_context(|| format!("{}: no such file in the catalogue", self.display(rel)))?;
+            self.files.get(rel).ok_or_else(|| Located::in_file(self.display(rel), "no such file in the catalogue"))?;
         let text = std::str::from_utf8(bytes).map_err(|e| {
             let line = bytes[..e.valid_up_to()].iter().filter(|&&b| b == b'\n').count() + 1;
-            anyhow::anyhow!("{}:{line}: not valid UTF-8", self.display(rel))
+            Located::at(self.display(rel), line, "not valid UTF-8")
         })?;
         if let Some(at) = text.find('\0') {
             let line = text[..at].matches('\n').count() + 1;
-            bail!("{}:{line}: NUL byte; catalogue files are text", self.display(rel));
+            bail_at!(self.display(rel), line, "NUL byte; catalogue files are text");
         }
         if rel.extension().is_some_and(|e| e == "yaml" || e == "yml") {
             check_yaml(text, &self.display(rel))?;
@@ -169,7 +171,7 @@ fn check_yaml(text: &str, shown: &str) -> Result<()> {
             prev = c;
         }
         if block + deepest > MAX_YAML_DEPTH {
-            bail!("{shown}:{}: YAML nested deeper than {MAX_YAML_DEPTH} levels; refusing", i + 1);
+            bail_at!(shown, i + 1, "YAML nested deeper than {MAX_YAML_DEPTH} levels; refusing");
         }
     }
     if let Err(e) = serde_yaml::from_str::<serde_yaml::Value>(text) {
@@ -180,7 +182,7 @@ fn check_yaml(text: &str, shown: &str) -> Result<()> {
         }
         let msg = msg.split(" at line ").next().unwrap_or(&msg).to_string();
         let line = duplicate_line(text, &msg).or(e.location().map(|l| l.line())).unwrap_or(1);
-        bail!("{shown}:{line}: {msg}");
+        bail_at!(shown, line, "{msg}");
     }
     Ok(())
 }

@@ -4,9 +4,12 @@
 //! file header without hunks, or any text we do not understand is an error naming the patch
 //! file and line — a patch that means something other than what it says is worse than none.
 
+use std::fmt;
 use std::path::Path;
 
-use anyhow::{bail, Result};
+use anyhow::Result;
+
+use crate::error::Located;
 
 /// One line of a hunk body.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -114,48 +117,169 @@ pub struct Patch {
     pub files: Vec<FilePatch>,
 }
 
-/// Parse `text`, read from `origin` (used only in error messages).
+/// Why a patch does not parse, and where: the 1-based line of the patch, or `None` for the
+/// patch as a whole. [`ParseError::in_file`] puts it in its file for the user.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ParseError {
+    pub line: Option<usize>,
+    pub kind: ParseErrorKind,
+}
+
+/// The hunk's line counts: as its header says, and as read so far.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Counts {
+    pub old_len: usize,
+    pub new_len: usize,
+    pub seen_old: usize,
+    pub seen_new: usize,
+}
+
+/// What is wrong with a patch.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub enum ParseErrorKind {
+    /// A `---` line without a `+++` line after it.
+    NoNewHeader,
+    /// A header naming `/dev/null`.
+    CreatesOrDeletes,
+    /// A file header with no `@@` after it.
+    NoHunks {
+        path: String,
+    },
+    HunkBeforeHeader,
+    LineOutsideHunk,
+    /// No `---`/`+++` header anywhere.
+    NotADiff,
+    MalformedHeader {
+        header: String,
+    },
+    NumberOutOfRange {
+        header: String,
+    },
+    MarkerBeforeLine,
+    SecondMarker,
+    LineAfterMarker,
+    Truncated(Counts),
+    UnexpectedLine(Counts),
+    TooManyLines(Counts),
+    ChangesNothing,
+    OnlyAdds,
+    OnlyRemoves,
+}
+
+impl fmt::Display for ParseErrorKind {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        use ParseErrorKind::*;
+        match self {
+            NoNewHeader => write!(f, "`---` header not followed by a `+++` header"),
+            CreatesOrDeletes => write!(f, "patches that create or delete files are not supported"),
+            NoHunks { path } => write!(f, "file header for `{path}` has no hunks"),
+            HunkBeforeHeader => write!(f, "hunk before any `---`/`+++` file header"),
+            LineOutsideHunk => write!(f, "line outside any hunk (is a hunk's line count too small?)"),
+            NotADiff => write!(f, "no file headers (`---`/`+++`) found; not a unified diff"),
+            MalformedHeader { header } => write!(f, "malformed hunk header `{header}`"),
+            NumberOutOfRange { header } => write!(f, "number out of range in `{header}`"),
+            MarkerBeforeLine => write!(f, "`\\` marker before any line of the hunk"),
+            SecondMarker => write!(f, "second `\\ No newline at end of file` for the same image"),
+            LineAfterMarker => write!(f, "line after `\\ No newline at end of file` in the same image"),
+            Truncated(Counts { old_len, new_len, seen_old, seen_new }) => write!(
+                f,
+                "hunk truncated: header says -{old_len} +{new_len} lines, found -{seen_old} +{seen_new} before end of file"
+            ),
+            UnexpectedLine(Counts { old_len, new_len, seen_old, seen_new }) => write!(
+                f,
+                "unexpected line in hunk (header says -{old_len} +{new_len}, found -{seen_old} +{seen_new} so far)"
+            ),
+            TooManyLines(Counts { old_len, new_len, .. }) => {
+                write!(f, "hunk has more lines than its header (-{old_len} +{new_len}) says")
+            }
+            ChangesNothing => write!(f, "hunk changes nothing"),
+            OnlyAdds => write!(
+                f,
+                "hunk only adds lines and has no context: where it goes, and whether it is applied, cannot be told from the file; make the patch with context (diff -U1 or more)"
+            ),
+            OnlyRemoves => write!(
+                f,
+                "hunk only removes lines and has no context: once applied nothing in the file shows it, so every apply would remove more; make the patch with context (diff -U1 or more)"
+            ),
+        }
+    }
+}
+
+impl ParseError {
+    /// At 0-based line `index` of the patch.
+    fn at(index: usize, kind: ParseErrorKind) -> ParseError {
+        ParseError { line: Some(index + 1), kind }
+    }
+
+    /// The error in the patch file `file`, as the user sees it.
+    pub fn in_file(self, file: &Path) -> Located {
+        let message = self.kind.to_string();
+        match self.line {
+            Some(line) => Located::at(file, line, message),
+            None => Located::in_file(file, message),
+        }
+    }
+}
+
+impl fmt::Display for ParseError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self.line {
+            Some(line) => write!(f, "line {line}: {}", self.kind),
+            None => self.kind.fmt(f),
+        }
+    }
+}
+
+impl std::error::Error for ParseError {}
+
+/// Parse `text`, read from `origin`; an error is [`Located`] in `origin`.
 pub fn parse(text: &str, origin: &Path) -> Result<Patch> {
+    parse_text(text).map_err(|e| e.in_file(origin).into())
+}
+
+/// Parse `text`.
+pub fn parse_text(text: &str) -> Result<Patch, ParseError> {
+    use ParseErrorKind::*;
     let lines: Vec<&str> = text.split('\n').map(|l| l.strip_suffix('\r').unwrap_or(l)).collect();
     // `split` yields a final "" after a trailing newline; it is not a line.
     let count = if text.ends_with('\n') { lines.len() - 1 } else { lines.len() };
-    let at = |i: usize| format!("{}:{}", origin.display(), i + 1);
+    let lines = &lines[..count];
 
     let mut files = Vec::new();
     let mut i = 0;
     while i < count {
         let line = lines[i];
         if let Some(old) = line.strip_prefix("--- ") {
-            let Some(new) = lines.get(i + 1).filter(|_| i + 1 < count).and_then(|l| l.strip_prefix("+++ ")) else {
-                bail!("{}: `---` header not followed by a `+++` header", at(i));
+            let Some(new) = lines.get(i + 1).and_then(|l| l.strip_prefix("+++ ")) else {
+                return Err(ParseError::at(i, NoNewHeader));
             };
             let old_path = header_path(old, 'a');
             let new_path = header_path(new, 'b');
             if old_path == "/dev/null" || new_path == "/dev/null" {
-                bail!("{}: patches that create or delete files are not supported", at(i));
+                return Err(ParseError::at(i, CreatesOrDeletes));
             }
             i += 2;
             let mut hunks = Vec::new();
             while i < count && lines[i].starts_with("@@") {
-                let (hunk, next) = parse_hunk(&lines, count, i, origin)?;
+                let (hunk, next) = parse_hunk(lines, i)?;
                 hunks.push(hunk);
                 i = next;
             }
             if hunks.is_empty() {
-                bail!("{}: file header for `{new_path}` has no hunks", at(i.min(count.saturating_sub(1))));
+                return Err(ParseError::at(i.min(count.saturating_sub(1)), NoHunks { path: new_path }));
             }
             files.push(FilePatch { old_path, new_path, hunks });
         } else if line.starts_with("@@") {
-            bail!("{}: hunk before any `---`/`+++` file header", at(i));
+            return Err(ParseError::at(i, HunkBeforeHeader));
         } else if line.starts_with('+') || line.starts_with('-') || line.starts_with(' ') && !files.is_empty() {
-            bail!("{}: line outside any hunk (is a hunk's line count too small?)", at(i));
+            return Err(ParseError::at(i, LineOutsideHunk));
         } else {
             // git's `diff --git`, `index …` and free text before/between files.
             i += 1;
         }
     }
     if files.is_empty() {
-        bail!("{}: no file headers (`---`/`+++`) found; not a unified diff", origin.display());
+        return Err(ParseError { line: None, kind: NotADiff });
     }
     Ok(Patch { files })
 }
@@ -167,119 +291,150 @@ fn header_path(raw: &str, prefix: char) -> String {
     path.strip_prefix(&with_slash).unwrap_or(path).to_string()
 }
 
-/// Parse `@@ -a[,b] +c[,d] @@ section` and its body starting at `start`; return the hunk and
-/// the index of the first line after it.
-fn parse_hunk(lines: &[&str], count: usize, start: usize, origin: &Path) -> Result<(Hunk, usize)> {
-    let at = |i: usize| format!("{}:{}", origin.display(), i + 1);
-    let header = lines[start];
-    let re = regex_hunk_header();
-    let Some(caps) = re.captures(header) else {
-        bail!("{}: malformed hunk header `{header}`", at(start));
-    };
-    let num = |idx: usize, default: usize| -> Result<usize> {
-        match caps.get(idx) {
-            None => Ok(default),
-            // Far above any source we patch, and low enough that offsets computed from it
-            // cannot overflow.
-            Some(m) => m
-                .as_str()
-                .parse::<usize>()
-                .ok()
-                .filter(|n| *n <= MAX_LINE_NUMBER)
-                .ok_or_else(|| anyhow::anyhow!("{}: number out of range in `{header}`", at(start))),
-        }
-    };
-    let old_start = num(1, 0)?;
-    let old_len = num(2, 1)?;
-    let new_start = num(3, 0)?;
-    let new_len = num(4, 1)?;
-    let section = caps.get(5).map_or("", |m| m.as_str()).trim().to_string();
-
-    let (mut seen_old, mut seen_new) = (0, 0);
-    let mut body = Vec::new();
-    let (mut pre_no_eol, mut post_no_eol) = (false, false);
+/// Parse the hunk whose `@@` line is `lines[start]` and its body; return the hunk and the
+/// index of the first line after it.
+fn parse_hunk(lines: &[&str], start: usize) -> Result<(Hunk, usize), ParseError> {
+    let header = HunkHeader::parse(lines[start], start)?;
+    let mut body = Body::new(&header);
     let mut i = start + 1;
     loop {
         // A `\ No newline at end of file` marker speaks of the line just before it.
-        if i < count && lines[i].starts_with('\\') {
-            let (pre_last, post_last) = match body.last() {
-                Some(HunkLine::Context(_)) => (true, true),
-                Some(HunkLine::Remove(_)) => (true, false),
-                Some(HunkLine::Add(_)) => (false, true),
-                None => bail!("{}: `\\` marker before any line of the hunk", at(i)),
-            };
-            if (pre_last && pre_no_eol) || (post_last && post_no_eol) {
-                bail!("{}: second `\\ No newline at end of file` for the same image", at(i));
-            }
-            pre_no_eol |= pre_last;
-            post_no_eol |= post_last;
+        if i < lines.len() && lines[i].starts_with('\\') {
+            body.no_eol_marker(i)?;
             i += 1;
             continue;
         }
-        if seen_old >= old_len && seen_new >= new_len {
+        if body.complete() {
             break;
         }
-        if i >= count {
-            bail!(
-                "{}: hunk truncated: header says -{old_len} +{new_len} lines, found -{seen_old} +{seen_new} before end of file",
-                at(start)
-            );
-        }
-        let line = lines[i];
-        let (kind, text) = match line.chars().next() {
-            Some(' ') => ('c', &line[1..]),
-            // Some tools drop the single space of an empty context line.
-            None => ('c', ""),
-            Some('-') => ('-', &line[1..]),
-            Some('+') => ('+', &line[1..]),
-            _ => bail!(
-                "{}: unexpected line in hunk (header says -{old_len} +{new_len}, found -{seen_old} +{seen_new} so far)",
-                at(i)
-            ),
+        let Some(line) = lines.get(i) else {
+            return Err(ParseError::at(start, ParseErrorKind::Truncated(body.counts)));
         };
-        // After a `\` marker its image has ended: more of it means the marker lied.
-        if (pre_no_eol && kind != '+') || (post_no_eol && kind != '-') {
-            bail!("{}: line after `\\ No newline at end of file` in the same image", at(i));
-        }
-        match kind {
-            'c' => {
-                seen_old += 1;
-                seen_new += 1;
-                body.push(HunkLine::Context(text.to_string()));
-            }
-            '-' => {
-                seen_old += 1;
-                body.push(HunkLine::Remove(text.to_string()));
-            }
-            _ => {
-                seen_new += 1;
-                body.push(HunkLine::Add(text.to_string()));
-            }
-        }
-        if seen_old > old_len || seen_new > new_len {
-            bail!("{}: hunk has more lines than its header (-{old_len} +{new_len}) says", at(i));
-        }
+        body.push(line, i)?;
         i += 1;
     }
-    if body.iter().all(|l| matches!(l, HunkLine::Context(_))) && pre_no_eol == post_no_eol {
-        bail!("{}: hunk changes nothing", at(start));
+    Ok((body.into_hunk(header, start)?, i))
+}
+
+/// `@@ -a[,b] +c[,d] @@ section`.
+struct HunkHeader {
+    old_start: usize,
+    old_len: usize,
+    new_start: usize,
+    new_len: usize,
+    section: String,
+}
+
+impl HunkHeader {
+    /// Parse the header at 0-based patch line `index`.
+    fn parse(header: &str, index: usize) -> Result<HunkHeader, ParseError> {
+        let malformed = || ParseError::at(index, ParseErrorKind::MalformedHeader { header: header.to_string() });
+        let caps = regex_hunk_header().captures(header).ok_or_else(malformed)?;
+        let num = |idx: usize, default: usize| -> Result<usize, ParseError> {
+            match caps.get(idx) {
+                None => Ok(default),
+                // Far above any source we patch, and low enough that offsets computed from it
+                // cannot overflow.
+                Some(m) => m.as_str().parse::<usize>().ok().filter(|n| *n <= MAX_LINE_NUMBER).ok_or_else(|| {
+                    ParseError::at(index, ParseErrorKind::NumberOutOfRange { header: header.to_string() })
+                }),
+            }
+        };
+        Ok(HunkHeader {
+            old_start: num(1, 0)?,
+            old_len: num(2, 1)?,
+            new_start: num(3, 0)?,
+            new_len: num(4, 1)?,
+            section: caps.get(5).map_or("", |m| m.as_str()).trim().to_string(),
+        })
     }
-    let hunk = Hunk { old_start, new_start, patch_line: start + 1, section, lines: body, pre_no_eol, post_no_eol };
-    // An image of no lines is found everywhere and nowhere: a zero-context hunk that only adds
-    // (or only removes) lines could never tell applied from not applied, nor where it goes.
-    if hunk.pre_image().is_empty() {
-        bail!(
-            "{}: hunk only adds lines and has no context: where it goes, and whether it is applied, cannot be told from the file; make the patch with context (diff -U1 or more)",
-            at(start)
-        );
+}
+
+/// A hunk's body as it is read, checked against its header's counts line by line.
+struct Body {
+    lines: Vec<HunkLine>,
+    counts: Counts,
+    pre_no_eol: bool,
+    post_no_eol: bool,
+}
+
+impl Body {
+    fn new(header: &HunkHeader) -> Body {
+        let counts = Counts { old_len: header.old_len, new_len: header.new_len, seen_old: 0, seen_new: 0 };
+        Body { lines: Vec::new(), counts, pre_no_eol: false, post_no_eol: false }
     }
-    if hunk.post_image().is_empty() {
-        bail!(
-            "{}: hunk only removes lines and has no context: once applied nothing in the file shows it, so every apply would remove more; make the patch with context (diff -U1 or more)",
-            at(start)
-        );
+
+    /// Every line the header promises has been read.
+    fn complete(&self) -> bool {
+        self.counts.seen_old >= self.counts.old_len && self.counts.seen_new >= self.counts.new_len
     }
-    Ok((hunk, i))
+
+    /// A `\` marker at 0-based patch line `index`: the image(s) of the line before it end there.
+    fn no_eol_marker(&mut self, index: usize) -> Result<(), ParseError> {
+        let (pre_last, post_last) = match self.lines.last() {
+            Some(HunkLine::Context(_)) => (true, true),
+            Some(HunkLine::Remove(_)) => (true, false),
+            Some(HunkLine::Add(_)) => (false, true),
+            None => return Err(ParseError::at(index, ParseErrorKind::MarkerBeforeLine)),
+        };
+        if (pre_last && self.pre_no_eol) || (post_last && self.post_no_eol) {
+            return Err(ParseError::at(index, ParseErrorKind::SecondMarker));
+        }
+        self.pre_no_eol |= pre_last;
+        self.post_no_eol |= post_last;
+        Ok(())
+    }
+
+    /// The body line `line`, at 0-based patch line `index`.
+    fn push(&mut self, line: &str, index: usize) -> Result<(), ParseError> {
+        let at = |kind| Err(ParseError::at(index, kind));
+        let parsed = match line.chars().next() {
+            Some(' ') => HunkLine::Context(line[1..].to_string()),
+            // Some tools drop the single space of an empty context line.
+            None => HunkLine::Context(String::new()),
+            Some('-') => HunkLine::Remove(line[1..].to_string()),
+            Some('+') => HunkLine::Add(line[1..].to_string()),
+            _ => return at(ParseErrorKind::UnexpectedLine(self.counts)),
+        };
+        // After a `\` marker its image has ended: more of it means the marker lied.
+        let (in_pre, in_post) = (!matches!(parsed, HunkLine::Add(_)), !matches!(parsed, HunkLine::Remove(_)));
+        if (self.pre_no_eol && in_pre) || (self.post_no_eol && in_post) {
+            return at(ParseErrorKind::LineAfterMarker);
+        }
+        self.counts.seen_old += usize::from(in_pre);
+        self.counts.seen_new += usize::from(in_post);
+        self.lines.push(parsed);
+        if self.counts.seen_old > self.counts.old_len || self.counts.seen_new > self.counts.new_len {
+            return at(ParseErrorKind::TooManyLines(self.counts));
+        }
+        Ok(())
+    }
+
+    /// The hunk whose `@@` line is at 0-based patch line `start`, if it means something.
+    fn into_hunk(self, header: HunkHeader, start: usize) -> Result<Hunk, ParseError> {
+        let at = |kind| Err(ParseError::at(start, kind));
+        if self.lines.iter().all(|l| matches!(l, HunkLine::Context(_))) && self.pre_no_eol == self.post_no_eol {
+            return at(ParseErrorKind::ChangesNothing);
+        }
+        let hunk = Hunk {
+            old_start: header.old_start,
+            new_start: header.new_start,
+            patch_line: start + 1,
+            section: header.section,
+            lines: self.lines,
+            pre_no_eol: self.pre_no_eol,
+            post_no_eol: self.post_no_eol,
+        };
+        // An image of no lines is found everywhere and nowhere: a zero-context hunk that only adds
+        // (or only removes) lines could never tell applied from not applied, nor where it goes.
+        if hunk.pre_image().is_empty() {
+            return at(ParseErrorKind::OnlyAdds);
+        }
+        if hunk.post_image().is_empty() {
+            return at(ParseErrorKind::OnlyRemoves);
+        }
+        Ok(hunk)
+    }
 }
 
 /// The largest line number or count a hunk header may give.

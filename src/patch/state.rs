@@ -107,12 +107,12 @@ pub fn evaluate(patch: &FilePatch, text: &SourceText) -> FileEval {
     let mut eval = place(patch, text);
     match eval.state {
         FileState::NotApplied => {
-            if let Err((hunk, reason)) = verify_apply(patch, text, &eval) {
+            if let Err((hunk, reason)) = verify(patch, text, &eval, Direction::Apply) {
                 drift(&mut eval, patch, text, hunk, reason);
             }
         }
         FileState::Applied => {
-            if let Err((hunk, reason)) = verify_revert(patch, text, &eval) {
+            if let Err((hunk, reason)) = verify(patch, text, &eval, Direction::Revert) {
                 drift(&mut eval, patch, text, hunk, reason);
             }
         }
@@ -211,30 +211,81 @@ fn replace(text: &mut SourceText, start: usize, hunk: &Hunk, forward: bool) {
     text.eols.splice(start..start + from_len, eols);
 }
 
-/// Apply in memory; the result must read as applied at the same places and revert to the
-/// original bytes. The error names the hunk (0-based) and says why.
-fn verify_apply(patch: &FilePatch, text: &SourceText, eval: &FileEval) -> Result<(), (usize, String)> {
-    let patched = apply(patch, text, eval).ok_or((0, "cannot be applied".to_string()))?;
-    let again = place(patch, &patched);
+/// Which edit [`verify`] makes in memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+enum Direction {
+    Apply,
+    Revert,
+}
+
+impl Direction {
+    /// The edit, done: "once applied".
+    fn done(self) -> &'static str {
+        match self {
+            Direction::Apply => "applied",
+            Direction::Revert => "reverted",
+        }
+    }
+
+    /// How each hunk must read before the edit, and after it.
+    fn states(self) -> (&'static str, &'static str) {
+        match self {
+            Direction::Apply => ("not applied", "applied"),
+            Direction::Revert => ("applied", "not applied"),
+        }
+    }
+}
+
+/// Apply (or revert) in memory; the result must read as applied (not applied) at the same
+/// places, and an applied result must revert to the original bytes. The error names the hunk
+/// (0-based) and says why.
+fn verify(patch: &FilePatch, text: &SourceText, eval: &FileEval, direction: Direction) -> Result<(), (usize, String)> {
+    let edited = match direction {
+        Direction::Apply => apply(patch, text, eval),
+        Direction::Revert => revert(patch, text, eval),
+    };
+    let done = direction.done();
+    let edited = edited.ok_or_else(|| (0, format!("cannot be {done}")))?;
+    let again = place(patch, &edited);
+    let (was, becomes) = direction.states();
     let mut shift: isize = 0;
     for (i, (hunk, (before, after))) in patch.hunks.iter().zip(eval.hunks.iter().zip(&again.hunks)).enumerate() {
-        let HunkState::NotApplied { line, .. } = before.state else { unreachable!("a not-applied file") };
+        let (HunkState::NotApplied { line, .. } | HunkState::Applied { line, .. }) = before.state else {
+            unreachable!("a file that is not drifted")
+        };
         let want = (line as isize + shift) as usize;
-        match &after.state {
-            HunkState::Applied { line: got, .. } if *got == want => {}
-            HunkState::Applied { line: got, .. } => {
-                return Err((i, format!("once applied, it would read as applied at line {got}, not line {want}")))
-            }
-            HunkState::NotApplied { .. } => {
-                return Err((i, format!("once applied at line {line}, it would still read as not applied")))
-            }
+        let (got, reads_as_wanted) = match &after.state {
+            HunkState::Applied { line: got, .. } => (*got, direction == Direction::Apply),
+            HunkState::NotApplied { line: got, .. } => (*got, direction == Direction::Revert),
             HunkState::Drifted { reason, .. } => {
-                return Err((i, format!("once applied at line {line}, it would not be found applied ({reason})")))
+                let found = if direction == Direction::Apply { "found applied" } else { "found" };
+                return Err((i, format!("once {done} at line {line}, it would not be {found} ({reason})")));
             }
+        };
+        if !reads_as_wanted {
+            return Err((i, format!("once {done} at line {line}, it would still read as {was}")));
         }
-        shift += hunk.post_image().len() as isize - hunk.pre_image().len() as isize;
+        if got != want {
+            return Err((i, format!("once {done}, it would read as {becomes} at line {got}, not line {want}")));
+        }
+        let (pre, post) = (hunk.pre_image().len() as isize, hunk.post_image().len() as isize);
+        shift += if direction == Direction::Apply { post - pre } else { pre - post };
     }
-    let reverted = revert(patch, &patched, &again).ok_or((0, "once applied, it could not be reverted".to_string()))?;
+    if direction == Direction::Apply {
+        reverts_exactly(patch, text, eval, &edited, &again)?;
+    }
+    Ok(())
+}
+
+/// `patched` (`text` with `patch` applied, placed as `again`) reverts to `text`'s bytes.
+fn reverts_exactly(
+    patch: &FilePatch,
+    text: &SourceText,
+    eval: &FileEval,
+    patched: &SourceText,
+    again: &FileEval,
+) -> Result<(), (usize, String)> {
+    let reverted = revert(patch, patched, again).ok_or((0, "once applied, it could not be reverted".to_string()))?;
     if reverted != *text {
         let line =
             reverted.lines.iter().zip(&reverted.eols).zip(text.lines.iter().zip(&text.eols)).position(|(a, b)| a != b);
@@ -247,31 +298,6 @@ fn verify_apply(patch: &FilePatch, text: &SourceText, eval: &FileEval) -> Result
                 line + 1
             ),
         ));
-    }
-    Ok(())
-}
-
-/// Revert in memory; the result must read as not applied at the same places.
-fn verify_revert(patch: &FilePatch, text: &SourceText, eval: &FileEval) -> Result<(), (usize, String)> {
-    let reverted = revert(patch, text, eval).ok_or((0, "cannot be reverted".to_string()))?;
-    let again = place(patch, &reverted);
-    let mut shift: isize = 0;
-    for (i, (hunk, (before, after))) in patch.hunks.iter().zip(eval.hunks.iter().zip(&again.hunks)).enumerate() {
-        let HunkState::Applied { line, .. } = before.state else { unreachable!("an applied file") };
-        let want = (line as isize + shift) as usize;
-        match &after.state {
-            HunkState::NotApplied { line: got, .. } if *got == want => {}
-            HunkState::NotApplied { line: got, .. } => {
-                return Err((i, format!("once reverted, it would read as not applied at line {got}, not line {want}")))
-            }
-            HunkState::Applied { .. } => {
-                return Err((i, format!("once reverted at line {line}, it would still read as applied")))
-            }
-            HunkState::Drifted { reason, .. } => {
-                return Err((i, format!("once reverted at line {line}, it would not be found ({reason})")))
-            }
-        }
-        shift += hunk.pre_image().len() as isize - hunk.post_image().len() as isize;
     }
     Ok(())
 }

@@ -4,7 +4,9 @@
 
 use std::path::Path;
 
-use anyhow::{bail, Result};
+use anyhow::Result;
+
+use crate::error::bail_at;
 
 /// A text file split into lines; `eols[i]` is line i's ending ("\n", "\r\n" or "" for a last
 /// line without newline).
@@ -20,14 +22,14 @@ impl SourceText {
     pub fn decode(bytes: &[u8], path: &Path) -> Result<SourceText> {
         if let Some(pos) = bytes.iter().position(|&b| b == 0) {
             let line = bytes[..pos].iter().filter(|&&b| b == b'\n').count() + 1;
-            bail!("{}:{line}: binary file (NUL byte); refusing to patch it", path.display());
+            bail_at!(path, line, "binary file (NUL byte); refusing to patch it");
         }
         let text = match std::str::from_utf8(bytes) {
             Ok(text) => text,
             Err(err) => {
                 let pos = err.valid_up_to();
                 let line = bytes[..pos].iter().filter(|&&b| b == b'\n').count() + 1;
-                bail!("{}:{line}: not valid UTF-8 (byte offset {pos}); refusing to patch it", path.display());
+                bail_at!(path, line, "not valid UTF-8 (byte offset {pos}); refusing to patch it");
             }
         };
         let mut lines = Vec::new();

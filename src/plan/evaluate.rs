@@ -6,7 +6,7 @@ use anyhow::{Context, Result};
 use super::reason;
 use super::verdict::*;
 use super::workspace::Workspace;
-use crate::catalog::{Fix, Variant};
+use crate::catalog::{Fix, Variant, VariantPatch};
 use crate::discover::Trees;
 use crate::hash::sha256_hex;
 use crate::patch::state::{self, FileEval};
@@ -72,14 +72,7 @@ fn evaluate_found<'f>(
         reason: None,
         files: Vec::new(),
     };
-    let selected = |t: TreeName| only.includes(t);
-    let needed: Vec<TreeName> = {
-        let mut v: Vec<TreeName> =
-            fix.variants.iter().flat_map(|v| v.patches.iter().map(|p| p.tree)).filter(|t| selected(*t)).collect();
-        v.sort();
-        v.dedup();
-        v
-    };
+    let needed = needed_trees(fix, only);
     if needed.is_empty() && fix.variants.iter().any(|v| !v.patches.is_empty()) {
         report.state = FixState::Skipped;
         report.message = Some("every file of this fix is in a tree left out with --only-tree".into());
@@ -90,52 +83,70 @@ fn evaluate_found<'f>(
     if needed.iter().all(|t| trees.get(*t).is_none()) {
         return Ok((report, None));
     }
-
-    struct Candidate<'f> {
-        variant: &'f Variant,
-        files: Vec<FileReport>,
-        clean: Option<FixState>,
-        pristine: bool,
-        drifted_hunks: usize,
-    }
     let mut candidates = Vec::new();
     for variant in fix.variants.iter().filter(|v| !v.upstreamed) {
+        candidates.push(Candidate::judge(variant, trees, only, ws)?);
+    }
+    // Upstream's own change found in the files (`detect:`): nothing to apply, unless ours is.
+    if !candidates.iter().any(|c| c.clean == Some(FixState::Applied)) {
+        if let Some((up, message)) = super::detect::detected(fix, trees, only, ws)? {
+            report.state = FixState::Upstreamed;
+            report.variant = Some(up.release.clone());
+            report.message = Some(message);
+            return Ok((report, None));
+        }
+    }
+    if let Some(c) = best_clean(&candidates, trees) {
+        return clean_verdict(fix, c, trees, only, ws, report);
+    }
+    if let Some(up) =
+        fix.variants.iter().find(|v| v.upstreamed && v.detect.is_empty() && hint_matches(trees, &v.release))
+    {
+        report.state = FixState::Upstreamed;
+        report.variant = Some(up.release.clone());
+        report.message = Some(format!("release {} has this fix upstream; nothing to apply", up.release));
+        return Ok((report, None));
+    }
+    report.state = FixState::Drifted;
+    if let Some(c) = nearest(&candidates, trees) {
+        nearest_drifted(c, &mut report);
+    }
+    Ok((report, None))
+}
+
+/// The trees the fix's patches are in, left after `--only-tree`, in order.
+fn needed_trees(fix: &Fix, only: &TreeFilter) -> Vec<TreeName> {
+    let mut v: Vec<TreeName> =
+        fix.variants.iter().flat_map(|v| v.patches.iter().map(|p| p.tree)).filter(|t| only.includes(*t)).collect();
+    v.sort();
+    v.dedup();
+    v
+}
+
+/// Whether the vLLM tree says it is `release` (the version hint).
+fn hint_matches(trees: &Trees, release: &str) -> bool {
+    let want = release.trim_start_matches('v');
+    trees.vllm.as_ref().and_then(|t| t.version.as_deref()).is_some_and(|v| v == want)
+}
+
+/// One release variant, judged on the trees.
+struct Candidate<'f> {
+    variant: &'f Variant,
+    files: Vec<FileReport>,
+    /// Every file read is applied (or every one not applied).
+    clean: Option<FixState>,
+    /// Every file read is the release's pristine file.
+    pristine: bool,
+    /// How far from clean (a missing file counts as many drifted hunks).
+    drifted_hunks: usize,
+}
+
+impl<'f> Candidate<'f> {
+    /// Judge each of `variant`'s files, then the variant as a whole.
+    fn judge(variant: &'f Variant, trees: &Trees, only: &TreeFilter, ws: &mut Workspace) -> Result<Candidate<'f>> {
         let mut files = Vec::new();
         for vp in &variant.patches {
-            let patch = vp.patch_path.display().to_string();
-            if !selected(vp.tree) {
-                files.push(FileReport::unread(vp.tree, &vp.file, None, FileOutcome::Skipped, patch));
-                continue;
-            }
-            let Some(tree) = trees.get(vp.tree) else {
-                files.push(FileReport::unread(vp.tree, &vp.file, None, FileOutcome::NoTree, patch));
-                continue;
-            };
-            let Some(loaded) = ws.get(tree, &vp.file)? else {
-                files.push(FileReport::unread(vp.tree, &vp.file, Some(tree.root.clone()), FileOutcome::Missing, patch));
-                continue;
-            };
-            let mut eval: FileEval = state::evaluate(&vp.diff, &loaded.text);
-            reason::align_excerpts(&loaded.text, &mut eval.hunks);
-            let sha256 = sha256_hex(&loaded.text.encode());
-            let pristine = sha256 == vp.pristine_sha256;
-            let state = match eval.state {
-                FileState::Applied => FileOutcome::Applied,
-                FileState::NotApplied => FileOutcome::NotApplied,
-                FileState::Drifted => FileOutcome::Drifted,
-            };
-            files.push(FileReport {
-                tree: vp.tree,
-                path: vp.file.clone(),
-                tree_root: Some(tree.root.clone()),
-                state,
-                pristine,
-                partial: eval.partial,
-                patch,
-                hunks: eval.hunks,
-                sha256: Some(sha256),
-                reason: None,
-            });
+            files.push(judge_file(vp, trees, only, ws)?);
         }
         let judged: Vec<FileOutcome> = files
             .iter()
@@ -158,81 +169,115 @@ fn evaluate_found<'f>(
                 _ => f.hunks.iter().filter(|h| matches!(h.state, crate::patch::HunkState::Drifted { .. })).count(),
             })
             .sum();
-        candidates.push(Candidate { variant, files, clean, pristine, drifted_hunks });
+        Ok(Candidate { variant, files, clean, pristine, drifted_hunks })
     }
+}
 
-    let hint_matches = |release: &str| {
-        let want = release.trim_start_matches('v');
-        trees.vllm.as_ref().and_then(|t| t.version.as_deref()).is_some_and(|v| v == want)
+/// One patched file of a variant: left out, its tree or file missing, or read and placed.
+fn judge_file(vp: &VariantPatch, trees: &Trees, only: &TreeFilter, ws: &mut Workspace) -> Result<FileReport> {
+    let patch = vp.patch_path.display().to_string();
+    if !only.includes(vp.tree) {
+        return Ok(FileReport::unread(vp.tree, &vp.file, None, FileOutcome::Skipped, patch));
+    }
+    let Some(tree) = trees.get(vp.tree) else {
+        return Ok(FileReport::unread(vp.tree, &vp.file, None, FileOutcome::NoTree, patch));
     };
-    // Upstream's own change found in the files (`detect:`): nothing to apply, unless ours is.
-    if !candidates.iter().any(|c| c.clean == Some(FixState::Applied)) {
-        if let Some((up, message)) = super::detect::detected(fix, trees, only, ws)? {
-            report.state = FixState::Upstreamed;
-            report.variant = Some(up.release.clone());
-            report.message = Some(message);
+    let Some(loaded) = ws.get(tree, &vp.file)? else {
+        return Ok(FileReport::unread(vp.tree, &vp.file, Some(tree.root.clone()), FileOutcome::Missing, patch));
+    };
+    let mut eval: FileEval = state::evaluate(&vp.diff, &loaded.text);
+    reason::align_excerpts(&loaded.text, &mut eval.hunks);
+    let sha256 = sha256_hex(&loaded.text.encode());
+    let pristine = sha256 == vp.pristine_sha256;
+    let state = match eval.state {
+        FileState::Applied => FileOutcome::Applied,
+        FileState::NotApplied => FileOutcome::NotApplied,
+        FileState::Drifted => FileOutcome::Drifted,
+    };
+    Ok(FileReport {
+        tree: vp.tree,
+        path: vp.file.clone(),
+        tree_root: Some(tree.root.clone()),
+        state,
+        pristine,
+        partial: eval.partial,
+        patch,
+        hunks: eval.hunks,
+        sha256: Some(sha256),
+        reason: None,
+    })
+}
+
+/// A pristine tree is the strongest evidence; then a variant that is applied (once the file
+/// is edited, another variant's older context may still be there, not applied: picking it
+/// would report the fix not applied and let a second apply write it on top); then any clean
+/// variant, the version hint first, in manifest order.
+fn best_clean<'c, 'f>(candidates: &'c [Candidate<'f>], trees: &Trees) -> Option<&'c Candidate<'f>> {
+    let best = candidates.iter().enumerate().filter(|(_, c)| c.clean.is_some()).min_by_key(|(i, c)| {
+        (!c.pristine, c.clean != Some(FixState::Applied), !hint_matches(trees, &c.variant.release), *i)
+    });
+    best.map(|(_, c)| c)
+}
+
+/// The verdict when variant `c` is clean: its state, unless a second variant's edits are in
+/// the same file too.
+fn clean_verdict<'f>(
+    fix: &'f Fix,
+    c: &Candidate<'f>,
+    trees: &Trees,
+    only: &TreeFilter,
+    ws: &mut Workspace,
+    mut report: FixReport,
+) -> Result<(FixReport, Option<&'f Variant>)> {
+    report.variant = Some(c.variant.release.clone());
+    report.files = c.files.clone();
+    if c.clean == Some(FixState::Applied) {
+        if let Some((file, other)) = second_variant_applied(fix, c.variant, trees, only, ws)? {
+            report.state = FixState::Drifted;
+            report.message = Some(format!(
+                "{file} carries the edits of two variants of this fix ({} and {other}): revert one by hand, or restore the pristine file and apply again",
+                c.variant.release,
+            ));
             return Ok((report, None));
         }
     }
-    // A pristine tree is the strongest evidence; then a variant that is applied (once the
-    // file is edited, another variant's older context may still be there, not applied: picking
-    // it would report the fix not applied and let a second apply write it on top); then any
-    // clean variant, the version hint first, in manifest order.
-    let best =
-        candidates.iter().enumerate().filter(|(_, c)| c.clean.is_some()).min_by_key(|(i, c)| {
-            (!c.pristine, c.clean != Some(FixState::Applied), !hint_matches(&c.variant.release), *i)
-        });
-    if let Some((_, c)) = best {
-        if c.clean == Some(FixState::Applied) {
-            if let Some((file, other)) = second_variant_applied(fix, c.variant, trees, only, ws)? {
-                report.state = FixState::Drifted;
-                report.variant = Some(c.variant.release.clone());
-                report.files = c.files.clone();
-                report.message = Some(format!(
-                    "{file} carries the edits of two variants of this fix ({} and {other}): revert one by hand, or restore the pristine file and apply again",
-                    c.variant.release,
-                ));
-                return Ok((report, None));
-            }
+    report.state = c.clean.expect("a clean candidate");
+    let offsets = c.files.iter().flat_map(|f| &f.hunks).any(|h| match h.state {
+        crate::patch::HunkState::Applied { offset, .. } | crate::patch::HunkState::NotApplied { offset, .. } => {
+            offset != 0
         }
-        report.state = c.clean.expect("filtered");
-        report.variant = Some(c.variant.release.clone());
-        report.files = c.files.clone();
-        let offsets = c.files.iter().flat_map(|f| &f.hunks).any(|h| match h.state {
-            crate::patch::HunkState::Applied { offset, .. } | crate::patch::HunkState::NotApplied { offset, .. } => {
-                offset != 0
-            }
-            _ => false,
-        });
-        if offsets {
-            report.message = Some("some hunks were found at an offset (another fix or local change above them)".into());
-        }
-        return Ok((report, Some(c.variant)));
+        _ => false,
+    });
+    if offsets {
+        report.message = Some("some hunks were found at an offset (another fix or local change above them)".into());
     }
-    if let Some(up) = fix.variants.iter().find(|v| v.upstreamed && v.detect.is_empty() && hint_matches(&v.release)) {
-        report.state = FixState::Upstreamed;
-        report.variant = Some(up.release.clone());
-        report.message = Some(format!("release {} has this fix upstream; nothing to apply", up.release));
-        return Ok((report, None));
-    }
-    report.state = FixState::Drifted;
-    if let Some((_, c)) =
-        candidates.iter().enumerate().min_by_key(|(i, c)| (!hint_matches(&c.variant.release), c.drifted_hunks, *i))
-    {
-        report.variant = Some(c.variant.release.clone());
-        report.files = c.files.clone();
-        let partial = c.files.iter().any(|f| f.partial)
-            || (c.files.iter().any(|f| f.state == FileOutcome::Applied)
-                && c.files.iter().any(|f| f.state == FileOutcome::NotApplied));
-        report.message = Some(if partial {
-            "partially applied: some hunks are applied and others are not".into()
-        } else if c.files.iter().any(|f| f.state == FileOutcome::Missing) {
-            "a file this fix patches is missing from the tree".into()
-        } else {
-            format!("no release variant applies exactly to this tree; showing the nearest ({})", c.variant.release)
-        });
-    }
-    Ok((report, None))
+    Ok((report, Some(c.variant)))
+}
+
+/// The variant nearest to the tree when none is clean: the version hint first, then the
+/// fewest drifted hunks, in manifest order.
+fn nearest<'c, 'f>(candidates: &'c [Candidate<'f>], trees: &Trees) -> Option<&'c Candidate<'f>> {
+    let nearest = candidates
+        .iter()
+        .enumerate()
+        .min_by_key(|(i, c)| (!hint_matches(trees, &c.variant.release), c.drifted_hunks, *i));
+    nearest.map(|(_, c)| c)
+}
+
+/// Show the drifted fix as variant `c` sees it, and say how it drifted.
+fn nearest_drifted(c: &Candidate<'_>, report: &mut FixReport) {
+    report.variant = Some(c.variant.release.clone());
+    report.files = c.files.clone();
+    let partial = c.files.iter().any(|f| f.partial)
+        || (c.files.iter().any(|f| f.state == FileOutcome::Applied)
+            && c.files.iter().any(|f| f.state == FileOutcome::NotApplied));
+    report.message = Some(if partial {
+        "partially applied: some hunks are applied and others are not".into()
+    } else if c.files.iter().any(|f| f.state == FileOutcome::Missing) {
+        "a file this fix patches is missing from the tree".into()
+    } else {
+        format!("no release variant applies exactly to this tree; showing the nearest ({})", c.variant.release)
+    });
 }
 
 /// Whether a file that `applied` is applied to also carries another variant's edits (what a

@@ -6,10 +6,11 @@ use std::collections::BTreeMap;
 use std::fs;
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{Context, Result};
 
 use super::verdict::{Edit, MAX_FILE_BYTES};
 use crate::discover::Tree;
+use crate::error::bail_in;
 use crate::patch::SourceText;
 use crate::tree::TreeName;
 
@@ -70,9 +71,9 @@ pub fn check_writable(edits: &[Edit]) -> Result<()> {
     for edit in edits {
         let meta = fs::metadata(&edit.path).with_context(|| format!("reading {}", edit.path.display()))?;
         if meta.permissions().readonly() {
-            bail!(
-                "{}: file is read-only; nothing was written (make it writable, or run where the tree may be changed)",
-                edit.path.display()
+            bail_in!(
+                &edit.path,
+                "file is read-only; nothing was written (make it writable, or run where the tree may be changed)"
             );
         }
     }

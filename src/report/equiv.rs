@@ -106,7 +106,16 @@ fn pass_fail(passed: bool) -> colored::ColoredString {
 }
 
 fn human(out: &mut impl Write, r: &SuiteReport) -> Result<()> {
-    let s = &r.subset;
+    header(out, r)?;
+    checks(out, r)?;
+    gates(out, r)?;
+    mutants(out, r)?;
+    cases(out, r)?;
+    verdict(out, r)
+}
+
+/// The title line and what was run.
+fn header(out: &mut impl Write, r: &SuiteReport) -> Result<()> {
     writeln!(
         out,
         "{} subset sampler vs stock (vLLM {} apply_top_k_top_p_pytorch + random_sample)",
@@ -119,7 +128,12 @@ fn human(out: &mut impl Write, r: &SuiteReport) -> Result<()> {
         r.cases, r.subset_cases, r.fallback_cases, r.rows_checked, r.seed, r.torch_threads
     )?;
     writeln!(out)?;
+    Ok(())
+}
 
+/// The four checks on the subset sampler, with the rows that differ.
+fn checks(out: &mut impl Write, r: &SuiteReport) -> Result<()> {
+    let s = &r.subset;
     let verdict = |check: &str| s.verdicts.iter().find(|v| v.check == check).is_some_and(|v| v.passed);
     let e = &s.exact;
     let c = &s.coupled;
@@ -178,7 +192,11 @@ fn human(out: &mut impl Write, r: &SuiteReport) -> Result<()> {
         writeln!(out, "  {} {case}", "statistical failure:".red())?;
     }
     writeln!(out)?;
+    Ok(())
+}
 
+/// Ties seen, and how far the statistical gate can be trusted: calibration and power.
+fn gates(out: &mut impl Write, r: &SuiteReport) -> Result<()> {
     let t = &r.ties;
     writeln!(
         out,
@@ -234,7 +252,11 @@ fn human(out: &mut impl Write, r: &SuiteReport) -> Result<()> {
         )?;
     }
     writeln!(out)?;
+    Ok(())
+}
 
+/// Each deliberately broken sampler and the check that caught it.
+fn mutants(out: &mut impl Write, r: &SuiteReport) -> Result<()> {
     writeln!(
         out,
         "{:<20} {:<30} {:<46} {}",
@@ -249,7 +271,11 @@ fn human(out: &mut impl Write, r: &SuiteReport) -> Result<()> {
         writeln!(out, "{:<20} {:<30} {:<46} {first}", m.name, caught, m.description)?;
     }
     writeln!(out)?;
+    Ok(())
+}
 
+/// One row a case.
+fn cases(out: &mut impl Write, r: &SuiteReport) -> Result<()> {
     writeln!(
         out,
         "{:<40} {:<26} {:>4} {:>5} {:>5} {:>5} {:>4} {:>7} {:>8}",
@@ -280,7 +306,11 @@ fn human(out: &mut impl Write, r: &SuiteReport) -> Result<()> {
         )?;
     }
     writeln!(out)?;
+    Ok(())
+}
 
+/// The verdict line, with the time each part took.
+fn verdict(out: &mut impl Write, r: &SuiteReport) -> Result<()> {
     let timing = format!(
         "(cases {:.1} s, calibration {:.1} s, power {:.1} s)",
         r.cases_seconds, r.calibration_seconds, r.power_seconds
@@ -296,7 +326,7 @@ fn human(out: &mut impl Write, r: &SuiteReport) -> Result<()> {
             out,
             "{} the subset sampler fails: {} {timing}",
             "NOT EQUIVALENT:".red().bold(),
-            s.failed().join(", ")
+            r.subset.failed().join(", ")
         )?,
         Verdict::SuiteBroken => writeln!(out, "{} {} {timing}", "SUITE BROKEN:".red().bold(), suite_problem(r))?,
     }

@@ -4,6 +4,7 @@ use std::io::Write;
 
 use anyhow::Result;
 
+use crate::error::Located;
 use crate::patch::HunkState;
 use crate::plan::{FileOutcome, FixReport, FixState};
 
@@ -88,16 +89,17 @@ pub fn summary(
     Ok(())
 }
 
-/// An error that ended the run, as an annotation, at the file and line it names (if any).
-pub fn error_at(out: &mut dyn Write, message: &str, file: Option<&str>, line: Option<u64>) -> Result<()> {
+/// The error that ended the run, as an annotation at the file and line a [`Located`] error in
+/// its chain names (if any).
+pub fn run_error(out: &mut dyn Write, err: &anyhow::Error) -> Result<()> {
     let mut at = String::new();
-    if let Some(file) = file {
-        at.push_str(&format!(" file={}", escape_prop(file)));
-        if let Some(line) = line {
+    if let Some(place) = Located::find(err) {
+        at.push_str(&format!(" file={}", escape_prop(&place.file.display().to_string())));
+        if let Some(line) = place.line {
             at.push_str(&format!(",line={line}"));
         }
     }
-    writeln!(out, "::error{at}::{}", escape(&format!("gaudi-fixes: {message}")))?;
+    writeln!(out, "::error{at}::{}", escape(&format!("gaudi-fixes: {err:#}")))?;
     Ok(())
 }
 

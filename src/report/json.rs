@@ -7,6 +7,7 @@ use anyhow::Result;
 use serde::Serialize;
 
 use crate::discover::Trees;
+use crate::error::Located;
 use crate::exit_status::ExitStatus;
 use crate::plan::FixReport;
 
@@ -37,34 +38,35 @@ pub fn print(out: &mut dyn Write, doc: &Document<'_>, status: ExitStatus) -> Res
     Ok(())
 }
 
-/// The first file (and line, when given as `path:LINE`) an error message names, for the
-/// `error` object of the JSON document.
-pub fn locate(message: &str) -> (Option<String>, Option<u64>) {
-    static WITH_LINE: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
-    static PATH: std::sync::OnceLock<regex::Regex> = std::sync::OnceLock::new();
-    let with_line = WITH_LINE
-        .get_or_init(|| regex::Regex::new(r"(?:^|[\s(`])([^\s:`()]*[^\s:`().,;]):(\d+):").expect("valid regex"));
-    if let Some(c) = with_line.captures(message) {
-        return (Some(c[1].to_string()), c[2].parse().ok());
-    }
-    let path = PATH.get_or_init(|| {
-        regex::Regex::new(r"(?:^|[\s(`])((?:/|<built-in>/)[^\s:`)]*[^\s:`).,;])").expect("valid regex")
-    });
-    (path.captures(message).map(|c| c[1].to_string()), None)
+/// The JSON document of a run that ended in `err` (exit code `code`): the message is the
+/// error chain, `file` and `line` the place a [`Located`] error in it names.
+pub fn error(out: &mut dyn Write, command: &str, err: &anyhow::Error, code: u8) -> Result<()> {
+    error_document(out, Some(command), &format!("{err:#}"), Located::find(err), code)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::locate;
+/// The JSON document of a command line clap refused (the reason is on stderr).
+pub fn usage_error(out: &mut dyn Write, code: u8) -> Result<()> {
+    error_document(out, None, "usage error (see stderr)", None, code)
+}
 
-    #[test]
-    fn locates_file_and_line() {
-        assert_eq!(locate("/c/fixes/a/fix.yaml:7: unknown field"), (Some("/c/fixes/a/fix.yaml".into()), Some(7)));
-        assert_eq!(
-            locate("reading /t/.gaudi-fixes/journal.json: bad"),
-            (Some("/t/.gaudi-fixes/journal.json".into()), None)
-        );
-        assert_eq!(locate("no path here"), (None, None));
-        assert_eq!(locate("cat/fixes/a/fix.yaml:3: dup"), (Some("cat/fixes/a/fix.yaml".into()), Some(3)));
-    }
+fn error_document(
+    out: &mut dyn Write,
+    command: Option<&str>,
+    message: &str,
+    place: Option<&Located>,
+    code: u8,
+) -> Result<()> {
+    let doc = serde_json::json!({
+        "schema": SCHEMA,
+        "command": command,
+        "exit_code": code,
+        "error": {
+            "message": message,
+            "file": place.map(|p| p.file.display().to_string()),
+            "line": place.and_then(|p| p.line),
+        },
+    });
+    serde_json::to_writer_pretty(&mut *out, &doc)?;
+    writeln!(out)?;
+    Ok(())
 }

@@ -5,6 +5,7 @@
 pub mod bench;
 #[cfg(feature = "reference")]
 pub mod equiv;
+pub mod error;
 pub mod events;
 pub mod github;
 pub mod human;
