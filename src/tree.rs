@@ -5,12 +5,16 @@
 //! one policy `apply`, `record`, `port` and `lint --upstream` share. Ground floor: knows no
 //! flags.
 
-use crate::error::{bail_in, Located};
 use std::fs;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
 use anyhow::{Context, Result};
+
+use crate::error::{bail_in, Located};
+
+/// Files larger than this are not Python sources we patch; refusing keeps memory bounded.
+pub const MAX_FILE_BYTES: u64 = 16 * 1024 * 1024;
 
 /// The two source trees a fix may patch.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, PartialOrd, Ord, Hash, serde::Serialize, serde::Deserialize)]

@@ -305,7 +305,7 @@ fn against_upstream(catalog: &Catalog, fix: &Fix, dir: &Path, report: &mut LintR
 /// block lint forever), a device, or a symlink leading out of the release tree is an error.
 fn read_upstream(root: &Path, file: &str) -> Result<Option<Vec<u8>>> {
     let within = format!("the upstream tree {}", root.display());
-    crate::tree::read_inside(root, file, &within, crate::plan::MAX_FILE_BYTES)
+    crate::tree::read_inside(root, file, &within, crate::tree::MAX_FILE_BYTES)
 }
 
 /// One patch of `variant` on its pristine file under `root` (with the fixes it comes after

@@ -11,8 +11,7 @@ use crate::exit_status::ExitStatus;
 use crate::patch::HunkReport;
 use crate::tree::TreeName;
 
-/// Files larger than this are not Python sources we patch; refusing keeps memory bounded.
-pub const MAX_FILE_BYTES: u64 = 16 * 1024 * 1024;
+pub use crate::tree::MAX_FILE_BYTES;
 
 /// A fix's verdict.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]

@@ -11,9 +11,9 @@ use serde::{Deserialize, Serialize};
 
 use crate::hash::sha256_hex;
 
-use super::commit::Target;
 use super::fs::Dir;
 use super::journal::state_dir;
+use super::target::Target;
 
 /// Where a module's bytecode is kept, under the state directory: `bytecode/<key>/` holding
 /// `source.json` ([`Stashed`]) and the `.pyc` files as they were in `__pycache__`.
@@ -140,4 +140,21 @@ pub(super) fn restore_bytecode(t: &Target<'_>) -> Result<()> {
 
 pub(super) fn now_nanos() -> u128 {
     std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_nanos()).unwrap_or(0)
+}
+
+/// Remove `__pycache__/<module>.*.pyc` beside a changed module, so Python cannot run stale
+/// bytecode (its mtime check can miss a same-second edit). Entries are unlinked, never
+/// followed; a symlinked `__pycache__` is refused.
+pub(super) fn drop_stale_bytecode(dir: &Dir, name: &OsStr) -> Result<()> {
+    let Some(stem) = Path::new(name).file_stem() else { return Ok(()) };
+    let Some(cache) = dir.open_dir(OsStr::new("__pycache__"))? else { return Ok(()) };
+    let mut prefix = stem.as_bytes().to_vec();
+    prefix.push(b'.');
+    for entry in cache.names()? {
+        let b = entry.as_bytes();
+        if b.starts_with(&prefix) && b.ends_with(b".pyc") {
+            cache.unlink(&entry)?;
+        }
+    }
+    Ok(())
 }

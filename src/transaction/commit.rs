@@ -2,9 +2,7 @@
 //! when a write fails.
 
 use std::collections::BTreeMap;
-use std::ffi::{OsStr, OsString};
-
-use std::os::unix::ffi::OsStrExt;
+use std::ffi::OsStr;
 
 use std::path::{Path, PathBuf};
 
@@ -14,47 +12,13 @@ use crate::hash::sha256_hex;
 use crate::plan::{Action, Edit};
 use crate::provenance::{tool_version, Provenance};
 
-use super::bytecode::{drop_stash, now_nanos, restore_bytecode, stash_bytecode};
+use super::bytecode::{drop_stale_bytecode, drop_stash, now_nanos, restore_bytecode, stash_bytecode};
 use super::fault::{arm_write_error, fault, fault_matches, pause, ROLLBACK_WRITE};
-use super::fs::{check_rel, parent_of, temp_name, Dir};
-use super::journal::{state_dir, Journal, JournalFile};
+use super::fs::{check_rel, parent_of, temp_name};
+use super::journal::{finish, remove_saved, state_dir, write_provenance, Journal, JournalFile};
 use super::lock::{find_root, with_roots, Root};
-use super::recover::remove_saved;
-use super::{JOURNAL, JOURNAL_FORMAT, PROVENANCE, SAVED, STATE_DIR};
-
-/// A write failed, and so did putting the tree back (or finishing an interrupted run failed
-/// half-way): exit 4. Each file's state is named; the journal stays, so the next `apply` /
-/// `revert` finishes the transaction.
-#[derive(Debug)]
-pub struct RollbackFailed {
-    pub message: String,
-}
-
-impl std::fmt::Display for RollbackFailed {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.message)
-    }
-}
-
-impl std::error::Error for RollbackFailed {}
-
-/// One planned write, resolved to its locked root and directory.
-pub(super) struct Target<'r> {
-    pub(super) root: &'r Root,
-    pub(super) rel: String,
-    pub(super) dir: Dir,
-    pub(super) name: OsString,
-    pub(super) old: &'r [u8],
-    pub(super) new: &'r [u8],
-    pub(super) mode: u32,
-    pub(super) owner: (u32, u32),
-}
-
-impl Target<'_> {
-    pub(super) fn shown(&self) -> PathBuf {
-        self.dir.path(&self.name)
-    }
-}
+use super::target::Target;
+use super::{RollbackFailed, JOURNAL, JOURNAL_FORMAT, PROVENANCE, SAVED, STATE_DIR};
 
 /// Write `edits` as one transaction (locks must be held). `provenance` is the record each
 /// tree root should have afterwards. On any failure before the journal, nothing was written;
@@ -411,57 +375,4 @@ pub(super) fn rollback(
             involved.first().map(|r| r.path.join(STATE_DIR).display().to_string()).unwrap_or_default()
         ),
     })
-}
-
-pub(super) fn write_provenance(records: &[(&Root, &Provenance)]) -> Result<()> {
-    for (root, record) in records {
-        if record.fixes.is_empty() {
-            // Nothing of ours is left in the tree: leave no record behind either.
-            if let Some(state) = state_dir(&root.dir)? {
-                state.unlink(OsStr::new(PROVENANCE))?;
-            }
-            continue;
-        }
-        let (state, _) = root.dir.open_or_create_dir(OsStr::new(STATE_DIR))?;
-        let bytes = serde_json::to_vec_pretty(record).context("serialising provenance")?;
-        let tmp = temp_name(OsStr::new(PROVENANCE));
-        state.create_exclusive(&tmp, &bytes, 0o644, None)?;
-        state.rename(&tmp, OsStr::new(PROVENANCE))?;
-        state.sync()?;
-    }
-    Ok(())
-}
-
-/// Remove the journals, then the saved copies, then state directories left empty.
-pub(super) fn finish(involved: &[&Root]) -> Result<()> {
-    for root in involved {
-        if let Some(state) = state_dir(&root.dir)? {
-            state.unlink(OsStr::new(JOURNAL))?;
-            state.sync()?;
-        }
-    }
-    for root in involved {
-        if let Some(state) = state_dir(&root.dir)? {
-            remove_saved(&state)?;
-        }
-        root.dir.rmdir_if_empty(OsStr::new(STATE_DIR));
-    }
-    Ok(())
-}
-
-/// Remove `__pycache__/<module>.*.pyc` beside a changed module, so Python cannot run stale
-/// bytecode (its mtime check can miss a same-second edit). Entries are unlinked, never
-/// followed; a symlinked `__pycache__` is refused.
-pub(super) fn drop_stale_bytecode(dir: &Dir, name: &OsStr) -> Result<()> {
-    let Some(stem) = Path::new(name).file_stem() else { return Ok(()) };
-    let Some(cache) = dir.open_dir(OsStr::new("__pycache__"))? else { return Ok(()) };
-    let mut prefix = stem.as_bytes().to_vec();
-    prefix.push(b'.');
-    for entry in cache.names()? {
-        let b = entry.as_bytes();
-        if b.starts_with(&prefix) && b.ends_with(b".pyc") {
-            cache.unlink(&entry)?;
-        }
-    }
-    Ok(())
 }

@@ -2,8 +2,9 @@
 
 use std::path::Path;
 
-use super::{notify, Event};
 use std::time::Duration;
+
+use super::{notify, Event};
 
 /// Abort here if `GAUDI_FIXES_FAULT` names this step (crash tests only).
 pub(super) fn fault(step: &str) {

@@ -3,7 +3,7 @@
 
 use std::ffi::OsStr;
 
-use std::path::{Path, PathBuf};
+use std::path::Path;
 
 use anyhow::{anyhow, bail, Context, Result};
 use serde::{Deserialize, Serialize};
@@ -12,18 +12,9 @@ use crate::hash::sha256_hex;
 use crate::plan::Action;
 use crate::provenance::Provenance;
 
-use super::fs::{check_rel, Dir};
+use super::fs::{check_rel, temp_name, Dir};
+use super::lock::{Root, TreeId};
 use super::{JOURNAL, JOURNAL_FORMAT, PROVENANCE, SAVED, STATE_DIR};
-
-/// Which directory a journal belongs to: a copy of the tree (`cp -a`) has another identity.
-#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
-#[serde(deny_unknown_fields)]
-pub struct TreeId {
-    /// The canonical path of the tree root.
-    pub path: PathBuf,
-    pub dev: u64,
-    pub ino: u64,
-}
 
 /// One file in a journal.
 #[derive(Debug, Clone, Serialize, Deserialize)]
@@ -127,4 +118,50 @@ pub fn pending(root: &Path) -> Result<Option<Journal>> {
     let root_dir = Dir::open_path(root)?;
     let Some(state) = state_dir(&root_dir)? else { return Ok(None) };
     read_journal(&state)
+}
+
+pub(super) fn remove_saved(state: &Dir) -> Result<()> {
+    if let Some(saved) = state.open_dir(OsStr::new(SAVED))? {
+        for name in saved.names()? {
+            saved.unlink(&name)?;
+        }
+    }
+    state.rmdir_if_empty(OsStr::new(SAVED));
+    Ok(())
+}
+
+pub(super) fn write_provenance(records: &[(&Root, &Provenance)]) -> Result<()> {
+    for (root, record) in records {
+        if record.fixes.is_empty() {
+            // Nothing of ours is left in the tree: leave no record behind either.
+            if let Some(state) = state_dir(&root.dir)? {
+                state.unlink(OsStr::new(PROVENANCE))?;
+            }
+            continue;
+        }
+        let (state, _) = root.dir.open_or_create_dir(OsStr::new(STATE_DIR))?;
+        let bytes = serde_json::to_vec_pretty(record).context("serialising provenance")?;
+        let tmp = temp_name(OsStr::new(PROVENANCE));
+        state.create_exclusive(&tmp, &bytes, 0o644, None)?;
+        state.rename(&tmp, OsStr::new(PROVENANCE))?;
+        state.sync()?;
+    }
+    Ok(())
+}
+
+/// Remove the journals, then the saved copies, then state directories left empty.
+pub(super) fn finish(involved: &[&Root]) -> Result<()> {
+    for root in involved {
+        if let Some(state) = state_dir(&root.dir)? {
+            state.unlink(OsStr::new(JOURNAL))?;
+            state.sync()?;
+        }
+    }
+    for root in involved {
+        if let Some(state) = state_dir(&root.dir)? {
+            remove_saved(&state)?;
+        }
+        root.dir.rmdir_if_empty(OsStr::new(STATE_DIR));
+    }
+    Ok(())
 }

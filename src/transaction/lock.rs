@@ -2,6 +2,7 @@
 //! other steps work from, and who holds a lock we wait for.
 
 use std::collections::BTreeMap;
+
 use std::fs::File;
 
 use std::os::unix::fs::MetadataExt;
@@ -10,9 +11,9 @@ use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
 use anyhow::{anyhow, bail, Context, Result};
+use serde::{Deserialize, Serialize};
 
 use super::fs::Dir;
-use super::journal::TreeId;
 use super::{notify, Event, READER_LOCK_TIMEOUT_S};
 
 /// A locked tree root: its canonical path, identity and directory handle.
@@ -191,4 +192,14 @@ pub(super) fn find_root<'r>(roots: &'r [Root], path: &Path) -> Result<&'r Root> 
         .iter()
         .find(|r| r.id.dev == meta.dev() && r.id.ino == meta.ino())
         .with_context(|| format!("{}: not a locked tree root; refusing to write there", path.display()))
+}
+
+/// Which directory a journal belongs to: a copy of the tree (`cp -a`) has another identity.
+#[derive(Debug, Clone, Serialize, Deserialize, PartialEq, Eq)]
+#[serde(deny_unknown_fields)]
+pub struct TreeId {
+    /// The canonical path of the tree root.
+    pub path: PathBuf,
+    pub dev: u64,
+    pub ino: u64,
 }

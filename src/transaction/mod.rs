@@ -52,11 +52,12 @@ mod fs;
 mod journal;
 mod lock;
 mod recover;
+mod target;
 
-pub use commit::{commit, RollbackFailed};
+pub use commit::commit;
 pub use fs::temp_path;
-pub use journal::{pending, read_provenance, Journal, JournalFile, TreeId};
-pub use lock::{lock, set_lock_timeout, TreeLocks};
+pub use journal::{pending, read_provenance, Journal, JournalFile};
+pub use lock::{lock, set_lock_timeout, TreeId, TreeLocks};
 pub use recover::recover;
 
 use std::path::Path;
@@ -96,3 +97,19 @@ fn notify(event: &Event<'_>) {
         listener(event);
     }
 }
+
+/// A write failed, and so did putting the tree back (or finishing an interrupted run failed
+/// half-way): exit 4. Each file's state is named; the journal stays, so the next `apply` /
+/// `revert` finishes the transaction.
+#[derive(Debug)]
+pub struct RollbackFailed {
+    pub message: String,
+}
+
+impl std::fmt::Display for RollbackFailed {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(&self.message)
+    }
+}
+
+impl std::error::Error for RollbackFailed {}

@@ -11,12 +11,12 @@ use crate::hash::sha256_hex;
 use crate::plan::Action;
 use crate::provenance::Provenance;
 
-use super::commit::{drop_stale_bytecode, finish, write_provenance, RollbackFailed};
+use super::bytecode::drop_stale_bytecode;
 use super::fault::fault;
 use super::fs::{parent_of, temp_name, Dir};
-use super::journal::{clear_hint, read_journal, state_dir, Journal};
+use super::journal::{clear_hint, finish, read_journal, remove_saved, state_dir, write_provenance, Journal};
 use super::lock::{find_root, with_roots, Root};
-use super::{JOURNAL, SAVED, STATE_DIR};
+use super::{RollbackFailed, JOURNAL, SAVED, STATE_DIR};
 
 /// Finish every transaction a killed run left in `roots` (call with the locks held). Returns a
 /// sentence per recovered transaction.
@@ -104,16 +104,6 @@ pub(super) fn journal_roots<'r>(
             })
         })
         .collect()
-}
-
-pub(super) fn remove_saved(state: &Dir) -> Result<()> {
-    if let Some(saved) = state.open_dir(OsStr::new(SAVED))? {
-        for name in saved.names()? {
-            saved.unlink(&name)?;
-        }
-    }
-    state.rmdir_if_empty(OsStr::new(SAVED));
-    Ok(())
 }
 
 pub(super) fn roll_forward(journal: &Journal, trees: &[&Root]) -> Result<()> {

@@ -170,7 +170,7 @@ pub fn run_tests(
         .env("PYTHONDONTWRITEBYTECODE", "1")
         // Piped stdout is block-buffered in Python: without this the progress arrives at the end.
         .env("PYTHONUNBUFFERED", "1");
-    if !capture && !crate::report::stderr_is_terminal() {
+    if !capture && !std::io::IsTerminal::is_terminal(&std::io::stderr()) {
         cmd.args(["--color", "no"]);
     }
     for (var, path) in [("GAUDI_FIXES_VLLM_ROOT", vllm_root), ("GAUDI_FIXES_VLLM_GAUDI_ROOT", gaudi_root)] {
