@@ -293,13 +293,13 @@ class Subset:
 
 
 def subset(mod, logits: torch.Tensor, k: torch.Tensor, p: torch.Tensor | None, window: int) -> Subset:
-    wl, wi, kth, _tied, counts = mod._apply_top_k_top_p_subset(logits.clone(), k, p, window)
+    wl, wi, kth, _tied, _counts, num_tied = mod._apply_top_k_top_p_subset(logits.clone(), k, p, window)
     probs = wl.softmax(dim=-1, dtype=torch.float32)
     full = torch.zeros_like(logits).scatter_(1, wi.long(), probs[:, 1:])
     kth = kth.view(-1)
     # Column 0 holds kth + log(kept): recover the count it stands for.
     kept = torch.where(wl[:, 0] > -float("inf"), (wl[:, 0].double() - kth.double()).exp().round(), 0.0)
-    return Subset(wl, wi, kth, counts[:, -1], full, probs[:, 0], kept.long())
+    return Subset(wl, wi, kth, num_tied.view(-1), full, probs[:, 0], kept.long())
 
 
 def coupled_race(mod, sub: Subset, logits: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
@@ -724,12 +724,15 @@ def check_tie_member(mod) -> list[str]:
     failures = []
     try:
         tied = logits == kth
-        _, counts = mod._topk_subset_tie_counts(logits.clone(), kth)
+        _, counts, num_tied = mod._topk_subset_tie_counts(logits.clone(), kth)
         sizes = tied.sum(dim=1)
-        if not torch.equal(counts[:, -1].long(), sizes):
-            return [f"tie counts: |T| {counts[:, -1].tolist()}, want {sizes.tolist()}"]
+        if not torch.equal(num_tied.view(-1).long(), sizes):
+            return [f"tie counts: |T| {num_tied.view(-1).tolist()}, want {sizes.tolist()}"]
+        whole = tied[:, : V - V % 64].view(6, -1, 64).sum(dim=-1).cumsum(dim=-1)
+        if not torch.equal(counts.long(), whole):
+            return ["tie counts: the running count over whole chunks differs from a direct count"]
         rows = torch.repeat_interleave(torch.arange(6), sizes)
-        j = torch.cat([torch.arange(int(n)) for n in sizes]).to(torch.int32).unsqueeze(1)
+        j = torch.cat([torch.arange(int(n)) for n in sizes]).to(torch.float32).unsqueeze(1)
         got = mod._topk_subset_tie_member(tied.float()[rows], counts[rows], j)
     except Exception as exc:
         return [f"tie member: raised {type(exc).__name__}: {exc}"]
@@ -1048,7 +1051,7 @@ MUTANTS = {
         "_topk_subset_tie_member", ("return (chunk * size + place).view(-1)", "return (chunk * size).view(-1)")
     ),
     "tie_count_drops_tail": _mutations(
-        "_topk_subset_tie_counts", ("counts = torch.cat((counts, tail), dim=1)", "counts = torch.cat((counts, 0 * tail), dim=1)")
+        "_topk_subset_tie_counts", ("num_tied = num_tied + tied[:, full:]", "num_tied = num_tied + 0 * tied[:, full:]")
     ),
     "tie_count_chunk_by_prefix": _mutations(
         "_topk_subset_tie_counts",
@@ -1285,9 +1288,9 @@ AUDIT_MUTANTS = {
         "_topk_subset_noise", ("q[i, 1:] = row_q.index_select(0, window_ids[i])", "q[i, 1:] = row_q[window_ids[i]]")
     ),
     "int64_window_ids": _mutations("_apply_top_k_top_p_subset", ("logits_idx.to(torch.int32).flip(-1)", "logits_idx.flip(-1)")),
-    "host_sync": _mutations("_topk_subset_noise", ("num_tied = tie_counts[:, -1:]", "num_tied = tie_counts[:, -1:] + 0 * int(tie_counts[0, -1])")),
+    "host_sync": _mutations("_topk_subset_tie_counts", ("num_tied = counts[:, -1:]", "num_tied = counts[:, -1:] + 0 * int(counts[0, -1])")),
     "data_dependent_shape": _mutations(
-        "_topk_subset_noise", ("num_tied = tie_counts[:, -1:]", "num_tied = tie_counts[:, -1:] + 0 * tie_counts.nonzero().shape[0]")
+        "_topk_subset_tie_counts", ("num_tied = counts[:, -1:]", "num_tied = counts[:, -1:] + 0 * counts.nonzero().shape[0]")
     ),
 }
 

@@ -29,16 +29,17 @@ pub enum Counts {
     /// `(running <= j).sum(1)` (two more vocabulary-wide passes).
     Full(Tensor),
     /// The same numbers, cheaper, as the patched vLLM code counts them: member counts per
-    /// block of [`BLOCK`] tokens (a bool sum with an int32 result; a shorter last block when
-    /// `BLOCK` does not divide V), running over the `[B, ceil(V/BLOCK)]` blocks; the (j+1)-th
-    /// member is found by a compare-and-count over the running counts (the block), then a
-    /// cumsum and a compare-and-count inside that one block. No binary search, no bool
-    /// reinterpreted as another dtype: only ops Gaudi's compile backend lowers (see the fix's
-    /// `device_ops.txt`).
+    /// whole block of [`BLOCK`] tokens (a float32 sum of the 0/1 indicator), running over the
+    /// `[B, V/BLOCK]` whole blocks in float32 (exact: integers far below 2^24; no cast, no
+    /// cat); a shorter last block when `BLOCK` does not divide V is only added to nT. The
+    /// (j+1)-th member is found by a compare-and-count over the running counts (the block;
+    /// past the last whole block: the short one), then a cumsum and a compare-and-count
+    /// inside that one block. No binary search, no bool reinterpreted as another dtype: only
+    /// ops Gaudi's compile backend lowers (see the fix's `device_ops.txt`).
     Blocked {
         /// Tokens per block ([`BLOCK`]).
         block: i64,
-        /// `[B, ceil(V/block)]` int32 running count of members at each block's end.
+        /// `[B, V/block]` float32 running count of members at each whole block's end.
         running: Tensor,
     },
 }
@@ -61,10 +62,10 @@ pub struct TieClass {
 /// Tokens per block of the blocked member count: the patched vLLM code's `_TOPK_SUBSET_CHUNK`.
 pub const BLOCK: i64 = 64;
 
-/// The number of blocks over a vocabulary of `vocab` (the last one shorter when [`BLOCK`]
-/// does not divide it).
+/// The number of whole blocks over a vocabulary of `vocab` (a shorter last one, when
+/// [`BLOCK`] does not divide it, is not among them).
 pub fn blocks(vocab: i64) -> i64 {
-    (vocab + BLOCK - 1) / BLOCK
+    vocab / BLOCK
 }
 
 impl Counts {
@@ -77,18 +78,23 @@ impl Counts {
             return (Counts::Full(running), size);
         }
         let block = BLOCK;
-        let full = vocab - vocab % block;
-        let mut per_block = members.narrow(1, 0, full).view([rows, full / block, block]).sum_dim_intlist(
-            &[-1i64][..],
-            false,
-            Kind::Int,
-        );
-        if full < vocab {
-            let tail = members.narrow(1, full, vocab - full).sum_dim_intlist(&[-1i64][..], true, Kind::Int);
-            per_block = Tensor::cat(&[per_block, tail], 1);
-        }
-        let running = per_block.cumsum(1, Kind::Int);
-        let size = running.narrow(1, blocks(vocab) - 1, 1).squeeze_dim(1).to_kind(Kind::Float);
+        // The subset route needs a window (>= 64) below the vocabulary: one whole block at least.
+        assert!(vocab >= block, "blocked counts need at least one whole block of {block} tokens");
+        let full = blocks(vocab) * block;
+        // The indicator as float32 (the patched code writes it over the logits in place).
+        let indicator = members.to_kind(Kind::Float);
+        let running = indicator
+            .narrow(1, 0, full)
+            .view([rows, full / block, block])
+            .sum_dim_intlist(&[-1i64][..], false, Kind::Float)
+            .cumsum(1, Kind::Float);
+        // A copy, not a view of the running counts: callers may not alias them.
+        let whole = running.select(1, full / block - 1).copy();
+        let size = if full < vocab {
+            whole + indicator.narrow(1, full, vocab - full).sum_dim_intlist(&[-1i64][..], false, Kind::Float)
+        } else {
+            whole
+        };
         (Counts::Blocked { block, running }, size)
     }
 
@@ -118,16 +124,18 @@ impl Counts {
             Counts::Full(running) => member_token(running, j),
             Counts::Blocked { block, running } => {
                 let vocab = members.size2().expect("[N, V] members").1;
-                let target = (j + 1).unsqueeze(1);
+                let target = (j + 1).to_kind(Kind::Float).unsqueeze(1);
                 // The block holding the (j+1)-th member: the running counts are non-decreasing,
-                // so the first block reaching the target is the number of blocks below it.
+                // so the first block reaching the target is the number of whole blocks below it
+                // (all of them: the short last block).
                 let at = running.lt_tensor(&target).sum_dim_intlist(1, true, Kind::Int);
                 // The members before that block (none before the first).
                 let before = running.gather(1, &(&at - 1).clamp_min(0), false).masked_fill(&at.eq(0), 0);
-                // Its ids (the last block may be shorter: ids past the vocabulary are no member).
+                // Its ids. Past the vocabulary (the short last block) they read its last entry
+                // again: after every member of the block, so they cannot move the place found.
                 let ids = &at * *block + Tensor::arange(*block, (Kind::Int, members.device())).unsqueeze(0);
-                let inside = members.gather(1, &ids.clamp_max(vocab - 1), false).logical_and(&ids.lt(vocab));
-                let inside = inside.to_kind(Kind::Int).cumsum(1, Kind::Int);
+                let inside =
+                    members.gather(1, &ids.clamp_max(vocab - 1), false).to_kind(Kind::Float).cumsum(1, Kind::Float);
                 let offset = inside.lt_tensor(&(target - before)).sum_dim_intlist(1, true, Kind::Int);
                 (at * *block + offset).squeeze_dim(1).to_kind(Kind::Int64)
             }
@@ -261,13 +269,13 @@ mod tests {
     }
 
     #[test]
-    fn blocks_cover_the_vocabulary() {
+    fn whole_blocks_of_the_vocabulary() {
         assert_eq!(blocks(151_936), 2374);
         assert_eq!(blocks(32_000), 500);
-        assert_eq!(blocks(4099), 65, "64 blocks of 64 and one of 3");
-        assert_eq!(blocks(13), 1);
+        assert_eq!(blocks(4099), 64, "64 whole blocks of 64 (and a short one of 3)");
+        assert_eq!(blocks(13), 0);
         assert_eq!(blocks(64), 1);
-        assert_eq!(blocks(65), 2);
+        assert_eq!(blocks(65), 1);
     }
 
     #[test]

@@ -8,7 +8,7 @@
 //! k-th value, over the whole vocabulary, also past the window's edge) races as one aggregate
 //! entry with the class's total mass, and a win is one member of T picked uniformly (see
 //! [`filter`] and [`crate::reference::race`]). Beyond the `topk` it costs one vocabulary-wide
-//! compare-and-count (T's members counted per block of 64 tokens into int32; the member of a
+//! compare-and-count (T's members counted per block of 64 tokens in float32; the member of a
 //! winning T is then found by compare-and-count over the block counts and inside one block),
 //! as the patched vLLM code does, and no host sync.
 //!
