@@ -79,7 +79,7 @@ expect 0 "cargo build --release --features reference" cargo build --release --fe
 expect 0 "cargo clippy --features reference --all-targets -- -D warnings" \
   cargo clippy --release --features reference --all-targets --quiet -- -D warnings
 expect 0 "cargo test --features reference (reference unit tests)" cargo test --release --features reference --quiet --lib reference::
-expect 0 "cargo test --features reference (tests/reference.rs)" cargo test --release --features reference --quiet --test reference
+expect 0 "cargo test --features reference (tests/reference.rs)" cargo test --release --features reference --quiet --test main reference::
 BIN=$REPO/target/release/gaudi-fixes
 expect 0 "binary runs without LD_LIBRARY_PATH" env -u LD_LIBRARY_PATH "$BIN" --version
 

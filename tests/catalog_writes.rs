@@ -5,9 +5,7 @@
 //! normalised; re-porting onto a release says what became of its `verified:`; `record` refuses a
 //! file `apply` would never read.
 
-mod common;
-
-use common::{fixture, sha256, with_fixture, Dir, FIX_A_PATCH, PRISTINE};
+use crate::common::{fixture, sha256, with_fixture, Dir, FIX_A_PATCH, PRISTINE};
 
 fn patched_a() -> String {
     PRISTINE.replace("    b = a * 2\n", "    # fix-a: triple instead of double\n    b = a * 3\n")
@@ -18,12 +16,12 @@ fn json(out: &str) -> serde_json::Value {
 }
 
 /// `--catalog cat record FIX --release RELEASE --pristine root --edited edited`.
-fn record<'d>(d: &'d Dir, fix: &str, release: &str) -> common::TestCommand<'d> {
+fn record<'d>(d: &'d Dir, fix: &str, release: &str) -> crate::common::TestCommand<'d> {
     d.cmd().args(["--catalog", "cat", "record", fix, "--release", release, "--pristine", "root", "--edited", "edited"])
 }
 
 /// `--catalog cat port FIX --from v0.26.0 --from-tree root --to TO --release RELEASE`.
-fn port<'d>(d: &'d Dir, fix: &str, to: &str, release: &str) -> common::TestCommand<'d> {
+fn port<'d>(d: &'d Dir, fix: &str, to: &str, release: &str) -> crate::common::TestCommand<'d> {
     d.cmd().args([
         "--catalog",
         "cat",

@@ -2,9 +2,7 @@
 //! idempotent apply, byte-identical revert, `after:` ordering, drift with its diff, partial
 //! application, missing trees and bad manifests.
 
-mod common;
-
-use common::{fixture, with_fixture, Dir, FIX_A_PATCH, PRISTINE};
+use crate::common::{fixture, with_fixture, Dir, FIX_A_PATCH, PRISTINE};
 
 fn patched_a() -> String {
     PRISTINE.replace("    b = a * 2\n", "    # fix-a: triple instead of double\n    b = a * 3\n")
@@ -53,7 +51,7 @@ fn two_fixes_on_one_file_apply_in_after_order_and_revert_in_reverse() {
     assert_eq!(d.read_string("root/vllm/mod.py"), patched_ab());
     d.cmd().args(with_fixture(&["apply", "--check", "--profile", "performance"])).expect(0);
     // fix-b's patch is made on top of fix-a's: with fix-a applied its hunk is where it says.
-    let offset = |d: &common::Dir| {
+    let offset = |d: &crate::common::Dir| {
         let (out, _) = d.cmd().args(with_fixture(&["apply", "--check", "fix-b", "--format", "json"])).expect(0);
         let v: serde_json::Value = serde_json::from_str(&out).unwrap();
         v["fixes"][0]["files"][0]["hunks"][0]["offset"].clone()

@@ -1,11 +1,9 @@
 //! `gaudi-fixes apply --check | head -0` (or a CI step whose reader went away): the exit code is
 //! still the verdict. A closed stdout must neither turn a drift into 0 nor into an error 3.
 
-mod common;
-
 use std::process::{Command, Stdio};
 
-use common::{fixture, with_fixture, Dir};
+use crate::common::{fixture, with_fixture, Dir};
 
 /// Run the real binary with a stdout pipe whose reading end is already closed: every write to
 /// it fails with EPIPE, deterministically. Returns the exit code and stderr.
@@ -48,7 +46,7 @@ fn a_closed_stdout_keeps_the_verdict_in_every_format() {
         assert_code(&d, &["--format", format, "status"], 0);
     }
     // Drift: fix-a's context is gone.
-    let drifted = common::PRISTINE.replace("a = x + 1", "a = x + 5");
+    let drifted = crate::common::PRISTINE.replace("a = x + 1", "a = x + 5");
     d.write("root/vllm/mod.py", &drifted);
     for format in ["human", "json", "github"] {
         assert_code(&d, &["--format", format, "apply", "--check"], 2);

@@ -5,11 +5,9 @@
 //! pass without a test run, `--only-tree` honoured, "not applied" said, skips named, no advice
 //! to install torch over an image's own).
 
-mod common;
-
 use std::os::unix::fs::PermissionsExt;
 
-use common::{fixture, with_fixture, Dir};
+use crate::common::{fixture, with_fixture, Dir};
 
 #[test]
 fn completions_for_every_shell_and_a_man_page() {

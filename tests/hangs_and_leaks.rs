@@ -4,15 +4,13 @@
 //! killed `matrix` leaves nothing the next run does not remove; stale probe files are left
 //! alone by the commands that only read the catalogue.
 
-mod common;
-
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{fixture, with_fixture, Dir, PRISTINE};
+use crate::common::{fixture, with_fixture, Dir, PRISTINE};
 
 fn mkfifo(path: &Path) {
     let _ = fs::remove_file(path);

@@ -3,20 +3,12 @@
 //! they were, without even creating `.gaudi-fixes/`. What must be handled (CRLF, a missing
 //! final newline) round-trips byte for byte.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::fs;
 use std::os::unix::fs::PermissionsExt;
 use std::time::{Duration, Instant};
 
-use common::{fixture, sha256, with_fixture, Dir, FIX_A_PATCH, FIX_B_PATCH, PRISTINE};
-
-/// Assert two snapshots are equal, naming the paths that differ (not dumping every byte).
-fn assert_same(now: &BTreeMap<String, Vec<u8>>, want: &BTreeMap<String, Vec<u8>>, what: &str) {
-    let differ: Vec<&String> = now.keys().chain(want.keys()).filter(|k| now.get(*k) != want.get(*k)).collect();
-    assert!(differ.is_empty(), "{what}: these paths differ: {differ:?}");
-}
+use crate::common::{assert_same, fixture, sha256, with_fixture, Dir, FIX_A_PATCH, FIX_B_PATCH, PRISTINE};
 
 const FIX_A_YAML: &str = "cat/fixes/fix-a/fix.yaml";
 const FIX_A_DIFF: &str = "cat/fixes/fix-a/v0.26.0/mod.patch";

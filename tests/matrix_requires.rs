@@ -1,11 +1,9 @@
 //! `matrix` checks a fix on the copy with what it `requires:` applied first, as `apply` does —
 //! not only the fixes it comes `after:` (a fix may require another without an `after:`).
 
-mod common;
-
 use std::os::unix::fs::PermissionsExt;
 
-use common::{fixture, PRISTINE};
+use crate::common::{fixture, PRISTINE};
 
 /// A stand-in for python: the module probe answers nothing missing; "pytest" passes when the
 /// tree's mod.py carries both fix-a's and fix-b's edits.

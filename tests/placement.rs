@@ -2,9 +2,7 @@
 //! wrong code (or flipped state between runs) before hunks had one place. Each either works
 //! exactly or is refused; none touches the twin.
 
-mod common;
-
-use common::{sha256, Dir};
+use crate::common::{sha256, Dir};
 
 /// A function body shared word for word by `f` and `g` (seven lines with the `def`).
 fn twin(name: &str, sync: bool, log: bool) -> String {

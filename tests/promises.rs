@@ -3,9 +3,7 @@
 //! a revert refusal sees dependants in left-out trees, revert gives back the compiled caches,
 //! stale probe files are cleaned, and the catalogue writers are safe to run together.
 
-mod common;
-
-use common::{fixture, sha256, with_fixture, Dir, FIX_A_PATCH, PRISTINE};
+use crate::common::{fixture, sha256, with_fixture, Dir, FIX_A_PATCH, PRISTINE};
 
 /// fix-a with two variants: v0.26.0 edits `sample()` (its context survives in 0.27.0), and
 /// v0.27.0 edits `other()`; the tree is a pristine 0.27.0 file with no version hint.

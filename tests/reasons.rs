@@ -2,9 +2,7 @@
 //! tree does not hide the other tree; `diff` honours `--only-tree`. Driven through the real
 //! binary on the temp fixture (fix-a covers v0.26.0 of `vllm/mod.py`).
 
-mod common;
-
-use common::{fixture, with_fixture, Dir, PRISTINE};
+use crate::common::{fixture, with_fixture, Dir, PRISTINE};
 
 fn json(out: &str) -> serde_json::Value {
     serde_json::from_str(out).unwrap_or_else(|e| panic!("{e}: {out}"))

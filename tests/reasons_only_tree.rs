@@ -1,9 +1,7 @@
 //! Reasons on a fix whose vLLM half is left out with `--only-tree vllm_gaudi`: nothing may be
 //! said about how the fix fits the vLLM release, since its vLLM file was not looked at.
 
-mod common;
-
-use common::{fixture, sha256, with_fixture};
+use crate::common::{fixture, sha256, with_fixture};
 
 #[test]
 fn no_release_note_when_the_vllm_half_is_left_out() {

@@ -3,9 +3,7 @@
 //! both fixes' edits, and the recorded patch must hold only this fix's, made on the file
 //! `apply` and `lint --upstream` give it (the pristine file with the required fix applied).
 
-mod common;
-
-use common::{fixture, with_fixture, FIX_B_PATCH, PRISTINE};
+use crate::common::{fixture, with_fixture, FIX_B_PATCH, PRISTINE};
 
 #[test]
 fn record_leaves_the_required_fixs_edits_out_of_the_patch() {

@@ -3,9 +3,7 @@
 //! is applied, profiles include profiles, lint checks both graphs, list/show display them, and
 //! a fix whose every file is in a left-out tree is skipped.
 
-mod common;
-
-use common::{fixture, with_fixture, Dir, PRISTINE};
+use crate::common::{fixture, with_fixture, Dir, PRISTINE};
 
 /// fix-b `requires: [fix-a]` instead of `after: [fix-a]` (requires orders too).
 fn requiring_fixture() -> Dir {

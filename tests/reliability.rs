@@ -3,21 +3,13 @@
 //! these, the next run must leave the tree byte-identical to fully patched (or pristine), with
 //! no journal, saved copies or temp files behind.
 
-mod common;
-
 use std::collections::BTreeMap;
 use std::os::unix::process::ExitStatusExt;
 use std::path::Path;
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{fixture, sha256, with_fixture, Dir, FIX_A_PATCH, PRISTINE};
-
-/// Assert two snapshots are equal, naming the paths that differ (not dumping every byte).
-fn assert_same(now: &BTreeMap<String, Vec<u8>>, want: &BTreeMap<String, Vec<u8>>, what: &str) {
-    let differ: Vec<&String> = now.keys().chain(want.keys()).filter(|k| now.get(*k) != want.get(*k)).collect();
-    assert!(differ.is_empty(), "{what}: these paths differ: {differ:?}");
-}
+use crate::common::{assert_same, fixture, sha256, with_fixture, Dir, FIX_A_PATCH, PRISTINE};
 
 /// A second module, patched by fix-c (so fix-a + fix-c change two files in one transaction).
 const TWO: &str = "\

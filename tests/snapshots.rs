@@ -4,11 +4,9 @@
 //! stderr, so a change in any of them shows up as a reviewable diff. CI runs plain `cargo test`
 //! against the committed `tests/snapshots/*.snap` (insta never writes them when `CI` is set).
 
-mod common;
-
 use std::process::Command;
 
-use common::{fixture, Dir, PRISTINE};
+use crate::common::{fixture, Dir, PRISTINE};
 
 /// Run the real binary in `d` with `--catalog cat` (and `--root root` unless `env` names the
 /// trees) plus `args`, the environment cleared but for `env`, and return a snapshot-ready
@@ -68,7 +66,7 @@ fn regex_escape(s: &str) -> String {
 
 fn applied() -> Dir {
     let d = fixture();
-    d.cmd().args(common::with_fixture(&["apply"])).expect(0);
+    d.cmd().args(crate::common::with_fixture(&["apply"])).expect(0);
     d
 }
 

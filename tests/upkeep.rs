@@ -3,12 +3,10 @@
 //! three-way merge, conflict), `matrix` (cache trees, JSON, Markdown, `--record`). Nothing
 //! here touches the network: `matrix` gets its pristine trees from `GAUDI_FIXES_CACHE`.
 
-mod common;
-
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
 
-use common::{fixture, sha256, with_fixture, Dir, PRISTINE};
+use crate::common::{fixture, sha256, with_fixture, Dir, PRISTINE};
 
 fn patched_a() -> String {
     PRISTINE.replace("    b = a * 2\n", "    # fix-a: triple instead of double\n    b = a * 3\n")

@@ -4,9 +4,7 @@
 //! release's), our own applied fix still reads applied, and a misplaced `detect:` is an error
 //! naming the file and line.
 
-mod common;
-
-use common::{fixture, with_fixture, Dir, PRISTINE};
+use crate::common::{fixture, with_fixture, Dir, PRISTINE};
 
 /// Upstream's fix, as the tree would hold it: a function fix-a's patch does not know.
 const UPSTREAM_DEF: &str = "\n\ndef upstream_triple(a):\n    return a * 3\n";

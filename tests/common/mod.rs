@@ -215,3 +215,13 @@ pub fn with_fixture<'a>(args: &[&'a str]) -> Vec<&'a str> {
     v.extend_from_slice(args);
     v
 }
+
+/// Assert two snapshots are equal, naming the paths that differ (not dumping every byte).
+pub fn assert_same(
+    now: &std::collections::BTreeMap<String, Vec<u8>>,
+    want: &std::collections::BTreeMap<String, Vec<u8>>,
+    what: &str,
+) {
+    let differ: Vec<&String> = now.keys().chain(want.keys()).filter(|k| now.get(*k) != want.get(*k)).collect();
+    assert!(differ.is_empty(), "{what}: these paths differ: {differ:?}");
+}
