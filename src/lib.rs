@@ -11,8 +11,9 @@
 //! - [`plan`]: per-fix state and variant choice across trees; the edits to make.
 //! - [`transaction`]: all-or-nothing, crash-safe writes under a lock; [`provenance`]: the
 //!   record of what was applied, and where it disagrees with the files.
-//! - [`report`]: human / JSON / GitHub output (the only place with colour).
-//! - [`commands`]: one file per subcommand.
+//! - [`upkeep`]: the upkeep operations (pytest runner, matrix cells, record/port helpers).
+//! - [`report`]: every byte of output: human / JSON / GitHub (the only place with colour).
+//! - [`commands`]: one thin file per subcommand; commands never call each other.
 //! - [`cli`]: flags (the only module that knows clap), turned once, at the top, into
 //!   [`settings`]: what every command shares and each command's request.
 //! - `reference` (feature `reference`): the tch reference sampler, `equiv` and `bench`.
