@@ -22,20 +22,7 @@ fn record<'d>(d: &'d Dir, fix: &str, release: &str) -> crate::common::TestComman
 
 /// `--catalog cat port FIX --from v0.26.0 --from-tree root --to TO --release RELEASE`.
 fn port<'d>(d: &'d Dir, fix: &str, to: &str, release: &str) -> crate::common::TestCommand<'d> {
-    d.cmd().args([
-        "--catalog",
-        "cat",
-        "port",
-        fix,
-        "--from",
-        "v0.26.0",
-        "--from-tree",
-        "root",
-        "--to",
-        to,
-        "--release",
-        release,
-    ])
+    d.cmd().args(crate::common::port_args(fix, to, release))
 }
 
 /// The release keys of `yaml` (the lines `  vX…:` of its releases block), in file order.

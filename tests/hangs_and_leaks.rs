@@ -132,20 +132,7 @@ fn port_refuses_a_fifo_or_an_outside_symlink_in_the_new_tree() {
             std::os::unix::fs::symlink("../../outside/mod.py", &target).unwrap();
         }
         let before = d.snapshot("cat");
-        let args = [
-            "--catalog",
-            "cat",
-            "port",
-            "fix-a",
-            "--from",
-            "v0.26.0",
-            "--from-tree",
-            "root",
-            "--to",
-            "new",
-            "--release",
-            "v0.27.0",
-        ];
+        let args = crate::common::port_args("fix-a", "new", "v0.27.0");
         let out = bounded(command(&d, &args), &format!("port with a {case} in --to"));
         let err = text(&out.stderr);
         assert_eq!(out.status.code(), Some(3), "{case}: {err}");

@@ -152,22 +152,7 @@ fn record_writes_a_variant_that_reproduces_the_edited_bytes() {
 }
 
 fn port(d: &Dir) -> (std::process::Output, String) {
-    d.cmd()
-        .args([
-            "--catalog",
-            "cat",
-            "port",
-            "fix-a",
-            "--from",
-            "v0.26.0",
-            "--from-tree",
-            "root",
-            "--to",
-            "new",
-            "--release",
-            "v0.27.0",
-        ])
-        .output()
+    d.cmd().args(crate::common::port_args("fix-a", "new", "v0.27.0")).output()
 }
 
 /// After `port`, the new variant applies exactly to the new tree and lints against it.
@@ -352,20 +337,7 @@ fn port_takes_a_tree_missing_under_to_from_the_cache() {
     let new = format!("import sys\n{PRISTINE}");
     d.write("cache/upstream/v0.27.0/vllm/mod.py", &new);
     d.write("empty/README", "no trees here\n");
-    let args = [
-        "--catalog",
-        "cat",
-        "port",
-        "fix-a",
-        "--from",
-        "v0.26.0",
-        "--from-tree",
-        "root",
-        "--to",
-        "empty",
-        "--release",
-        "v0.27.0",
-    ];
+    let args = crate::common::port_args("fix-a", "empty", "v0.27.0");
     let (out, _) = d.cmd().args(args).env("GAUDI_FIXES_CACHE", d.path().join("cache")).expect(0);
     assert!(out.contains("vllm: not under --to; using"), "{out}");
     d.write("new/vllm/mod.py", &new);

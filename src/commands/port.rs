@@ -134,17 +134,14 @@ pub fn run(global: &Settings, args: &PortArgs) -> Result<ExitStatus> {
         return Ok(ExitStatus::Drifted);
     }
     let written = upkeep::write_variant(&dir, &catalog, fix, &release, &new_files)?;
-    crate::report::emit(global.quiet, |out| {
-        upkeep_report::written(
-            out,
-            global.format,
-            global.catalog.as_deref(),
-            &fix.manifest.name,
-            &written,
-            "port",
-            &how,
-        )
-    })?;
+    upkeep_report::emit_written(
+        global.output(),
+        global.catalog.as_deref(),
+        &fix.manifest.name,
+        &written,
+        "port",
+        &how,
+    )?;
     Ok(ExitStatus::Applied)
 }
 

@@ -72,17 +72,14 @@ pub fn run(global: &Settings, args: &RecordArgs) -> Result<ExitStatus> {
         );
     }
     let written = upkeep::write_variant(&dir, &catalog, fix, &release, &new_files)?;
-    crate::report::emit(global.quiet, |out| {
-        upkeep_report::written(
-            out,
-            global.format,
-            global.catalog.as_deref(),
-            &fix.manifest.name,
-            &written,
-            "record",
-            &[],
-        )
-    })?;
+    upkeep_report::emit_written(
+        global.output(),
+        global.catalog.as_deref(),
+        &fix.manifest.name,
+        &written,
+        "record",
+        &[],
+    )?;
     Ok(ExitStatus::Applied)
 }
 

@@ -62,6 +62,18 @@ pub fn written(
     }
 }
 
+/// Print what `record` / `port` wrote, unless `--quiet`.
+pub fn emit_written(
+    output: super::Output,
+    catalog: Option<&Path>,
+    fix: &str,
+    w: &Written,
+    command: &str,
+    how: &[String],
+) -> Result<()> {
+    super::emit(output.quiet, |out| written(out, output.format, catalog, fix, w, command, how))
+}
+
 /// `port`'s conflicts: the lines the fix changes that the new release changed too.
 pub fn port_conflicts(
     out: &mut dyn Write,

@@ -225,3 +225,9 @@ pub fn assert_same(
     let differ: Vec<&String> = now.keys().chain(want.keys()).filter(|k| now.get(*k) != want.get(*k)).collect();
     assert!(differ.is_empty(), "{what}: these paths differ: {differ:?}");
 }
+
+/// `port FIX` from the fixture catalogue's v0.26.0 variant (pristine trees in `root/`) onto the
+/// tree `to` as `release`: the arguments every port test starts from.
+pub fn port_args<'a>(fix: &'a str, to: &'a str, release: &'a str) -> [&'a str; 12] {
+    ["--catalog", "cat", "port", fix, "--from", "v0.26.0", "--from-tree", "root", "--to", to, "--release", release]
+}
