@@ -10,7 +10,7 @@ use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 
-use crate::catalog::{Catalog, Variant};
+use crate::catalog::{Catalog, Fix, Variant, VariantPatch};
 use crate::exit_status::ExitStatus;
 use crate::hash::sha256_hex;
 use crate::patch::{state, FileState, SourceText};
@@ -49,83 +49,10 @@ pub fn run(global: &Settings, args: &PortArgs) -> Result<ExitStatus> {
     let mut conflicts: Vec<(String, Vec<merge::Conflict>)> = Vec::new();
     let mut how: Vec<String> = Vec::new();
     for vp in &from.patches {
-        let new_root = new_root(args, &release, vp.tree, &vp.file, &from.release, &mut how)?;
-        let old_root = old_root(args, &from.release, vp.tree)?;
-        let old_bytes = upkeep::read_in(&old_root, &vp.file, "old pristine tree")?;
-        if sha256_hex(&old_bytes) != vp.pristine_sha256 {
-            bail!(
-                "{}: is not the pristine {} file the variant was made on (sha256 differs); give --from-tree DIR \
-                 holding the pristine {} trees",
-                old_root.join(&vp.file).display(),
-                from.release,
-                from.release
-            );
+        match port_file(&catalog, fix, from, &release, vp, args, &mut how)? {
+            Ported::File(file) => new_files.push(file),
+            Ported::Conflicts(c) => conflicts.push((vp.file.clone(), c)),
         }
-        let new_bytes = upkeep::read_in(&new_root, &vp.file, "--to")?;
-        let shown = std::path::Path::new(&vp.file);
-        let (old, new) = on_predecessors(
-            &catalog,
-            fix,
-            (&from.release, SourceText::decode(&old_bytes, shown)?),
-            (&release, SourceText::decode(&new_bytes, shown)?),
-            &vp.file,
-            &mut how,
-        )?;
-        if sha256_hex(&new_bytes) == vp.pristine_sha256 && old.encode() == new.encode() {
-            // Same file upstream: the variant's patch is reused as it is.
-            let rel = vp.patch_path.strip_prefix(&fix.dir).unwrap_or(&vp.patch_path).display().to_string();
-            how.push(format!("{}: unchanged upstream, reusing {rel}", vp.file));
-            new_files.push(NewFile {
-                tree: vp.tree,
-                file: vp.file.clone(),
-                pristine: new_bytes.clone(),
-                patched: Vec::new(),
-                reuse: Some(rel),
-                base: None,
-            });
-            continue;
-        }
-        let eval = state::evaluate(&vp.diff, &old);
-        let old_patched = state::apply(&vp.diff, &old, &eval).with_context(|| {
-            format!("{}: the {} patch does not apply to the file it was made on", vp.file, from.release)
-        })?;
-        let new_eval = state::evaluate(&vp.diff, &new);
-        let patched = if new_eval.state == FileState::NotApplied {
-            how.push(format!(
-                "{}: the {} patch applies to the new file (at offsets); re-written for it",
-                vp.file, from.release
-            ));
-            state::apply(&vp.diff, &new, &new_eval).expect("not applied evaluates to an edit").encode()
-        } else {
-            match merge::merge3(&old.lines, &old_patched.lines, &new.lines) {
-                Ok(lines) => {
-                    how.push(format!("{}: merged three-way (upstream changed lines near the fix)", vp.file));
-                    let mut t = new.clone();
-                    let eol = new.eols.first().copied().unwrap_or("\n");
-                    t.eols = lines.iter().map(|_| eol).collect();
-                    if new.eols.last() == Some(&"") {
-                        if let Some(last) = t.eols.last_mut() {
-                            *last = "";
-                        }
-                    }
-                    t.lines = lines;
-                    t.encode()
-                }
-                Err(c) => {
-                    conflicts.push((vp.file.clone(), c));
-                    continue;
-                }
-            }
-        };
-        let base = Some(new.encode());
-        new_files.push(NewFile {
-            tree: vp.tree,
-            file: vp.file.clone(),
-            pristine: new_bytes,
-            patched,
-            reuse: None,
-            base,
-        });
     }
     if !conflicts.is_empty() {
         crate::report::emit(global.quiet, |out| {
@@ -143,6 +70,92 @@ pub fn run(global: &Settings, args: &PortArgs) -> Result<ExitStatus> {
         &how,
     )?;
     Ok(ExitStatus::Applied)
+}
+
+/// What porting one file gave: the new variant's file, or the lines upstream changed too.
+enum Ported {
+    File(NewFile),
+    Conflicts(Vec<merge::Conflict>),
+}
+
+/// Port one patch of `from` onto the `release` tree: reuse it where upstream did not change the
+/// file, re-write it where it applies at offsets, else merge three-way (or report conflicts).
+/// Every file is taken with the fixes it is made on applied first. `how` says what was done.
+fn port_file(
+    catalog: &Catalog,
+    fix: &Fix,
+    from: &Variant,
+    release: &str,
+    vp: &VariantPatch,
+    args: &PortArgs,
+    how: &mut Vec<String>,
+) -> Result<Ported> {
+    let new_root = new_root(args, release, vp.tree, &vp.file, &from.release, how)?;
+    let old_root = old_root(args, &from.release, vp.tree)?;
+    let old_bytes = upkeep::read_in(&old_root, &vp.file, "old pristine tree")?;
+    if sha256_hex(&old_bytes) != vp.pristine_sha256 {
+        bail!(
+            "{}: is not the pristine {} file the variant was made on (sha256 differs); give --from-tree DIR \
+             holding the pristine {} trees",
+            old_root.join(&vp.file).display(),
+            from.release,
+            from.release
+        );
+    }
+    let new_bytes = upkeep::read_in(&new_root, &vp.file, "--to")?;
+    let shown = std::path::Path::new(&vp.file);
+    let (old, new) = on_predecessors(
+        catalog,
+        fix,
+        (&from.release, SourceText::decode(&old_bytes, shown)?),
+        (release, SourceText::decode(&new_bytes, shown)?),
+        &vp.file,
+        how,
+    )?;
+    if sha256_hex(&new_bytes) == vp.pristine_sha256 && old.encode() == new.encode() {
+        // Same file upstream: the variant's patch is reused as it is.
+        let rel = vp.patch_path.strip_prefix(&fix.dir).unwrap_or(&vp.patch_path).display().to_string();
+        how.push(format!("{}: unchanged upstream, reusing {rel}", vp.file));
+        return Ok(Ported::File(NewFile {
+            tree: vp.tree,
+            file: vp.file.clone(),
+            pristine: new_bytes.clone(),
+            patched: Vec::new(),
+            reuse: Some(rel),
+            base: None,
+        }));
+    }
+    let eval = state::evaluate(&vp.diff, &old);
+    let old_patched = state::apply(&vp.diff, &old, &eval).with_context(|| {
+        format!("{}: the {} patch does not apply to the file it was made on", vp.file, from.release)
+    })?;
+    let new_eval = state::evaluate(&vp.diff, &new);
+    let patched = if new_eval.state == FileState::NotApplied {
+        how.push(format!(
+            "{}: the {} patch applies to the new file (at offsets); re-written for it",
+            vp.file, from.release
+        ));
+        state::apply(&vp.diff, &new, &new_eval).expect("not applied evaluates to an edit").encode()
+    } else {
+        match merge::merge3(&old.lines, &old_patched.lines, &new.lines) {
+            Ok(lines) => {
+                how.push(format!("{}: merged three-way (upstream changed lines near the fix)", vp.file));
+                let mut t = new.clone();
+                let eol = new.eols.first().copied().unwrap_or("\n");
+                t.eols = lines.iter().map(|_| eol).collect();
+                if new.eols.last() == Some(&"") {
+                    if let Some(last) = t.eols.last_mut() {
+                        *last = "";
+                    }
+                }
+                t.lines = lines;
+                t.encode()
+            }
+            Err(c) => return Ok(Ported::Conflicts(c)),
+        }
+    };
+    let base = Some(new.encode());
+    Ok(Ported::File(NewFile { tree: vp.tree, file: vp.file.clone(), pristine: new_bytes, patched, reuse: None, base }))
 }
 
 /// Whether `key` (a fix.yaml release) names release `name` (any spelling: `0.26`, `v0.26.0`).

@@ -39,6 +39,15 @@ pub fn print(output: Output, report: &BenchReport) -> Result<()> {
 }
 
 fn human(out: &mut impl Write, r: &BenchReport) -> Result<()> {
+    times(out, r)?;
+    writeln!(out)?;
+    tie_completion(out, r)?;
+    writeln!(out)?;
+    targets(out, r)
+}
+
+/// The heading and each shape's times and ratios.
+fn times(out: &mut impl Write, r: &BenchReport) -> Result<()> {
     writeln!(
         out,
         "{} vLLM {} stock vs subset (K={}), libtorch CPU, {} threads, top_k ≤ {}, top_p {}, median of {}",
@@ -85,7 +94,11 @@ fn human(out: &mut impl Write, r: &BenchReport) -> Result<()> {
             x.masks_support_over_off
         )?;
     }
-    writeln!(out)?;
+    Ok(())
+}
+
+/// Before and after the tie completion: v2 against v1 and the floors.
+fn tie_completion(out: &mut impl Write, r: &BenchReport) -> Result<()> {
     writeln!(out, "before and after the tie completion (subset = v2, exact ties; v1 = subset-v1, no tie completion):")?;
     writeln!(
         out,
@@ -132,7 +145,11 @@ fn human(out: &mut impl Write, r: &BenchReport) -> Result<()> {
             s.ratios.subset_full_cumsum_over_subset_v1
         )?;
     }
-    writeln!(out)?;
+    Ok(())
+}
+
+/// Each target, met or not, and what the numbers are.
+fn targets(out: &mut impl Write, r: &BenchReport) -> Result<()> {
     for target in &r.targets {
         let (value, state) = match (target.value, target.met) {
             (Some(v), Some(true)) => (format!("{v:.2}x"), "met".green()),

@@ -20,6 +20,7 @@ pub struct TestRun {
     pub passed: bool,
     /// pytest's exit code.
     pub pytest_exit: i32,
+
     /// pytest's last summary line (`12 passed, 1 skipped in 3.2s`).
     pub summary: String,
     /// Why tests were skipped, one reason per line pytest gave.
@@ -141,7 +142,7 @@ pub fn run_tests(
     vllm_root: Option<&Path>,
     gaudi_root: Option<&Path>,
     extra: &[String],
-    mut echo: Option<&mut dyn std::io::Write>,
+    echo: Option<&mut dyn std::io::Write>,
 ) -> Result<TestRun> {
     let capture = echo.is_none();
     let name = &fix.manifest.name;
@@ -179,7 +180,42 @@ pub fn run_tests(
             None => cmd.env_remove(var),
         };
     }
-    let (status, output) = if capture {
+    let (status, output) = run_pytest(cmd, python, echo)?;
+    let code = status.code().unwrap_or(-1);
+    let summary = summary_line(&output);
+    let counts = Counts::parse(&summary);
+    match code {
+        0 | 1 => {}
+        5 => bail!("pytest collected no test of {name} (exit 5): {summary}"),
+        // 2–4: interrupted, internal error, usage error; anything else: not pytest at all.
+        _ => bail!("pytest could not run {name}'s tests (exit {code}): {summary}"),
+    }
+    let skips = skip_reasons(&output);
+    if counts.passed == 0 && counts.failed == 0 {
+        let why = if skips.is_empty() { String::new() } else { format!("; skipped: {}", skips.join("; ")) };
+        bail!("no test of {name} ran (pytest: `{summary}`){why}");
+    }
+    Ok(TestRun {
+        fix: name.clone(),
+        python: python.to_string(),
+        root: root.to_path_buf(),
+        passed: code == 0 && counts.failed == 0 && counts.passed > 0,
+        pytest_exit: code,
+        summary,
+        skipped: skips,
+        output: if capture { output } else { String::new() },
+    })
+}
+
+/// Run the prepared pytest command: its output captured whole, or (with `echo`) streamed there
+/// as it comes and kept too. Returns its exit status and output.
+fn run_pytest(
+    mut cmd: Command,
+    python: &str,
+    mut echo: Option<&mut dyn std::io::Write>,
+) -> Result<(std::process::ExitStatus, String)> {
+    let capture = echo.is_none();
+    Ok(if capture {
         let out = cmd.stdin(Stdio::null()).output().with_context(|| format!("running `{python} -m pytest`"))?;
         let mut text = String::from_utf8_lossy(&out.stdout).to_string();
         text.push_str(&String::from_utf8_lossy(&out.stderr));
@@ -212,30 +248,6 @@ pub fn run_tests(
         (status, String::from_utf8_lossy(&kept).to_string())
     } else {
         unreachable!("capture is echo.is_none()")
-    };
-    let code = status.code().unwrap_or(-1);
-    let summary = summary_line(&output);
-    let counts = Counts::parse(&summary);
-    match code {
-        0 | 1 => {}
-        5 => bail!("pytest collected no test of {name} (exit 5): {summary}"),
-        // 2–4: interrupted, internal error, usage error; anything else: not pytest at all.
-        _ => bail!("pytest could not run {name}'s tests (exit {code}): {summary}"),
-    }
-    let skips = skip_reasons(&output);
-    if counts.passed == 0 && counts.failed == 0 {
-        let why = if skips.is_empty() { String::new() } else { format!("; skipped: {}", skips.join("; ")) };
-        bail!("no test of {name} ran (pytest: `{summary}`){why}");
-    }
-    Ok(TestRun {
-        fix: name.clone(),
-        python: python.to_string(),
-        root: root.to_path_buf(),
-        passed: code == 0 && counts.failed == 0 && counts.passed > 0,
-        pytest_exit: code,
-        summary,
-        skipped: skips,
-        output: if capture { output } else { String::new() },
     })
 }
 
