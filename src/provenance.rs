@@ -1,6 +1,6 @@
 //! The provenance record: what gaudi-fixes applied to one tree root (fix, variant, file
 //! hashes), for audits. It never overrides the files: the state of a fix is what the files say,
-//! and where the record disagrees, [`disagreements`] says so. `transaction.rs` reads and
+//! and where the record disagrees, [`disagreements`] says so. `transaction/` reads and
 //! writes the record with the tree's other state; this module decides what it holds.
 
 use std::collections::BTreeMap;
