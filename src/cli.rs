@@ -10,6 +10,9 @@ use crate::exit_status::ExitStatus;
 use crate::settings::{self, Settings};
 use crate::tree::{TreeFilter, TreeName};
 
+pub mod complete;
+pub mod man;
+
 /// Apply a catalogue of vLLM / vllm_gaudi fixes to installed trees, with drift detection.
 #[derive(Debug, Parser)]
 #[command(name = "gaudi-fixes", version, about, long_about = None)]
@@ -47,7 +50,8 @@ pub struct GlobalFlags {
     /// When to colour human output (NO_COLOR is honoured with `auto`).
     #[arg(long, global = true, value_enum, default_value_t = ColorChoice::Auto)]
     pub color: ColorChoice,
-    /// Print nothing; only the exit code tells.
+    /// Print no report, no progress and no notes; errors still print (on stderr), and the exit
+    /// code tells the rest.
     #[arg(short, long, global = true)]
     pub quiet: bool,
     /// Give up (exit 3) after waiting this long for another run's lock on a tree. Default:
@@ -144,6 +148,12 @@ impl From<SelectFlags> for settings::SelectArgs {
     }
 }
 
+impl From<RevertFlags> for settings::SelectArgs {
+    fn from(f: RevertFlags) -> settings::SelectArgs {
+        settings::SelectArgs { fixes: f.fixes, profile: f.profile, check: false, dry_run: f.dry_run }
+    }
+}
+
 impl From<LintFlags> for settings::LintArgs {
     fn from(f: LintFlags) -> settings::LintArgs {
         settings::LintArgs { upstream: f.upstream }
@@ -197,6 +207,9 @@ impl From<MatrixFlags> for settings::MatrixArgs {
             record: f.record,
             no_tests: f.no_tests,
             markdown: f.markdown,
+            plan: f.plan,
+            per_fix: f.per_fix,
+            merge: f.merge,
         }
     }
 }
@@ -227,6 +240,7 @@ pub enum Command {
     List,
     /// Show one fix: manifest summary, release variants, README path.
     Show {
+        #[arg(add = complete::fixes())]
         fix: String,
         /// Print the fix's README instead of the summary.
         #[arg(long)]
@@ -235,9 +249,12 @@ pub enum Command {
     /// Apply fixes (default: the `default` profile); with --check only report.
     Apply(SelectFlags),
     /// Revert fixes back to byte-identical pristine sources.
-    Revert(SelectFlags),
+    Revert(RevertFlags),
     /// What a fix changes, or why it drifted.
-    Diff { fix: String },
+    Diff {
+        #[arg(add = complete::fixes())]
+        fix: String,
+    },
     /// For each tree found: path, version hint and every fix's state.
     Status,
     /// Check the catalogue's consistency (and, with --upstream, against pristine trees).
@@ -257,27 +274,52 @@ pub enum Command {
     Port(PortFlags),
     /// Make or refresh a variant from a hand-edited tree, into a directory catalogue.
     Record(RecordFlags),
-    /// Print a shell completion script on stdout (e.g. `gaudi-fixes completions bash >
-    /// /etc/bash_completion.d/gaudi-fixes`).
+    /// Print a shell's completion script on stdout (e.g. `gaudi-fixes completions bash >
+    /// /etc/bash_completion.d/gaudi-fixes`); it asks `gaudi-fixes` on PATH for each completion.
     Completions {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
     },
-    /// Print the man page (roff) on stdout (e.g. `gaudi-fixes man > /usr/local/share/man/man1/gaudi-fixes.1`).
-    Man,
+    /// Print the man page (roff) on stdout, or with --dir write one page per subcommand.
+    Man(ManFlags),
 }
 
-/// Which fixes `apply` / `revert` act on.
+/// `man` flags.
+#[derive(Debug, Args)]
+pub struct ManFlags {
+    /// Write gaudi-fixes.1 and one gaudi-fixes-<command>.1 per subcommand into DIR (e.g.
+    /// /usr/local/share/man/man1) instead of printing the main page.
+    #[arg(long, value_name = "DIR")]
+    pub dir: Option<PathBuf>,
+}
+
+/// Which fixes `apply` acts on.
 #[derive(Debug, Args)]
 pub struct SelectFlags {
     /// Fixes by name (applied in `after:` order).
+    #[arg(value_name = "FIX", add = complete::fixes())]
     pub fixes: Vec<String>,
     /// A profile's fixes (combined with any FIX given).
-    #[arg(long, value_name = "NAME")]
+    #[arg(long, value_name = "NAME", add = complete::profiles())]
     pub profile: Option<String>,
     /// Only report: exit 0 applied, 1 not applied, 2 drifted, 3 error. Writes nothing.
     #[arg(long)]
     pub check: bool,
+    /// Plan and report what would change, write nothing.
+    #[arg(long = "dry-run")]
+    pub dry_run: bool,
+}
+
+/// Which fixes `revert` acts on. No `--check`: its exit codes would read backwards for a
+/// revert; `apply --check` reports the state.
+#[derive(Debug, Args)]
+pub struct RevertFlags {
+    /// Fixes by name (reverted in reverse `after:` order).
+    #[arg(value_name = "FIX", add = complete::fixes())]
+    pub fixes: Vec<String>,
+    /// A profile's fixes (combined with any FIX given).
+    #[arg(long, value_name = "NAME", add = complete::profiles())]
+    pub profile: Option<String>,
     /// Plan and report what would change, write nothing.
     #[arg(long = "dry-run")]
     pub dry_run: bool,
@@ -378,7 +420,7 @@ impl Command {
             Command::Port(_) => "port",
             Command::Record(_) => "record",
             Command::Completions { .. } => "completions",
-            Command::Man => "man",
+            Command::Man(_) => "man",
         }
     }
 }
@@ -443,16 +485,7 @@ pub fn command() -> clap::Command {
 
 /// `gaudi-fixes completions SHELL`: the completion script on stdout.
 pub fn print_completions(shell: clap_complete::Shell) -> anyhow::Result<ExitStatus> {
-    crate::report::emit(false, |out| {
-        clap_complete::generate(shell, &mut command(), "gaudi-fixes", out);
-        Ok(())
-    })?;
-    Ok(ExitStatus::Applied)
-}
-
-/// `gaudi-fixes man`: the man page (roff) on stdout.
-pub fn print_man() -> anyhow::Result<ExitStatus> {
-    crate::report::emit(false, |out| Ok(clap_mangen::Man::new(command()).render(out)?))?;
+    crate::report::emit(false, |out| Ok(complete::registration(shell, out)?))?;
     Ok(ExitStatus::Applied)
 }
 
@@ -460,6 +493,7 @@ pub fn print_man() -> anyhow::Result<ExitStatus> {
 #[derive(Debug, Args)]
 pub struct TestFlags {
     /// The fix whose tests run.
+    #[arg(add = complete::fixes())]
     pub fix: String,
     /// Extra pytest arguments, after `--` (e.g. `-- -k "not mutant" -x`).
     #[arg(last = true, value_name = "PYTEST_ARGS")]
@@ -471,10 +505,10 @@ pub struct TestFlags {
 pub struct MatrixFlags {
     /// Releases to check (comma-separated tags, e.g. v0.26.0,v0.30.0); default: every release
     /// the catalogue names.
-    #[arg(long, value_delimiter = ',', value_name = "LIST")]
+    #[arg(long, value_delimiter = ',', value_name = "LIST", add = complete::releases())]
     pub releases: Vec<String>,
     /// Only these fixes (default: all).
-    #[arg(long = "fix", value_name = "NAME")]
+    #[arg(long = "fix", value_name = "NAME", add = complete::fixes())]
     pub fixes: Vec<String>,
     /// Write `verified:` into the directory catalogue for every cell that applied exactly and
     /// whose tests passed.
@@ -486,12 +520,25 @@ pub struct MatrixFlags {
     /// Print the Markdown tables the fix pages embed instead of the human table.
     #[arg(long)]
     pub markdown: bool,
+    /// Run nothing: print the jobs to fan this matrix out over CI runners, one per release (with
+    /// `--format github`: a `matrix=` line for $GITHUB_OUTPUT and a `strategy.matrix`).
+    #[arg(long, conflicts_with_all = ["record", "markdown", "merge", "no_tests"])]
+    pub plan: bool,
+    /// With --plan: one job per fix × release instead of one per release.
+    #[arg(long = "per-fix", requires = "plan")]
+    pub per_fix: bool,
+    /// Run nothing: merge the jobs' `matrix --format json` results into one table (refused when
+    /// made by another gaudi-fixes version or catalogue); with --record, write `verified:` as
+    /// one local `matrix --record` over them would.
+    #[arg(long, num_args = 1.., value_name = "FILE", conflicts_with_all = ["releases", "fixes", "no_tests"])]
+    pub merge: Vec<PathBuf>,
 }
 
 /// `port` flags.
 #[derive(Debug, Args)]
 pub struct PortFlags {
     /// The fix to port.
+    #[arg(add = complete::fixes())]
     pub fix: String,
     /// The new release's pristine tree (a directory holding vllm/ and/or vllm_gaudi/).
     #[arg(long, value_name = "DIR")]
@@ -512,6 +559,7 @@ pub struct PortFlags {
 #[derive(Debug, Args)]
 pub struct RecordFlags {
     /// The fix to make or refresh a variant of.
+    #[arg(add = complete::fixes())]
     pub fix: String,
     /// The release tag of the variant, e.g. v0.33.0.
     #[arg(long, value_name = "NAME")]

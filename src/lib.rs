@@ -66,7 +66,7 @@ pub fn run(cli: Cli) -> Result<ExitStatus> {
         Command::Port(flags) => commands::port::run(s, &flags.into()),
         Command::Record(flags) => commands::record::run(s, &flags.into()),
         Command::Completions { shell } => cli::print_completions(shell),
-        Command::Man => cli::print_man(),
+        Command::Man(flags) => cli::man::run(flags.dir.as_deref()),
     }
 }
 

@@ -8,6 +8,8 @@ use gaudi_fixes::cli::{self, Cli};
 use gaudi_fixes::report;
 
 fn main() -> ExitCode {
+    // A shell's completion function asking (GAUDI_FIXES_COMPLETE set): answer and exit.
+    cli::complete::answer_if_asked();
     let cli = match Cli::parse_or_usage_error() {
         Ok(cli) => cli,
         Err(status) => {

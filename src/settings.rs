@@ -135,6 +135,11 @@ pub struct MatrixArgs {
     pub no_tests: bool,
     /// Print the Markdown tables the fix pages embed instead of the human table.
     pub markdown: bool,
+    /// Print the CI job list instead of running (`--plan`); with `per_fix` one job per fix × release.
+    pub plan: bool,
+    pub per_fix: bool,
+    /// Merge these per-job `--format json` results instead of running.
+    pub merge: Vec<std::path::PathBuf>,
 }
 
 /// `port` flags.

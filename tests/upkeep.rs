@@ -26,7 +26,7 @@ echo "1 failed in 0.01s"; exit 1
 "#;
 
 /// The fixture, with tests for fix-a and the stand-in interpreter at `py`.
-fn with_tests() -> Dir {
+pub(crate) fn with_tests() -> Dir {
     let d = fixture();
     let y = d.read_string("cat/fixes/fix-a/fix.yaml") + "tests: [test_a.py]\n";
     d.write("cat/fixes/fix-a/fix.yaml", y);
@@ -214,7 +214,7 @@ fn port_stops_on_a_conflict_and_writes_nothing() {
 
 /// A cache with pristine v0.26.0 (the fixture's file), v0.27.0 (two lines added on top) and
 /// v0.99.0 (a context line changed).
-fn cache(d: &Dir) {
+pub(crate) fn cache(d: &Dir) {
     for (rel, text) in [
         ("v0.26.0", PRISTINE.to_string()),
         ("v0.27.0", format!("# 0.27\n# more\n{PRISTINE}")),

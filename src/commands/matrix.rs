@@ -5,6 +5,10 @@
 //! it comes `after:` or `requires:` — applied to the copy, and its tests run there). `--record` writes each
 //! release whose cell applied exactly and passed its tests into the variant's `verified:`.
 //!
+//! `--plan` prints the jobs that fan the matrix out over CI runners (one per release, or per fix
+//! × release); each job runs `matrix … --format json` into a file, and `--merge FILE…
+//! [--record]` makes those files one table and records `verified:` as one local run would.
+//!
 //! Exit 0 when every release could be prepared, 3 otherwise (or on bad input).
 
 use anyhow::{bail, Result};
@@ -16,7 +20,7 @@ use crate::report::upkeep as upkeep_report;
 use crate::settings::{MatrixArgs, Settings};
 use crate::upkeep::{self, matrix, upstream};
 
-/// Run `matrix`.
+/// Run `matrix`: `--plan` and `--merge` run nothing; otherwise every cell here.
 pub fn run(global: &Settings, args: &MatrixArgs) -> Result<ExitStatus> {
     let catalog = Catalog::load(global.catalog.as_deref())?;
     if args.record {
@@ -25,21 +29,20 @@ pub fn run(global: &Settings, args: &MatrixArgs) -> Result<ExitStatus> {
             bail!("--record writes releases where the fix's tests passed; it cannot be combined with --no-tests");
         }
     }
+    if !args.merge.is_empty() {
+        return merge(global, args, &catalog);
+    }
     let fixes: Vec<&Fix> = if args.fixes.is_empty() {
         catalog.fixes.iter().collect()
     } else {
         args.fixes.iter().map(|n| catalog.fix(n)).collect::<Result<_>>()?
     };
-    let mut releases: Vec<String> = if args.releases.is_empty() {
-        fixes
-            .iter()
-            .flat_map(|f| f.variants.iter().flat_map(|v| std::iter::once(v.release.clone()).chain(v.verified.clone())))
-            .collect()
-    } else {
-        args.releases.iter().map(|r| upstream::release_tag(r.trim())).collect::<Result<_>>()?
-    };
-    releases.sort_by_key(|r| matrix::version_key(r));
-    releases.dedup();
+    let releases = matrix::releases(&fixes, &args.releases)?;
+    if args.plan {
+        let jobs = matrix::plan(&fixes, &releases, args.per_fix, args.fixes.is_empty());
+        crate::report::emit(global.quiet, |out| upkeep_report::matrix_plan(out, global.format, &jobs))?;
+        return Ok(ExitStatus::Applied);
+    }
     let python = global.python.as_str();
     let tests_unavailable = if args.no_tests {
         Some("--no-tests".to_string())
@@ -66,13 +69,42 @@ pub fn run(global: &Settings, args: &MatrixArgs) -> Result<ExitStatus> {
         cells.append(&mut judged);
     }
     progress.clear();
+    finish(global, args, &catalog, &fixes, prepared, cells, tests_unavailable.as_deref())
+}
+
+/// `--merge FILE…`: the jobs' results as one matrix; `--record` as a local run records.
+fn merge(global: &Settings, args: &MatrixArgs, catalog: &Catalog) -> Result<ExitStatus> {
+    let merged = matrix::merge(catalog, &args.merge)?;
+    if args.record && !merged.tests_not_run.is_empty() {
+        bail!(
+            "--record writes releases where the fix's tests passed, but some jobs did not run them: {}",
+            merged.tests_not_run.join("; ")
+        );
+    }
+    let fixes: Vec<&Fix> =
+        catalog.fixes.iter().filter(|f| merged.cells.iter().any(|c| c.fix == f.manifest.name)).collect();
+    let no_tests = (!merged.tests_not_run.is_empty()).then(|| merged.tests_not_run.join("; "));
+    finish(global, args, catalog, &fixes, merged.releases, merged.cells, no_tests.as_deref())
+}
+
+/// Record (with `--record`) and print the matrix; exit 3 when a release could not be prepared.
+fn finish(
+    global: &Settings,
+    args: &MatrixArgs,
+    catalog: &Catalog,
+    fixes: &[&Fix],
+    prepared: Vec<matrix::ReleaseTrees>,
+    mut cells: Vec<matrix::Cell>,
+    no_tests: Option<&str>,
+) -> Result<ExitStatus> {
     if args.record {
         matrix::record(global.catalog.as_deref().expect("checked above"), &mut cells)?;
     }
     let status = if prepared.iter().any(|r| r.error.is_some()) { ExitStatus::Error } else { ExitStatus::Applied };
+    let identity = catalog.identity();
     crate::report::emit(global.quiet, |out| {
-        let no_tests = tests_unavailable.as_deref();
-        upkeep_report::matrix(out, global.format, args.markdown, status, python, &fixes, &prepared, &cells, no_tests)
+        let run = upkeep_report::MatrixRun { python: &global.python, catalogue: &identity, no_tests };
+        upkeep_report::matrix(out, global.format, args.markdown, status, &run, fixes, &prepared, &cells)
     })?;
     Ok(status)
 }

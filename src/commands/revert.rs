@@ -7,13 +7,8 @@ use crate::exit_status::ExitStatus;
 use crate::plan::Op;
 use crate::settings::{SelectArgs, Settings};
 
-/// Run `revert`. `--check` is refused: its exit codes would read backwards ("1 = not
-/// applied" is what a revert wants); `apply --check` reports the state.
+/// Run `revert`. It has no `--check` (its exit codes would read backwards: "1 = not applied" is
+/// what a revert wants); `apply --check` reports the state.
 pub fn run(global: &Settings, args: &SelectArgs) -> Result<ExitStatus> {
-    if args.check {
-        anyhow::bail!(
-            "`revert --check` is ambiguous; use `apply --check` (exit 1 = not applied) or `revert --dry-run`"
-        );
-    }
     super::select::run_select(global, args, Op::Revert, "revert")
 }

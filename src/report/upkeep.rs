@@ -10,10 +10,10 @@ use colored::Colorize;
 
 use super::json::SCHEMA;
 use super::Format;
-use crate::catalog::Fix;
+use crate::catalog::{CatalogIdentity, Fix};
 use crate::exit_status::ExitStatus;
 use crate::plan::FixState;
-use crate::upkeep::matrix::{Cell, CellState, ReleaseTrees, TestsResult};
+use crate::upkeep::matrix::{Cell, CellState, Job, ReleaseTrees, TestsResult};
 use crate::upkeep::merge::Conflict;
 use crate::upkeep::pytest::TestRun;
 use crate::upkeep::Written;
@@ -236,8 +236,42 @@ struct MatrixDocument<'a> {
     command: &'static str,
     exit_code: u8,
     python: &'a str,
+    /// The binary and the catalogue that judged the cells: `matrix --merge` takes only results
+    /// of its own version and catalogue.
+    gaudi_fixes: String,
+    catalogue: &'a CatalogIdentity,
+    tests_not_run: Option<&'a str>,
     releases: &'a [ReleaseTrees],
     cells: &'a [Cell],
+}
+
+/// What a matrix run was made with, for its report.
+pub struct MatrixRun<'a> {
+    pub python: &'a str,
+    pub catalogue: &'a CatalogIdentity,
+    /// Why the fixes' tests did not run, when they did not.
+    pub no_tests: Option<&'a str>,
+}
+
+/// `matrix --plan`: the jobs, for people, as JSON, or (`--format github`) as the one
+/// `matrix=…` line a workflow step appends to $GITHUB_OUTPUT for a `strategy.matrix`.
+pub fn matrix_plan(out: &mut dyn Write, format: Format, jobs: &[Job]) -> Result<()> {
+    let include = serde_json::json!({ "include": jobs });
+    match format {
+        Format::Github => writeln!(out, "matrix={}", serde_json::to_string(&include)?)?,
+        Format::Json => {
+            let doc = serde_json::json!({ "schema": SCHEMA, "command": "matrix", "plan": include });
+            serde_json::to_writer_pretty(&mut *out, &doc)?;
+            writeln!(out)?;
+        }
+        Format::Human => {
+            writeln!(out, "{} jobs:", jobs.len())?;
+            for job in jobs {
+                writeln!(out, "  {:<40} gaudi-fixes matrix {} --format json", job.id, job.args)?;
+            }
+        }
+    }
+    Ok(())
 }
 
 fn state_text(c: &Cell) -> String {
@@ -352,23 +386,31 @@ pub fn matrix(
     format: Format,
     markdown_tables: bool,
     status: ExitStatus,
-    python: &str,
+    run: &MatrixRun,
     fixes: &[&Fix],
     releases: &[ReleaseTrees],
     cells: &[Cell],
-    no_tests: Option<&str>,
 ) -> Result<()> {
     if markdown_tables {
         return markdown(out, fixes, cells);
     }
     if format == Format::Json {
-        let doc =
-            MatrixDocument { schema: SCHEMA, command: "matrix", exit_code: status.code(), python, releases, cells };
+        let doc = MatrixDocument {
+            schema: SCHEMA,
+            command: "matrix",
+            exit_code: status.code(),
+            python: run.python,
+            gaudi_fixes: crate::provenance::tool_version(),
+            catalogue: run.catalogue,
+            tests_not_run: run.no_tests,
+            releases,
+            cells,
+        };
         serde_json::to_writer_pretty(&mut *out, &doc)?;
         writeln!(out)?;
         return Ok(());
     }
-    matrix_human(out, releases, cells, no_tests)
+    matrix_human(out, releases, cells, run.no_tests)
 }
 
 /// Notes a command has for people before its result (on stderr; nothing under `--quiet`).

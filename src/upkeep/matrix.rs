@@ -5,8 +5,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
-use serde::Serialize;
+use anyhow::{bail, Context, Result};
+use serde::{Deserialize, Serialize};
 
 use crate::catalog::{Catalog, Fix};
 use crate::discover::{self, Tree, Trees};
@@ -16,7 +16,7 @@ use crate::tree::{TreeFilter, TreeName};
 use crate::upkeep::{self, upstream, yaml_edit};
 
 /// What a fix is on a release's pristine trees.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum CellState {
     /// Applies cleanly on the pristine tree.
@@ -46,7 +46,7 @@ impl CellState {
 }
 
 /// How the fix's tests went on the patched copy.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum TestsResult {
     Passed,
@@ -68,8 +68,8 @@ impl TestsResult {
     }
 }
 
-/// One fix on one release.
-#[derive(Debug, Clone, Serialize)]
+/// One fix on one release. Read back from another run's `--format json` by `--merge`.
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Cell {
     pub fix: String,
     pub release: String,
@@ -78,6 +78,7 @@ pub struct Cell {
     pub offsets: bool,
     /// The variant that applies (or, when drifted, the nearest one).
     pub variant: Option<String>,
+    #[serde(deserialize_with = "reason_code")]
     pub reason: Option<ReasonCode>,
     pub message: Option<String>,
     pub tests: TestsResult,
@@ -89,18 +90,179 @@ pub struct Cell {
     pub recorded: bool,
     /// Every file of the variant was judged in a tree found (none left out, none in a missing
     /// tree): only then did the apply and the tests cover both halves, and `--record` may write.
-    #[serde(skip)]
     pub whole: bool,
 }
 
+/// A reason code as the JSON spells it (`ReasonCode` itself is only written).
+fn reason_code<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<ReasonCode>, D::Error> {
+    use ReasonCode::*;
+    let Some(word) = Option::<String>::deserialize(d)? else { return Ok(None) };
+    let known = [UnsupportedRelease, LocallyModified, UnverifiedRelease, PartiallyApplied, FileMissing];
+    known
+        .into_iter()
+        .find(|c| serde_json::to_value(c).ok().and_then(|v| v.as_str().map(|s| s == word)).unwrap_or(false))
+        .map(Some)
+        .ok_or_else(|| serde::de::Error::custom(format!("unknown reason `{word}`")))
+}
+
 /// One release's trees.
-#[derive(Debug, Clone, Serialize)]
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct ReleaseTrees {
     pub release: String,
     pub vllm_root: Option<PathBuf>,
     pub vllm_gaudi: Option<upstream::GaudiTree>,
     /// Why the release could not be prepared.
     pub error: Option<String>,
+}
+
+/// The releases a matrix covers: those asked for (tags in any spelling `release_tag` takes), or
+/// every release the fixes' variants name or were verified on; in version order.
+pub fn releases(fixes: &[&Fix], asked: &[String]) -> Result<Vec<String>> {
+    let mut releases: Vec<String> = if asked.is_empty() {
+        fixes
+            .iter()
+            .flat_map(|f| f.variants.iter().flat_map(|v| std::iter::once(v.release.clone()).chain(v.verified.clone())))
+            .collect()
+    } else {
+        asked.iter().map(|r| upstream::release_tag(r.trim())).collect::<Result<_>>()?
+    };
+    releases.sort_by_key(|r| version_key(r));
+    releases.dedup();
+    Ok(releases)
+}
+
+/// One CI job of a fanned-out matrix: one release (every fix), or one fix on one release.
+#[derive(Debug, Clone, Serialize)]
+pub struct Job {
+    /// A name safe in file names and job titles: `v0.26.0` or `v0.26.0-topk-subset-sampler`.
+    pub id: String,
+    pub release: String,
+    pub fix: Option<String>,
+    /// What the job passes to `gaudi-fixes matrix` (before `--format json`).
+    pub args: String,
+}
+
+/// The jobs for `releases` × `fixes`: one per release, or with `per_fix` one per fix × release.
+pub fn plan(fixes: &[&Fix], releases: &[String], per_fix: bool, all_fixes: bool) -> Vec<Job> {
+    let mut jobs = Vec::new();
+    for release in releases {
+        if per_fix {
+            for fix in fixes {
+                let name = &fix.manifest.name;
+                jobs.push(Job {
+                    id: format!("{release}-{name}"),
+                    release: release.clone(),
+                    fix: Some(name.clone()),
+                    args: format!("--releases {release} --fix {name}"),
+                });
+            }
+        } else {
+            let only: String = if all_fixes {
+                String::new()
+            } else {
+                fixes.iter().map(|f| format!(" --fix {}", f.manifest.name)).collect()
+            };
+            jobs.push(Job {
+                id: release.clone(),
+                release: release.clone(),
+                fix: None,
+                args: format!("--releases {release}{only}"),
+            });
+        }
+    }
+    jobs
+}
+
+/// One `matrix --format json` document, read back.
+#[derive(Debug, Deserialize)]
+struct Results {
+    schema: u32,
+    command: String,
+    /// `gaudi-fixes <version>` of the binary that ran it.
+    gaudi_fixes: Option<String>,
+    catalogue: Option<crate::catalog::CatalogIdentity>,
+    /// Why the fixes' tests did not run in that job, when they did not.
+    tests_not_run: Option<String>,
+    releases: Vec<ReleaseTrees>,
+    cells: Vec<Cell>,
+}
+
+/// Per-job results merged into one matrix.
+#[derive(Debug)]
+pub struct Merged {
+    pub releases: Vec<ReleaseTrees>,
+    pub cells: Vec<Cell>,
+    /// `FILE: why` for each job whose tests did not run.
+    pub tests_not_run: Vec<String>,
+}
+
+/// Read the per-job results `files` and merge them into one matrix, as one run over all their
+/// releases would have made it: refused (with the file named) when a file is not a `matrix`
+/// document, was made by another gaudi-fixes version or from another catalogue (by content
+/// hash) than `catalog`, or judges a cell another file judges too.
+pub fn merge(catalog: &Catalog, files: &[PathBuf]) -> Result<Merged> {
+    let tool = crate::provenance::tool_version();
+    let identity = catalog.identity();
+    let mut releases: Vec<ReleaseTrees> = Vec::new();
+    let mut cells: Vec<Cell> = Vec::new();
+    let mut seen: BTreeMap<(String, String), String> = BTreeMap::new();
+    let mut tests_not_run = Vec::new();
+    for file in files {
+        let shown = file.display().to_string();
+        let text = std::fs::read_to_string(file).with_context(|| format!("reading {shown}"))?;
+        let results: Results = serde_json::from_str(&text).map_err(|e| {
+            anyhow::anyhow!("{shown}:{}:{}: not a `matrix --format json` document: {e}", e.line(), e.column())
+        })?;
+        if results.command != "matrix" || results.schema != crate::report::json::SCHEMA {
+            bail!(
+                "{shown}: a `{}` document (schema {}), not `matrix --format json` (schema {})",
+                results.command,
+                results.schema,
+                crate::report::json::SCHEMA
+            );
+        }
+        match &results.gaudi_fixes {
+            Some(v) if *v == tool => {}
+            other => bail!(
+                "{shown}: made by {}, not by this {tool}: merge results of one binary",
+                other.as_deref().unwrap_or("a gaudi-fixes that does not say its version")
+            ),
+        }
+        match &results.catalogue {
+            Some(c) if c.sha256 == identity.sha256 => {}
+            other => bail!(
+                "{shown}: made from catalogue {}, not this one ({}, sha256 {}): run the jobs and the merge on one catalogue",
+                other.as_ref().map_or("(none named)".to_string(), |c| format!("{} sha256 {}", c.origin, c.sha256)),
+                identity.origin,
+                identity.sha256
+            ),
+        }
+        for cell in &results.cells {
+            catalog.fix(&cell.fix).with_context(|| format!("{shown}: a cell for fix `{}`", cell.fix))?;
+            if let Some(other) = seen.insert((cell.fix.clone(), cell.release.clone()), shown.clone()) {
+                bail!("{shown} and {other} both judge {} on {}: merge each cell once", cell.fix, cell.release);
+            }
+        }
+        if let Some(why) = results.tests_not_run {
+            tests_not_run.push(format!("{shown}: {why}"));
+        }
+        for r in results.releases {
+            match releases.iter_mut().find(|x| x.release == r.release) {
+                Some(x) => {
+                    if x.error.is_none() {
+                        x.error = r.error;
+                    }
+                }
+                None => releases.push(r),
+            }
+        }
+        cells.extend(results.cells);
+    }
+    // The order one run gives: releases by version, then the catalogue's fix order.
+    let order = |name: &str| catalog.fixes.iter().position(|f| f.manifest.name == name).unwrap_or(usize::MAX);
+    releases.sort_by_key(|r| version_key(&r.release));
+    cells.sort_by_key(|c| (version_key(&c.release), order(&c.fix)));
+    Ok(Merged { releases, cells, tests_not_run })
 }
 
 /// Numeric order of release tags (`v0.9.0` before `v0.10.0`).

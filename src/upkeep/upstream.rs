@@ -107,8 +107,8 @@ if not os.path.isfile(os.path.join(out, 'vllm', '__init__.py')):
     Ok(dest)
 }
 
-/// Where a vllm_gaudi tree came from, for reports.
-#[derive(Debug, Clone, serde::Serialize)]
+/// Where a vllm_gaudi tree came from, for reports (and read back by `matrix --merge`).
+#[derive(Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct GaudiTree {
     /// The directory holding vllm_gaudi/.
     pub root: PathBuf,

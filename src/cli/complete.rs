@@ -1,0 +1,137 @@
+//! Shell completion through clap_complete's dynamic engine: the shell's completion function runs
+//! `GAUDI_FIXES_COMPLETE=<shell> gaudi-fixes -- <words…>` and prints what this build offers now —
+//! fix and profile names from the catalogue the command line names (`--catalog DIR`, else
+//! `GAUDI_FIXES_CATALOG`, else the built-in one), release tags, `--format` values, and only the
+//! subcommands this build has (no `equiv` / `bench` without the `reference` feature).
+//!
+//! The static scripts clap_complete generates break on a hyphenated binary name (their `case`
+//! arms never match: clap-rs/clap#6421), so `completions SHELL` prints the small registration
+//! script instead, which asks the binary.
+
+use std::ffi::OsString;
+use std::io::Write;
+use std::path::PathBuf;
+
+use clap_complete::engine::{ArgValueCandidates, CompletionCandidate};
+use clap_complete::env::{EnvCompleter, Shells};
+
+use crate::catalog::Catalog;
+
+/// The environment variable that turns a run into a completion request. Not clap_complete's
+/// default `COMPLETE`: a CI job that happens to set that must not turn `apply` into a no-op.
+pub const VAR: &str = "GAUDI_FIXES_COMPLETE";
+
+/// Answer a completion request, if this run is one (then exit); otherwise return.
+pub fn answer_if_asked() {
+    clap_complete::CompleteEnv::with_factory(completion_command).var(VAR).bin("gaudi-fixes").complete();
+}
+
+/// `gaudi-fixes completions SHELL`: the registration script, which calls `gaudi-fixes` (from
+/// PATH) for each completion.
+pub fn registration(shell: clap_complete::Shell, out: &mut dyn Write) -> std::io::Result<()> {
+    let name = shell.to_string();
+    let shells = Shells::builtins();
+    let completer: &dyn EnvCompleter =
+        shells.completer(&name).ok_or_else(|| std::io::Error::other(format!("no dynamic completion for {name}")))?;
+    completer.write_registration(VAR, "gaudi-fixes", "gaudi-fixes", "gaudi-fixes", out)
+}
+
+/// The command line completion sees: [`super::command`] without the subcommands this build
+/// cannot run (hidden ones would still be offered when they are the only match: `e<TAB>`).
+fn completion_command() -> clap::Command {
+    let full = super::command();
+    if cfg!(feature = "reference") {
+        return full;
+    }
+    let subcommands: Vec<clap::Command> = full.get_subcommands().filter(|s| !s.is_hide_set()).cloned().collect();
+    let mut cmd = clap::Command::new(full.get_name().to_string())
+        .bin_name("gaudi-fixes")
+        .subcommand_required(true)
+        .args(full.get_arguments().cloned())
+        .subcommands(subcommands);
+    if let Some(version) = full.get_version() {
+        cmd = cmd.version(version.to_string());
+    }
+    cmd
+}
+
+/// Candidates for a fix name.
+pub fn fixes() -> ArgValueCandidates {
+    ArgValueCandidates::new(|| {
+        catalog()
+            .map(|c| {
+                c.fixes
+                    .iter()
+                    .map(|f| {
+                        CompletionCandidate::new(&f.manifest.name)
+                            .help(Some(f.manifest.summary.trim().to_string().into()))
+                    })
+                    .collect()
+            })
+            .unwrap_or_default()
+    })
+}
+
+/// Candidates for a profile name.
+pub fn profiles() -> ArgValueCandidates {
+    ArgValueCandidates::new(|| {
+        catalog()
+            .map(|c| {
+                c.profiles
+                    .iter()
+                    .map(|p| CompletionCandidate::new(&p.name).help(Some(p.description.trim().to_string().into())))
+                    .collect()
+            })
+            .unwrap_or_default()
+    })
+}
+
+/// Candidates for a release tag: every release the catalogue's variants name or verified.
+pub fn releases() -> ArgValueCandidates {
+    ArgValueCandidates::new(|| {
+        let Some(catalog) = catalog() else { return Vec::new() };
+        let mut tags: Vec<String> = catalog
+            .fixes
+            .iter()
+            .flat_map(|f| f.variants.iter().flat_map(|v| std::iter::once(v.release.clone()).chain(v.verified.clone())))
+            .collect();
+        tags.sort_by_key(|t| crate::upkeep::matrix::version_key(t));
+        tags.dedup();
+        tags.into_iter().map(CompletionCandidate::new).collect()
+    })
+}
+
+/// The catalogue the words being completed name: `--catalog DIR` / `--catalog=DIR` among them,
+/// else `GAUDI_FIXES_CATALOG`, else the built-in one. None when it does not load (no candidates,
+/// never an error in the middle of a shell's line).
+fn catalog() -> Option<Catalog> {
+    Catalog::load(catalog_dir(std::env::args_os()).as_deref()).ok()
+}
+
+fn catalog_dir(args: impl Iterator<Item = OsString>) -> Option<PathBuf> {
+    let args: Vec<String> = args.map(|a| a.to_string_lossy().into_owned()).collect();
+    let mut found = None;
+    for (i, a) in args.iter().enumerate() {
+        if a == "--catalog" {
+            found = args.get(i + 1).cloned();
+        } else if let Some(dir) = a.strip_prefix("--catalog=") {
+            found = Some(dir.to_string());
+        }
+    }
+    found
+        .filter(|d| !d.is_empty())
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("GAUDI_FIXES_CATALOG").filter(|v| !v.is_empty()).map(PathBuf::from))
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn catalog_dir_from_the_words() {
+        let words = |w: &[&str]| w.iter().map(OsString::from).collect::<Vec<_>>().into_iter();
+        assert_eq!(catalog_dir(words(&["gaudi-fixes", "--catalog", "c", "apply"])), Some(PathBuf::from("c")));
+        assert_eq!(catalog_dir(words(&["gaudi-fixes", "--catalog=d", "apply"])), Some(PathBuf::from("d")));
+    }
+}
