@@ -116,3 +116,18 @@ fn diff_honours_only_tree() {
     assert!(out.contains("+    b = a * 3"), "{out}");
     assert!(!out.contains("vllm_gaudi/x.py (") && !out.contains("+x = 2"), "{out}");
 }
+
+/// fix-b's patch is made on top of fix-a (it comes `after:` it): on the pristine tree its hunk
+/// sits one line above the header's number. The note says so — not "another fix or local
+/// change", which a pristine tree has none of.
+#[test]
+fn offsets_on_a_pristine_tree_are_put_down_to_the_patch_made_on_top() {
+    let d = fixture();
+    let (out, _) = d.cmd().args(with_fixture(&["apply", "--check", "fix-b"])).expect(1);
+    assert!(out.contains("offset -1"), "{out}");
+    assert!(
+        out.contains("the lines above them differ from the file the v0.26.0 variant was made on; its patch is made on top of fix-a, which adds lines above when applied"),
+        "{out}"
+    );
+    assert!(!out.contains("local change"), "{out}");
+}

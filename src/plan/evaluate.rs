@@ -249,7 +249,17 @@ fn clean_verdict<'f>(
         _ => false,
     });
     if offsets {
-        report.message = Some("some hunks were found at an offset (another fix or local change above them)".into());
+        // On a pristine tree the usual cause is a patch made on top of the fixes this one comes
+        // after (their lines above count in its header), or another release's file.
+        let on_top = match fix.manifest.after.as_slice() {
+            [] => String::new(),
+            [one] => format!("; its patch is made on top of {one}, which adds lines above when applied"),
+            after => format!("; its patch is made on top of {}, which add lines above when applied", after.join(", ")),
+        };
+        report.message = Some(format!(
+            "some hunks were found away from their patch's line numbers: the lines above them differ from the file the {} variant was made on{on_top}; each hunk is still placed by its exact context",
+            c.variant.release
+        ));
     }
     Ok((report, Some(c.variant)))
 }
