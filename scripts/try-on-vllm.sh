@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# The main job on a real vLLM tree, from nothing: build gaudi-fixes, fetch vLLM RELEASE from the
+# The main job on a real vLLM tree, from nothing: build gaudi-fixes (or reuse a build that is up
+# to date), fetch vLLM RELEASE from the
 # package index into the cache, and on a copy of it run what an image build and its CI run:
 #   apply --check (1: not applied) → apply → apply --check (0) → apply again (no-op) → status
 #   → revert (byte-identical to the pristine release) → a hand edit inside a hunk: --check
@@ -13,10 +14,25 @@ cd "$(dirname "$0")/.."
 REL=${1:-v0.26.0}
 PROFILE=${2:-performance}
 . scripts/heartbeat.sh
-echo "building gaudi-fixes (release, default features: the CLI with its built-in catalogue, no libtorch;" \
-  "~2 min on a first build, seconds after)"
-heartbeat 20 "try-on-vllm: cargo build --release" cargo build --release --quiet
-BIN=$PWD/target/release/gaudi-fixes
+# An existing build is reused when nothing it is made from is newer: GAUDI_FIXES_BIN, the wheel's
+# (scripts/build-wheel.sh leaves it under target/<triple>/release), or cargo's own; otherwise
+# cargo builds one (release, default features: the CLI with its built-in catalogue, no libtorch).
+BIN=
+for cand in ${GAUDI_FIXES_BIN:-} target/x86_64-unknown-linux-gnu/release/gaudi-fixes target/release/gaudi-fixes; do
+  [ -x "$cand" ] || continue
+  if [ "$cand" = "${GAUDI_FIXES_BIN:-}" ] \
+    || [ -z "$(find src fixes profiles build.rs Cargo.toml Cargo.lock -newer "$cand" -print -quit)" ]; then
+    BIN=$(cd "$(dirname "$cand")" && pwd)/$(basename "$cand"); break
+  fi
+done
+if [ -n "$BIN" ]; then
+  echo "reusing $BIN (built after every source and fix; GAUDI_FIXES_BIN=... names another)"
+else
+  echo "building gaudi-fixes (release, default features; ~2 min on a first build, seconds after)"
+  heartbeat 20 "try-on-vllm: cargo build --release" cargo build --release --quiet
+  BIN=$PWD/target/release/gaudi-fixes
+fi
+"$BIN" --version
 pristine=$(bash scripts/fetch-upstream.sh "$REL" | tail -n 1)
 tree=$(mktemp -d "${TMPDIR:-/tmp}/gaudi-fixes-try.XXXXXX")
 cp -a "$pristine/." "$tree/"
