@@ -249,16 +249,20 @@ fn clean_verdict<'f>(
         _ => false,
     });
     if offsets {
-        // On a pristine tree the usual cause is a patch made on top of the fixes this one comes
-        // after (their lines above count in its header), or another release's file.
-        let on_top = match fix.manifest.after.as_slice() {
-            [] => String::new(),
-            [one] => format!("; its patch is made on top of {one}, which adds lines above when applied"),
-            after => format!("; its patch is made on top of {}, which add lines above when applied", after.join(", ")),
+        // Why: once applied, other fixes on the same file move its lines; not applied (a
+        // pristine tree), a patch made on top of the fixes it comes after counts their lines in
+        // its header; else the file differs from the variant's. (Another release: reason.rs.)
+        let why = match (c.clean, fix.manifest.after.as_slice()) {
+            (Some(FixState::Applied), _) => format!(
+                "the lines above them differ from the file the {} variant was made on (other fixes applied to the same file add lines)",
+                c.variant.release
+            ),
+            (_, [one]) => format!("its patch is made on top of {one}, which adds lines above when applied"),
+            (_, []) => format!("the lines above them differ from the file the {} variant was made on", c.variant.release),
+            (_, after) => format!("its patch is made on top of {}, which add lines above when applied", after.join(", ")),
         };
         report.message = Some(format!(
-            "some hunks were found away from their patch's line numbers: the lines above them differ from the file the {} variant was made on{on_top}; each hunk is still placed by its exact context",
-            c.variant.release
+            "some hunks were found away from their patch's line numbers: {why}; each hunk is still placed by its exact context"
         ));
     }
     Ok((report, Some(c.variant)))
