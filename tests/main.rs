@@ -14,6 +14,7 @@ mod matrix_requires;
 mod placement;
 mod promises;
 mod properties;
+mod pytest_runner;
 mod reasons;
 mod reasons_only_tree;
 mod record_on_top;

@@ -21,7 +21,7 @@ use crate::plan::{self, FixState, Op};
 use crate::report::upkeep::{self as upkeep_report, TestAbout};
 use crate::settings::{Settings, TestArgs};
 use crate::tree::TreeName;
-use crate::upkeep::pytest::{filtered_view, run_tests, Scratch};
+use crate::upkeep::pytest::{filtered_view, run_tests, Scratch, Talk};
 
 /// Run `test`.
 pub fn run(global: &Settings, args: &TestArgs) -> Result<ExitStatus> {
@@ -71,6 +71,7 @@ pub fn run(global: &Settings, args: &TestArgs) -> Result<ExitStatus> {
         not_applied,
     };
     upkeep_report::test_start(global.output(), &about);
+    let mut echo = crate::report::upkeep::pytest_echo(global.output());
     let run = run_tests(
         &catalog,
         fix,
@@ -78,7 +79,10 @@ pub fn run(global: &Settings, args: &TestArgs) -> Result<ExitStatus> {
         vllm_root.as_deref(),
         gaudi_root.as_deref(),
         &args.pytest_args,
-        crate::report::upkeep::pytest_echo(global.output()).as_mut().map(|w| w as &mut dyn std::io::Write),
+        match echo.as_mut() {
+            Some(w) => Talk::Echo(w),
+            None => Talk::Silent,
+        },
     )?;
     let status = if run.passed { ExitStatus::Applied } else { ExitStatus::NotApplied };
     crate::report::emit(global.quiet, |out| upkeep_report::test_run(out, global.format, &about, &run, status))?;

@@ -276,7 +276,7 @@ pub fn evaluate_cell(
         Some(&scratch.0),
         has_gaudi.then_some(scratch.0.as_path()),
         &[],
-        None,
+        upkeep::pytest::Talk::Steps(&mut |beat| progress(&format!("running its tests: {beat}"))),
     );
     match run {
         Ok(run) => {
