@@ -21,6 +21,7 @@ mod record_on_top;
 mod reference;
 mod relations;
 mod reliability;
+mod scripts_heartbeat;
 mod snapshots;
 mod upkeep;
 mod upstream_detect;
