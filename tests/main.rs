@@ -15,6 +15,7 @@ mod placement;
 mod promises;
 mod properties;
 mod pytest_runner;
+mod readers;
 mod reasons;
 mod reasons_only_tree;
 mod record_on_top;
