@@ -8,6 +8,7 @@ mod catalog_writes;
 mod cli;
 mod closed_stdout;
 mod conventions;
+mod github_summary;
 mod hangs_and_leaks;
 mod hostile;
 mod matrix_requires;
