@@ -4,6 +4,7 @@
 
 mod common;
 
+mod bytecode_upgrade;
 mod catalog_writes;
 mod cli;
 mod closed_stdout;

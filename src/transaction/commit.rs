@@ -326,6 +326,9 @@ pub(super) fn rollback(
         if i < renamed {
             if let Err(e) = replace_checked(t, t.old, t.new, ROLLBACK_WRITE) {
                 failed.push((i, format!("{e:#}")));
+            } else {
+                // A stash that followed the write follows it back.
+                let _ = restore_bytecode(t);
             }
         }
     }

@@ -11,7 +11,7 @@ use crate::hash::sha256_hex;
 use crate::plan::Action;
 use crate::provenance::Provenance;
 
-use super::bytecode::drop_stale_bytecode;
+use super::bytecode::{drop_stale_bytecode, follow_stash, sweep_stashes};
 use super::fault::fault;
 use super::fs::{parent_of, temp_name, Dir};
 use super::journal::{clear_hint, finish, read_journal, remove_saved, state_dir, write_provenance, Journal};
@@ -59,9 +59,11 @@ pub fn recover(roots: &[PathBuf]) -> Result<Vec<String>> {
                     // Without a journal, saved copies are from a run killed before its
                     // journal's commit or while removing them after it: never needed.
                     remove_saved(&state)?;
-                    root.dir.rmdir_if_empty(OsStr::new(STATE_DIR));
                 }
             }
+            // A writer's clean-up of the bytecode kept for files changed since by another hand.
+            said.extend(sweep_stashes(&root.dir)?);
+            root.dir.rmdir_if_empty(OsStr::new(STATE_DIR));
         }
         Ok(said)
     })
@@ -164,6 +166,8 @@ pub(super) fn roll_forward(journal: &Journal, trees: &[&Root]) -> Result<()> {
         let (dir, name) = parent_of(&trees[f.tree].dir, &f.path)?;
         drop_stale_bytecode(&dir, &name)?;
         dir.unlink(&temp_name(&name))?;
+        let owner = dir.lstat(&name)?.map_or((0, 0), |st| (st.uid, st.gid));
+        follow_stash(&trees[f.tree].dir, &dir, &name, &f.path, owner)?;
     }
     let provenance: Vec<(&Root, &Provenance)> = journal.provenance.iter().map(|(i, p)| (trees[*i], p)).collect();
     write_provenance(&provenance)?;
