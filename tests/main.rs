@@ -25,6 +25,7 @@ mod reference;
 mod relations;
 mod reliability;
 mod scripts_heartbeat;
+mod shared_cache;
 mod snapshots;
 mod upkeep;
 mod upstream_detect;

@@ -292,8 +292,9 @@ pub fn evaluate_cell(
 }
 
 /// A patched copy of a release's trees, beside the cache (hard links need one file system):
-/// `scratch/<release>-<fix>.gaudi-fixes-<pid>`, removed when done, or by the next `matrix`
-/// when this one is killed ([`upstream::remove_stale`]).
+/// `scratch/<release>-<fix>.gaudi-fixes-<pid>-<random>` (unique across PID namespaces, locked
+/// while this run lives), removed when done, or by the next `matrix` when this one is killed
+/// ([`upstream::remove_stale`]).
 pub struct ScratchTree(PathBuf, Option<upstream::OwnDir>);
 
 impl ScratchTree {

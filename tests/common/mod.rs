@@ -259,3 +259,19 @@ pub fn real_python() -> Option<PathBuf> {
     let ok = Command::new(&p).args(["-c", "import pytest, torch"]).output().ok()?.status.success();
     ok.then_some(p)
 }
+
+/// Everything under `<cache>/upstream`, `scratch` and `gaudi` but the finished v0.26.0 tree.
+pub fn cache_leftovers(d: &Dir) -> Vec<String> {
+    let mut out = Vec::new();
+    for sub in ["upstream", "scratch", "gaudi"] {
+        let Ok(entries) = std::fs::read_dir(d.path().join("cache").join(sub)) else { continue };
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if !(sub == "upstream" && name == "v0.26.0") {
+                out.push(format!("{sub}/{name}"));
+            }
+        }
+    }
+    out.sort();
+    out
+}
