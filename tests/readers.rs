@@ -127,3 +127,20 @@ fn concurrent_readers_never_fail_over_a_temp_file_another_removed() {
     churn.join().unwrap();
     assert!(failed.is_empty(), "{} of 90 readers failed: {failed:#?}", failed.len());
 }
+
+/// An I/O error that names a file carries it as the error's place: JSON's `error.file`, and
+/// GitHub's `::error file=…`. Before: `"file": null` and a bare `::error::`.
+#[test]
+fn an_unreadable_file_is_an_error_at_that_file() {
+    let d = fixture();
+    read_only(&d);
+    let module = d.path().join("root/vllm/mod.py");
+    std::fs::set_permissions(&module, std::fs::Permissions::from_mode(0o000)).unwrap();
+    let (code, out, err) = as_reader(&d, &with_fixture(&["--format", "json", "status"]));
+    assert_eq!(code, Some(3), "{out}{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(v["error"]["file"].as_str(), module.to_str(), "{out}");
+    let (code, out, _) = as_reader(&d, &with_fixture(&["--format", "github", "status"]));
+    assert_eq!(code, Some(3));
+    assert!(out.contains(&format!("::error file={}::", module.display())), "{out}");
+}

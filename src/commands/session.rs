@@ -5,7 +5,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
-use anyhow::{Context, Result};
+use crate::error::FileContext;
+use anyhow::Result;
 
 use crate::catalog::Catalog;
 
@@ -93,7 +94,7 @@ impl Session {
                     tmp.display()
                 )),
                 Err(e) => {
-                    return Err(e).with_context(|| format!("removing the stale temp file {}", tmp.display()));
+                    return Err(e).file_context(&tmp, || format!("removing the stale temp file {}", tmp.display()));
                 }
             }
         }

@@ -6,6 +6,7 @@ use std::os::unix::ffi::OsStrExt;
 
 use std::path::Path;
 
+use crate::error::FileContext;
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
@@ -70,7 +71,7 @@ pub(super) fn stash_bytecode(state: &Dir, t: &Target<'_>) -> Result<bool> {
         drop_stash(state, &t.rel)?;
     }
     let (stash, _) = state.open_or_create_dir(OsStr::new(BYTECODE))?;
-    let st = t.dir.lstat(&t.name)?.with_context(|| format!("{}: vanished", t.shown().display()))?;
+    let st = t.dir.lstat(&t.name)?.file_context(t.shown(), || format!("{}: vanished", t.shown().display()))?;
     let (entry, _) = stash.open_or_create_dir(&key)?;
     let mut pyc = Vec::new();
     if let Some(cache) = t.dir.open_dir(OsStr::new("__pycache__"))? {

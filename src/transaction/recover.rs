@@ -5,6 +5,7 @@ use std::ffi::{OsStr, OsString};
 
 use std::path::PathBuf;
 
+use crate::error::FileContext;
 use anyhow::{bail, Context, Result};
 
 use crate::hash::sha256_hex;
@@ -115,7 +116,9 @@ pub(super) fn roll_forward(journal: &Journal, trees: &[&Root]) -> Result<()> {
     for (i, f) in journal.files.iter().enumerate() {
         let root = trees[f.tree];
         let (dir, name) = parent_of(&root.dir, &f.path)?;
-        let current = dir.read(&name)?.with_context(|| format!("recovering {}: missing", dir.path(&name).display()))?;
+        let current = dir
+            .read(&name)?
+            .file_context(dir.path(&name), || format!("recovering {}: missing", dir.path(&name).display()))?;
         let hash = sha256_hex(&current);
         if hash == f.post_sha256 {
             continue;
@@ -128,10 +131,13 @@ pub(super) fn roll_forward(journal: &Journal, trees: &[&Root]) -> Result<()> {
                 shown_journal.display()
             );
         }
-        let state = state_dir(&root.dir)?.with_context(|| format!("{}: no saved copies", root.path.display()))?;
+        let state =
+            state_dir(&root.dir)?.file_context(&root.path, || format!("{}: no saved copies", root.path.display()))?;
         let saved = state.open_dir(OsStr::new(SAVED))?.context("the journal's saved copies are missing")?;
         let copy = OsString::from(format!("{i}.post"));
-        let post = saved.read(&copy)?.with_context(|| format!("{}: missing", saved.path(&copy).display()))?;
+        let post = saved
+            .read(&copy)?
+            .file_context(saved.path(&copy), || format!("{}: missing", saved.path(&copy).display()))?;
         if sha256_hex(&post) != f.post_sha256 {
             bail!("{}: saved copy is damaged; the file still has its old content", saved.path(&copy).display());
         }

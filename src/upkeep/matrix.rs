@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
+use crate::error::FileContext;
 use anyhow::{Context, Result};
 use serde::Serialize;
 
@@ -338,9 +339,9 @@ pub fn record(dir: &Path, cells: &mut [Cell]) -> Result<()> {
         list.sort_by_key(|r| version_key(r));
         list.dedup();
         let path = dir.join(&fix.dir).join("fix.yaml");
-        let old = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-        let new =
-            yaml_edit::set_verified(&old, variant, &list).with_context(|| format!("editing {}", path.display()))?;
+        let old = std::fs::read_to_string(&path).file_context(&path, || format!("reading {}", path.display()))?;
+        let new = yaml_edit::set_verified(&old, variant, &list)
+            .file_context(&path, || format!("editing {}", path.display()))?;
         upstream::replace_file(&path, new.as_bytes())?;
         if let Err(e) = Catalog::load(Some(dir)) {
             upstream::replace_file(&path, old.as_bytes())?;

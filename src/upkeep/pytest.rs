@@ -5,6 +5,7 @@
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use crate::error::FileContext;
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
 
@@ -102,8 +103,8 @@ pub fn materialize(catalog: &Catalog, fix: &Fix, dir: &Path) -> Result<PathBuf> 
     for (rel, bytes) in catalog.files.files.iter().filter(|(p, _)| p.starts_with(&fix.dir)) {
         let dest = out.join(rel.strip_prefix(&fix.dir).expect("filtered by prefix"));
         std::fs::create_dir_all(dest.parent().expect("has a parent"))
-            .with_context(|| format!("creating {}", dest.display()))?;
-        std::fs::write(&dest, bytes).with_context(|| format!("writing {}", dest.display()))?;
+            .file_context(&dest, || format!("creating {}", dest.display()))?;
+        std::fs::write(&dest, bytes).file_context(&dest, || format!("writing {}", dest.display()))?;
     }
     Ok(out)
 }
@@ -121,7 +122,7 @@ impl Scratch {
             std::process::id(),
             N.fetch_add(1, Ordering::Relaxed)
         ));
-        std::fs::create_dir(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        std::fs::create_dir(&dir).file_context(&dir, || format!("creating {}", dir.display()))?;
         Ok(Scratch(dir))
     }
 }
@@ -230,9 +231,9 @@ pub fn run_tests(
     let scratch = Scratch::new("test")?;
     let dir = materialize(catalog, fix, &scratch.0)?;
     let plugin_dir = scratch.0.join(".plugin");
-    std::fs::create_dir(&plugin_dir).with_context(|| format!("creating {}", plugin_dir.display()))?;
+    std::fs::create_dir(&plugin_dir).file_context(&plugin_dir, || format!("creating {}", plugin_dir.display()))?;
     let plugin = plugin_dir.join("gaudi_fixes_pytest.py");
-    std::fs::write(&plugin, PLUGIN).with_context(|| format!("writing {}", plugin.display()))?;
+    std::fs::write(&plugin, PLUGIN).file_context(&plugin, || format!("writing {}", plugin.display()))?;
     let files = RunFiles { report: scratch.0.join(".verdict.json"), running: scratch.0.join(".running") };
     let mut python_path = std::ffi::OsString::from(&plugin_dir);
     if let Some(old) = std::env::var_os("PYTHONPATH").filter(|p| !p.is_empty()) {
@@ -311,10 +312,10 @@ fn read_verdict(path: &Path, code: i32, name: &str) -> Result<Verdict> {
                  verdict): the interpreter did not run the session to its end"
             );
         }
-        Err(e) => return Err(e).with_context(|| format!("reading pytest's verdict {}", path.display())),
+        Err(e) => return Err(e).file_context(path, || format!("reading pytest's verdict {}", path.display())),
     };
-    let verdict: Verdict =
-        serde_json::from_str(&text).with_context(|| format!("pytest's verdict {} is not JSON", path.display()))?;
+    let verdict: Verdict = serde_json::from_str(&text)
+        .file_context(path, || format!("pytest's verdict {} is not JSON", path.display()))?;
     if verdict.exitstatus != code {
         bail!(
             "pytest decided exit {} for {name} ({}), but the interpreter exited {code}: it failed after the tests",
@@ -426,7 +427,7 @@ fn pump(mut pipe: Box<dyn std::io::Read + Send>, tx: &std::sync::mpsc::Sender<st
 /// their own reason instead of testing a tree the user excluded.
 pub fn filtered_view(scratch: &Path, kept: &[(&str, &Path)]) -> Result<PathBuf> {
     let view = scratch.join("trees");
-    std::fs::create_dir(&view).with_context(|| format!("creating {}", view.display()))?;
+    std::fs::create_dir(&view).file_context(&view, || format!("creating {}", view.display()))?;
     for (package, root) in kept {
         let target = root.join(package);
         std::os::unix::fs::symlink(&target, view.join(package))

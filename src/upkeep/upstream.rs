@@ -15,6 +15,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use crate::error::FileContext;
 use anyhow::{bail, Context, Result};
 
 /// The cache directory.
@@ -57,7 +58,7 @@ pub fn vllm_tree(python: &str, release: &str, mut progress: impl FnMut(&str)) ->
     let cache = cache_dir()?;
     let version = release.trim_start_matches('v');
     let wheels = cache.join("wheels");
-    std::fs::create_dir_all(&wheels).with_context(|| format!("creating {}", wheels.display()))?;
+    std::fs::create_dir_all(&wheels).file_context(&wheels, || format!("creating {}", wheels.display()))?;
     let find = || -> Option<PathBuf> {
         let prefix = format!("vllm-{version}-");
         std::fs::read_dir(&wheels).ok()?.flatten().map(|e| e.path()).find(|p| {
@@ -230,16 +231,16 @@ const MANIFEST_HEADER: &str = "gaudi-fixes manifest 1: <size> <path> of every fi
 fn write_manifest(dir: &Path) -> Result<()> {
     let mut lines = vec![MANIFEST_HEADER.to_string()];
     for entry in walkdir::WalkDir::new(dir).sort_by_file_name() {
-        let entry = entry.with_context(|| format!("listing {}", dir.display()))?;
+        let entry = entry.file_context(dir, || format!("listing {}", dir.display()))?;
         if entry.file_type().is_dir() {
             continue;
         }
         let rel = entry.path().strip_prefix(dir).expect("under dir");
-        let size = entry.metadata().with_context(|| format!("reading {}", entry.path().display()))?.len();
+        let size = entry.metadata().file_context(entry.path(), || format!("reading {}", entry.path().display()))?.len();
         lines.push(format!("{size} {}", rel.display()));
     }
     let path = dir.join(MANIFEST);
-    std::fs::write(&path, lines.join("\n") + "\n").with_context(|| format!("writing {}", path.display()))
+    std::fs::write(&path, lines.join("\n") + "\n").file_context(&path, || format!("writing {}", path.display()))
 }
 
 /// Check the tree `dir` against its manifest, when it has one.
@@ -248,7 +249,7 @@ pub fn check_manifest(dir: &Path) -> Result<()> {
     let text = match std::fs::read_to_string(&path) {
         Ok(text) => text,
         Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
-        Err(e) => return Err(e).with_context(|| format!("reading {}", path.display())),
+        Err(e) => return Err(e).file_context(&path, || format!("reading {}", path.display())),
     };
     let mut lines = text.lines();
     if lines.next() != Some(MANIFEST_HEADER) {
@@ -320,13 +321,13 @@ impl OwnDir {
         let name = format!("{stem}{OWN_MARK}{}-{}", std::process::id(), random_hex());
         let making = parent.join(format!("{MAKING}{name}"));
         let path = parent.join(&name);
-        std::fs::create_dir_all(parent).with_context(|| format!("creating {}", parent.display()))?;
-        std::fs::create_dir(&making).with_context(|| format!("creating {}", making.display()))?;
-        let lock = std::fs::File::open(&making).with_context(|| format!("opening {}", making.display()))?;
+        std::fs::create_dir_all(parent).file_context(parent, || format!("creating {}", parent.display()))?;
+        std::fs::create_dir(&making).file_context(&making, || format!("creating {}", making.display()))?;
+        let lock = std::fs::File::open(&making).file_context(&making, || format!("opening {}", making.display()))?;
         if !try_lock(&lock) {
             bail!("{}: locked by another process; cannot use it", making.display());
         }
-        std::fs::rename(&making, &path).with_context(|| format!("naming {}", path.display()))?;
+        std::fs::rename(&making, &path).file_context(&path, || format!("naming {}", path.display()))?;
         Ok(OwnDir { path, _lock: lock, installed: false })
     }
 
@@ -348,7 +349,7 @@ impl OwnDir {
                 Ok(())
             }
             Err(_) if complete(dest) => Ok(()), // dropped: ours is removed
-            Err(e) => Err(e).with_context(|| format!("moving the new tree to {}", dest.display())),
+            Err(e) => Err(e).file_context(dest, || format!("moving the new tree to {}", dest.display())),
         }
     }
 }
@@ -430,7 +431,7 @@ pub fn replace_file(path: &Path, bytes: &[u8]) -> Result<()> {
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
     let name = path.file_name().map_or_else(String::new, |n| n.to_string_lossy().into_owned());
     let tmp = path.with_file_name(format!(".{name}.{}-{nanos}.gaudi-fixes-tmp", std::process::id()));
-    std::fs::write(&tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("replacing {}", path.display()))?;
+    std::fs::write(&tmp, bytes).file_context(&tmp, || format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).file_context(path, || format!("replacing {}", path.display()))?;
     Ok(())
 }
