@@ -226,7 +226,7 @@ pub(super) fn tree_relative(root: &Root, path: &Path) -> Result<String> {
         std::fs::canonicalize(parent).file_context(parent, || format!("resolving {}", parent.display()))?.join(name);
     let rel = real
         .strip_prefix(&root.path)
-        .with_context(|| format!("{}: outside the tree {}; refusing", path.display(), root.path.display()))?;
+        .file_context(path, || format!("{}: outside the tree {}; refusing", path.display(), root.path.display()))?;
     let rel = rel.to_str().file_context(path, || format!("{}: path is not UTF-8; refusing", path.display()))?;
     check_rel(rel)?;
     Ok(rel.to_string())
@@ -246,8 +246,9 @@ pub(super) fn preflight(targets: &[Target<'_>], involved: &[&Root]) -> Result<()
         }
         if let Err(e) = t.dir.raw_open(&t.name, libc::O_WRONLY | libc::O_NONBLOCK, 0) {
             let why = why(&e);
-            return Err(e)
-                .with_context(|| format!("{}: cannot be written ({why}); nothing was changed", shown.display()));
+            return Err(e).file_context(&shown, || {
+                format!("{}: cannot be written ({why}); nothing was changed", shown.display())
+            });
         }
         let probe = temp_name(&t.name);
         t.dir.create_exclusive(&probe, b"", t.mode, Some(t.owner)).with_context(|| {

@@ -187,8 +187,9 @@ impl Dir {
         let (a, b) = (cname(from)?, cname(to)?);
         let fd = self.fd.as_raw_fd();
         // SAFETY: renameat(2) within one directory fd.
-        cvt(unsafe { libc::renameat(fd, a.as_ptr(), fd, b.as_ptr()) })
-            .with_context(|| format!("renaming {} over {}", self.path(from).display(), self.path(to).display()))?;
+        cvt(unsafe { libc::renameat(fd, a.as_ptr(), fd, b.as_ptr()) }).file_context(self.path(to), || {
+            format!("renaming {} over {}", self.path(from).display(), self.path(to).display())
+        })?;
         Ok(())
     }
 

@@ -301,5 +301,5 @@ pub fn lock_catalog(dir: &Path) -> Result<crate::transaction::TreeLocks> {
 pub fn read_in(root: &Path, file: &str, what: &str) -> Result<Vec<u8>> {
     let within = format!("{what} {}", root.display());
     crate::tree::read_inside(root, file, &within, crate::plan::MAX_FILE_BYTES)?
-        .with_context(|| format!("{what}: cannot read {}: no such file", root.join(file).display()))
+        .file_context(root.join(file), || format!("{what}: cannot read {}: no such file", root.join(file).display()))
 }
