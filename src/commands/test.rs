@@ -5,7 +5,9 @@
 //! The fix's directory is written to a temporary directory and `PYTHON -m pytest` runs its
 //! `tests:` there, with `GAUDI_FIXES_ROOT` (the directory holding `vllm/`, else `vllm_gaudi/`),
 //! `GAUDI_FIXES_VLLM_ROOT` and `GAUDI_FIXES_VLLM_GAUDI_ROOT` set. pytest's progress streams to
-//! stderr as it runs. Exit 0 when tests ran and passed, 1 when they fail (and it says when the
+//! stderr as it runs, with a line naming the running test whenever pytest printed none for
+//! 15 s (a build log is never silent for long); the verdict is pytest's own (exit code and
+//! its result plugin's counts), the same in every format. Exit 0 when tests ran and passed, 1 when they fail (and it says when the
 //! fix is not applied), 3 when they cannot run (no tree, no pytest or torch, no test ran, every
 //! file of the fix left out by `--only-tree`). With `--only-tree` the tests see only the kept
 //! trees. Skips are listed with pytest's reasons.

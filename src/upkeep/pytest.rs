@@ -1,6 +1,10 @@
 //! The pytest runner shared by `test` and `matrix`: check the interpreter (pytest, torch, and
 //! that it runs at all), write the fix's directory to a scratch directory, run `PYTHON -m
-//! pytest` on its `tests:` against the given trees, and read pytest's summary and skip reasons.
+//! pytest` on its `tests:` against the given trees with gaudi-fixes' result plugin
+//! (`gaudi_fixes_pytest.py`), and take the verdict from pytest itself: its exit code and the
+//! counts and skip reasons the plugin wrote — never from a line of output, where an
+//! interpreter's line at exit could pose as the summary. A run that prints no line for 15 s
+//! says which test is running.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
