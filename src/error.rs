@@ -3,7 +3,7 @@
 //! `error.file`/`error.line`, GitHub's `::error file=…,line=…::`) instead of from the text.
 
 use std::fmt;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 /// An error at a place in a file. Displays as `file:line:column: message` (the line and column
 /// only when known), the shape compilers and editors jump to.
@@ -36,7 +36,9 @@ impl Located {
 
     /// The outermost located error in `err`'s chain: the place the printed message names first.
     pub fn find(err: &anyhow::Error) -> Option<&Located> {
-        err.chain().find_map(|cause| cause.downcast_ref::<Located>())
+        err.chain().find_map(|cause| {
+            cause.downcast_ref::<Located>().or_else(|| cause.downcast_ref::<AtFile>().map(|at| &at.place))
+        })
     }
 }
 
@@ -54,6 +56,51 @@ impl fmt::Display for Located {
 }
 
 impl std::error::Error for Located {}
+
+/// An I/O error about a file, carrying the file as a [`Located`] place for the printers while
+/// it reads as its message did (`reading /x: No such file or directory`): made by
+/// [`FileContext::file_context`], found by [`Located::find`].
+#[derive(Debug)]
+struct AtFile {
+    place: Located,
+    source: Option<anyhow::Error>,
+}
+
+impl fmt::Display for AtFile {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.write_str(&self.place.message)
+    }
+}
+
+impl std::error::Error for AtFile {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        self.source.as_ref().map(|e| e.as_ref() as &(dyn std::error::Error + 'static))
+    }
+}
+
+/// `.with_context(|| …)` for an operation on a file: the same message, with the file set as
+/// the error's place (JSON's `error.file`, GitHub's `::error file=…`).
+pub trait FileContext<T> {
+    fn file_context(self, file: impl AsRef<Path>, message: impl FnOnce() -> String) -> anyhow::Result<T>;
+}
+
+impl<T, E: Into<anyhow::Error>> FileContext<T> for Result<T, E> {
+    fn file_context(self, file: impl AsRef<Path>, message: impl FnOnce() -> String) -> anyhow::Result<T> {
+        self.map_err(|e| {
+            let place = Located::in_file(file.as_ref(), message());
+            anyhow::Error::new(AtFile { place, source: Some(e.into()) })
+        })
+    }
+}
+
+/// For a value that is not there (a file that vanished): the message is the whole error.
+impl<T> FileContext<T> for Option<T> {
+    fn file_context(self, file: impl AsRef<Path>, message: impl FnOnce() -> String) -> anyhow::Result<T> {
+        self.ok_or_else(|| {
+            anyhow::Error::new(AtFile { place: Located::in_file(file.as_ref(), message()), source: None })
+        })
+    }
+}
 
 /// `return Err(Located::at(file, line, format!(…)).into())`.
 macro_rules! bail_at {
@@ -88,5 +135,15 @@ mod tests {
         let err = inner.context("loading the catalogue");
         assert_eq!(Located::find(&err).map(|l| (l.file.clone(), l.line)), Some(("inner.yaml".into(), Some(3))));
         assert!(Located::find(&anyhow::anyhow!("no place")).is_none());
+    }
+
+    #[test]
+    fn a_file_context_reads_as_its_message_and_carries_the_file() {
+        use super::FileContext;
+        let io: Result<(), std::io::Error> = Err(std::io::Error::from(std::io::ErrorKind::NotFound));
+        let err = io.file_context("/x/y.py", || "reading /x/y.py".to_string()).unwrap_err();
+        let err = err.context("loading the tree");
+        assert_eq!(format!("{err:#}"), "loading the tree: reading /x/y.py: entity not found");
+        assert_eq!(Located::find(&err).map(|l| l.file.clone()), Some("/x/y.py".into()));
     }
 }

@@ -6,7 +6,8 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use anyhow::{Context, Result};
+use crate::error::FileContext;
+use anyhow::Result;
 use serde::{Deserialize, Serialize};
 
 use crate::catalog::CatalogIdentity;
@@ -127,5 +128,6 @@ pub fn disagreements(reports: &[FixReport], records: &BTreeMap<PathBuf, Option<P
 }
 
 fn read(path: &Path) -> Result<Vec<u8>> {
-    std::fs::read(path).with_context(|| format!("reading {} to compare with its provenance record", path.display()))
+    std::fs::read(path)
+        .file_context(path, || format!("reading {} to compare with its provenance record", path.display()))
 }

@@ -9,9 +9,9 @@ use std::fs;
 use std::path::{Path, PathBuf};
 use std::str::FromStr;
 
-use anyhow::{Context, Result};
+use anyhow::Result;
 
-use crate::error::{bail_in, Located};
+use crate::error::{bail_in, FileContext, Located};
 
 /// Files larger than this are not Python sources we patch; refusing keeps memory bounded.
 pub const MAX_FILE_BYTES: u64 = 16 * 1024 * 1024;
@@ -89,12 +89,12 @@ pub fn resolve_inside(root: &Path, rel: &str, within: &str) -> Result<Option<(Pa
     let meta = match fs::symlink_metadata(&path) {
         Ok(meta) => meta,
         Err(err) if err.kind() == std::io::ErrorKind::NotFound => return Ok(None),
-        Err(err) => return Err(err).with_context(|| format!("reading {}", path.display())),
+        Err(err) => return Err(err).file_context(&path, || format!("reading {}", path.display())),
     };
     // Resolve every component, not only the last: a symlinked directory on the way can lead
     // outside just as well as a symlinked file.
     let real = fs::canonicalize(&path).map_err(|e| Located::in_file(&path, format!("broken symlink: {e}")))?;
-    let root_real = fs::canonicalize(root).with_context(|| format!("resolving {}", root.display()))?;
+    let root_real = fs::canonicalize(root).file_context(root, || format!("resolving {}", root.display()))?;
     let is_symlink = meta.file_type().is_symlink();
     if !real.starts_with(&root_real) {
         let through = if is_symlink { "symlink points" } else { "a symlinked directory on its path leads" };
@@ -131,7 +131,7 @@ pub fn read_regular(shown: &Path, real: &Path, max: u64) -> Result<Vec<u8>> {
     let not_regular = |ft: fs::FileType| {
         anyhow::Error::from(Located::in_file(shown, format!("not a regular file ({}); refusing to read it", kind(ft))))
     };
-    let meta = fs::symlink_metadata(real).with_context(|| format!("reading {}", shown.display()))?;
+    let meta = fs::symlink_metadata(real).file_context(shown, || format!("reading {}", shown.display()))?;
     if !meta.is_file() {
         return Err(not_regular(meta.file_type()));
     }
@@ -139,8 +139,8 @@ pub fn read_regular(shown: &Path, real: &Path, max: u64) -> Result<Vec<u8>> {
         .read(true)
         .custom_flags(libc::O_NONBLOCK | libc::O_NOFOLLOW)
         .open(real)
-        .with_context(|| format!("reading {}", shown.display()))?;
-    let meta = file.metadata().with_context(|| format!("reading {}", shown.display()))?;
+        .file_context(shown, || format!("reading {}", shown.display()))?;
+    let meta = file.metadata().file_context(shown, || format!("reading {}", shown.display()))?;
     if !meta.is_file() {
         return Err(not_regular(meta.file_type()));
     }
@@ -153,7 +153,10 @@ pub fn read_regular(shown: &Path, real: &Path, max: u64) -> Result<Vec<u8>> {
         );
     }
     let mut bytes = Vec::with_capacity(meta.len() as usize);
-    file.by_ref().take(max + 1).read_to_end(&mut bytes).with_context(|| format!("reading {}", shown.display()))?;
+    file.by_ref()
+        .take(max + 1)
+        .read_to_end(&mut bytes)
+        .file_context(shown, || format!("reading {}", shown.display()))?;
     if bytes.len() as u64 > max {
         bail_in!(shown, "grew past {} MiB while it was read; refusing", max >> 20);
     }

@@ -105,6 +105,8 @@ fn port_refuses_to_build_on_a_fix_not_yet_ported() {
     let before = d.snapshot("cat");
     let (_, err) = port(&d, "fix-b", "new", "v0.27.0").expect(3);
     assert!(err.contains("fix-a") && err.contains("port fix-a to v0.27.0 first"), "{err}");
+    // One sentence: before, a broken string continuation left 18 spaces inside it.
+    assert!(err.contains("is made on top of it") && !err.contains("  "), "{err}");
     assert_eq!(d.snapshot("cat"), before, "a refused port wrote something");
 }
 

@@ -5,9 +5,7 @@
 //! pass without a test run, `--only-tree` honoured, "not applied" said, skips named, no advice
 //! to install torch over an image's own).
 
-use std::os::unix::fs::PermissionsExt;
-
-use crate::common::{fixture, with_fixture, Dir};
+use crate::common::{fake_python, fixture, with_fixture, Dir};
 
 #[test]
 fn completions_for_every_shell_and_a_man_page() {
@@ -133,12 +131,14 @@ fn human_output_glitches_are_gone() {
     assert!(!out.contains("nothing was written"), "{out}");
 }
 
-/// A stand-in python: passes the probe; as pytest prints what `$FAKE_PYTEST` says and exits
-/// with `$FAKE_EXIT`; records the trees it was shown in `seen`.
+/// A stand-in python: passes the probe; as pytest prints what `$FAKE_PYTEST` says, leaves the
+/// verdict `verdict $FAKE_VERDICT` writes and exits with `$FAKE_EXIT`; records the trees it was
+/// shown in `seen`.
 const FAKE_PYTHON: &str = r#"#!/bin/sh
 if [ "$1" = "-c" ]; then echo gaudi-fixes-probe-ok; echo "$FAKE_MISSING"; exit 0; fi
 ls "$GAUDI_FIXES_ROOT" > "$SEEN"
 printf '%b\n' "$FAKE_PYTEST"
+eval "verdict ${FAKE_EXIT:-0} $FAKE_VERDICT"
 exit "${FAKE_EXIT:-0}"
 "#;
 
@@ -148,8 +148,7 @@ fn with_tests() -> Dir {
     d.write("cat/fixes/fix-a/fix.yaml", y);
     d.write("cat/fixes/fix-a/test_a.py", "def test_a():\n    pass\n");
     d.write("root/vllm_gaudi/__init__.py", "");
-    let py = d.write("py", FAKE_PYTHON);
-    std::fs::set_permissions(&py, std::fs::Permissions::from_mode(0o755)).unwrap();
+    fake_python(&d, "py", FAKE_PYTHON);
     d
 }
 
@@ -165,6 +164,7 @@ fn test_passes_only_when_tests_ran() {
         .args(with_fixture(&["--python", "./py", "test", "fix-a"]))
         .env("SEEN", &seen)
         .env("FAKE_PYTEST", "SKIPPED [1] test_a.py:1: no GPU here\n1 skipped in 0.01s")
+        .env("FAKE_VERDICT", "0 0 1 '\"no GPU here\"'")
         .expect(3);
     assert!(err.contains("no test of fix-a ran") && err.contains("no GPU here"), "{err}");
     let (out, _) = d
@@ -172,6 +172,7 @@ fn test_passes_only_when_tests_ran() {
         .args(with_fixture(&["--python", "./py", "test", "fix-a"]))
         .env("SEEN", &seen)
         .env("FAKE_PYTEST", "SKIPPED [2] test_a.py:9: vectors not set\n1 passed, 2 skipped in 0.01s")
+        .env("FAKE_VERDICT", "1 0 2 '\"vectors not set\", \"vectors not set\"'")
         .expect(0);
     assert!(out.contains("passed (1 passed, 2 skipped") && out.contains("skipped: vectors not set (2 tests)"), "{out}");
 }
@@ -189,6 +190,7 @@ fn test_honours_only_tree_and_says_not_applied() {
             .env("SEEN", &seen)
             .env("FAKE_PYTEST", "1 failed in 0.01s")
             .env("FAKE_EXIT", "1")
+            .env("FAKE_VERDICT", "0 1")
             .expect(code)
     };
     let (out, err) = run(&[], 1);

@@ -10,7 +10,7 @@ use std::path::Path;
 use std::process::{Command, Output, Stdio};
 use std::time::{Duration, Instant};
 
-use crate::common::{fixture, with_fixture, Dir, PRISTINE};
+use crate::common::{cache_leftovers, fixture, with_fixture, Dir, PRISTINE};
 
 fn mkfifo(path: &Path) {
     let _ = fs::remove_file(path);
@@ -217,22 +217,6 @@ fn matrix_no_tests(d: &Dir) -> Command {
     cmd
 }
 
-/// Everything under `<cache>/upstream` and `<cache>/scratch` but the finished release tree.
-fn leftovers(d: &Dir) -> Vec<String> {
-    let mut out = Vec::new();
-    for sub in ["upstream", "scratch", "gaudi"] {
-        let Ok(entries) = fs::read_dir(d.path().join("cache").join(sub)) else { continue };
-        for e in entries.flatten() {
-            let name = e.file_name().to_string_lossy().into_owned();
-            if !(sub == "upstream" && name == "v0.26.0") {
-                out.push(format!("{sub}/{name}"));
-            }
-        }
-    }
-    out.sort();
-    out
-}
-
 /// Two `matrix` runs that both find the release missing from the cache and both extract it:
 /// both exit 0 with the same tree, and no half-made copy is left (one used to exit 3
 /// "Directory not empty" and leave its extraction, ~140 MB for a real wheel, in the cache).
@@ -251,7 +235,7 @@ fn two_matrix_runs_preparing_one_release_both_succeed_and_leave_nothing() {
         assert!(text(&out.stdout).contains("v0.26.0  fix-a  applies"), "run {i}: {}", text(&out.stdout));
     }
     assert_eq!(d.read_string("cache/upstream/v0.26.0/vllm/mod.py"), PRISTINE);
-    assert_eq!(leftovers(&d), Vec::<String>::new(), "left in the cache");
+    assert_eq!(cache_leftovers(&d), Vec::<String>::new(), "left in the cache");
 }
 
 /// A PID no process has now: a child that has exited and been reaped.
@@ -323,12 +307,12 @@ fn a_matrix_killed_while_testing_leaves_nothing_after_the_next_run() {
     let pytest: i32 = fs::read_to_string(&mark).unwrap().trim().parse().unwrap();
     // SAFETY: kill(2) on the stand-in pytest this test started.
     unsafe { libc::kill(pytest, libc::SIGKILL) };
-    assert!(!leftovers(&d).is_empty(), "the killed run left nothing to clean (the test proves nothing)");
+    assert!(!cache_leftovers(&d).is_empty(), "the killed run left nothing to clean (the test proves nothing)");
     let mut cmd = command(&d, &[&args[..], &["--no-tests"]].concat());
     cmd.env("GAUDI_FIXES_CACHE", d.path().join("cache"));
     let out = bounded(cmd, "matrix after a killed one");
     assert_eq!(out.status.code(), Some(0), "{}{}", text(&out.stdout), text(&out.stderr));
-    assert_eq!(leftovers(&d), Vec::<String>::new(), "left in the cache; stderr: {}", text(&out.stderr));
+    assert_eq!(cache_leftovers(&d), Vec::<String>::new(), "left in the cache; stderr: {}", text(&out.stderr));
     assert!(text(&out.stderr).contains("left by a killed"), "{}", text(&out.stderr));
 }
 

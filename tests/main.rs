@@ -4,11 +4,13 @@
 
 mod common;
 
+mod bytecode_upgrade;
 mod catalog_writes;
 mod cli;
 mod closed_stdout;
 mod completion;
 mod conventions;
+mod github_summary;
 mod hangs_and_leaks;
 mod hostile;
 mod matrix_merge;
@@ -16,12 +18,16 @@ mod matrix_requires;
 mod placement;
 mod promises;
 mod properties;
+mod pytest_runner;
+mod readers;
 mod reasons;
 mod reasons_only_tree;
 mod record_on_top;
 mod reference;
 mod relations;
 mod reliability;
+mod scripts_heartbeat;
+mod shared_cache;
 mod snapshots;
 mod upkeep;
 mod upstream_detect;

@@ -3,10 +3,7 @@
 //! three-way merge, conflict), `matrix` (cache trees, JSON, Markdown, `--record`). Nothing
 //! here touches the network: `matrix` gets its pristine trees from `GAUDI_FIXES_CACHE`.
 
-use std::os::unix::fs::PermissionsExt;
-use std::path::{Path, PathBuf};
-
-use crate::common::{fixture, sha256, with_fixture, Dir, PRISTINE};
+use crate::common::{fake_python, fixture, real_python, sha256, with_fixture, Dir, PRISTINE};
 
 fn patched_a() -> String {
     PRISTINE.replace("    b = a * 2\n", "    # fix-a: triple instead of double\n    b = a * 3\n")
@@ -21,8 +18,8 @@ fn json(out: &str) -> serde_json::Value {
 const FAKE_PYTHON: &str = r#"#!/bin/sh
 if [ "$1" = "-c" ]; then echo gaudi-fixes-probe-ok; echo "$FAKE_MISSING"; exit 0; fi
 [ -f test_a.py ] || { echo "no test_a.py in $(pwd)"; exit 4; }
-if grep -q "a \* 3" "$GAUDI_FIXES_ROOT/vllm/mod.py"; then echo "1 passed in 0.01s"; exit 0; fi
-echo "1 failed in 0.01s"; exit 1
+if grep -q "a \* 3" "$GAUDI_FIXES_ROOT/vllm/mod.py"; then echo "1 passed in 0.01s"; verdict 0 1 0; exit 0; fi
+echo "1 failed in 0.01s"; verdict 1 0 1; exit 1
 "#;
 
 /// The fixture, with tests for fix-a and the stand-in interpreter at `py`.
@@ -34,8 +31,7 @@ pub(crate) fn with_tests() -> Dir {
         "cat/fixes/fix-a/test_a.py",
         "import os\n\ndef test_tripled():\n    src = open(os.path.join(os.environ['GAUDI_FIXES_ROOT'], 'vllm/mod.py')).read()\n    assert 'b = a * 3' in src\n",
     );
-    let py = d.write("py", FAKE_PYTHON);
-    std::fs::set_permissions(&py, std::fs::Permissions::from_mode(0o755)).unwrap();
+    fake_python(&d, "py", FAKE_PYTHON);
     d
 }
 
@@ -71,24 +67,15 @@ fn test_without_pytest_or_torch_is_a_clear_error() {
 fn builtin_tests_and_their_helpers_are_in_the_binary() {
     let d = fixture();
     // The stand-in checks that the built-in fix directory was written out with its helpers.
-    let py = d.write(
+    fake_python(
+        &d,
         "py",
-        "#!/bin/sh\nif [ \"$1\" = \"-c\" ]; then echo gaudi-fixes-probe-ok; exit 0; fi\n\
-         [ -f test_topk_subset_sampler.py ] && [ -f vllm_stubs.py ] && { echo '1 passed'; exit 0; }\n\
+        "if [ \"$1\" = \"-c\" ]; then echo gaudi-fixes-probe-ok; exit 0; fi\n\
+         [ -f test_topk_subset_sampler.py ] && [ -f vllm_stubs.py ] && { echo '1 passed'; verdict 0 1 0; exit 0; }\n\
          ls; exit 1\n",
     );
-    std::fs::set_permissions(&py, std::fs::Permissions::from_mode(0o755)).unwrap();
     let (out, _) = d.cmd().args(["--root", "root", "--python", "./py", "test", "topk-subset-sampler"]).expect(0);
     assert!(out.contains("passed"), "{out}");
-}
-
-/// The venv of the project (torch, pytest), when this machine has one.
-fn real_python() -> Option<PathBuf> {
-    let p = std::env::var_os("GAUDI_FIXES_TEST_PYTHON")
-        .map(PathBuf::from)
-        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache/gaudi-fixes/venv/bin/python")))?;
-    let ok = std::process::Command::new(&p).args(["-c", "import pytest, torch"]).output().ok()?.status.success();
-    ok.then_some(p)
 }
 
 #[test]

@@ -5,10 +5,10 @@
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use include_dir::{include_dir, Dir};
 
-use crate::error::{bail_at, bail_in, Located};
+use crate::error::{bail_at, bail_in, FileContext, Located};
 
 static BUILTIN_FIXES: Dir<'_> = include_dir!("$CARGO_MANIFEST_DIR/fixes");
 static BUILTIN_PROFILES: Dir<'_> = include_dir!("$CARGO_MANIFEST_DIR/profiles");
@@ -46,7 +46,7 @@ impl CatalogFiles {
                 continue;
             }
             for entry in walkdir::WalkDir::new(&base).follow_links(false).sort_by_file_name() {
-                let entry = entry.with_context(|| format!("reading catalogue {}", base.display()))?;
+                let entry = entry.file_context(&base, || format!("reading catalogue {}", base.display()))?;
                 if !entry.file_type().is_file() {
                     continue;
                 }
@@ -54,7 +54,10 @@ impl CatalogFiles {
                 if is_noise(&rel) {
                     continue;
                 }
-                let len = entry.metadata().with_context(|| format!("reading {}", entry.path().display()))?.len();
+                let len = entry
+                    .metadata()
+                    .file_context(entry.path(), || format!("reading {}", entry.path().display()))?
+                    .len();
                 let limit = file_limit(&rel);
                 if len > limit {
                     bail_in!(
@@ -67,8 +70,8 @@ impl CatalogFiles {
                 if total > MAX_CATALOG_BYTES {
                     bail!("catalogue {}: over {} MiB in all; refusing", dir.display(), MAX_CATALOG_BYTES >> 20);
                 }
-                let bytes =
-                    std::fs::read(entry.path()).with_context(|| format!("reading {}", entry.path().display()))?;
+                let bytes = std::fs::read(entry.path())
+                    .file_context(entry.path(), || format!("reading {}", entry.path().display()))?;
                 files.insert(rel, bytes);
             }
         }

@@ -182,7 +182,8 @@ fn on_predecessors(
     for name in old_on.iter().filter(|n| !new_on.contains(n)) {
         if catalog.fix(name)?.variants.iter().all(|v| v.release != to) {
             bail!(
-                "{file}: {} comes after {name}, whose {from} patch edits this file (the {from} patch of {} is made                  on top of it), and {name} has no {to} variant yet: port {name} to {to} first; nothing was written",
+                "{file}: {} comes after {name}, whose {from} patch edits this file (the {from} patch of {} is made \
+                 on top of it), and {name} has no {to} variant yet: port {name} to {to} first; nothing was written",
                 fix.manifest.name,
                 fix.manifest.name
             );

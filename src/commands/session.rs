@@ -5,7 +5,8 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::PathBuf;
 
-use anyhow::{Context, Result};
+use crate::error::FileContext;
+use anyhow::Result;
 
 use crate::catalog::Catalog;
 
@@ -29,6 +30,7 @@ pub struct Session {
     pub filter: TreeFilter,
     /// The roots of the trees this run may touch, in report order.
     pub roots: Vec<PathBuf>,
+    access: Access,
     _locks: Option<TreeLocks>,
 }
 
@@ -39,7 +41,7 @@ impl Session {
         let filter = global.filter.clone();
         let roots: Vec<PathBuf> = trees.all().filter(|t| filter.includes(t.name)).map(|t| t.root.clone()).collect();
         let locks = if roots.is_empty() { None } else { Some(transaction::lock(&roots, access == Access::Write)?) };
-        Ok(Session { trees, filter, roots, _locks: locks })
+        Ok(Session { trees, filter, roots, access, _locks: locks })
     }
 
     /// For writers: finish the transaction a killed run left in the roots; a sentence each.
@@ -61,7 +63,10 @@ impl Session {
     /// Remove the temp files a killed run left beside the files the catalogue patches
     /// (`.<file>.gaudi-fixes.tmp`, from the probe or the write step), in the roots this run
     /// locked; a sentence each. Safe under a shared lock too: a writer holds its lock
-    /// exclusively while its temp files exist, so any found now are stale.
+    /// exclusively while its temp files exist, so any found now are stale. One already gone
+    /// (another reader removed it) is fine. A reader that may not remove one (a read-only tree,
+    /// another user's) says so and goes on: its verdict does not depend on a clean-up, and the
+    /// next writer removes it; a writer that cannot is stopped, as it could not write there.
     pub fn remove_stale_temp_files(&self, catalog: &Catalog) -> Result<Vec<String>> {
         let mut notes = Vec::new();
         let mut seen = BTreeSet::new();
@@ -80,8 +85,18 @@ impl Session {
             if meta.is_dir() || !inside {
                 continue;
             }
-            std::fs::remove_file(&tmp).with_context(|| format!("removing the stale temp file {}", tmp.display()))?;
-            notes.push(format!("removed {}, a temp file left by a killed run", tmp.display()));
+            match std::fs::remove_file(&tmp) {
+                Ok(()) => notes.push(format!("removed {}, a temp file left by a killed run", tmp.display())),
+                Err(e) if e.kind() == std::io::ErrorKind::NotFound => {}
+                Err(e) if self.access == Access::Read => notes.push(format!(
+                    "cannot remove {}, a temp file left by a killed run ({e}); the next `apply` or `revert` \
+                     removes it",
+                    tmp.display()
+                )),
+                Err(e) => {
+                    return Err(e).file_context(&tmp, || format!("removing the stale temp file {}", tmp.display()));
+                }
+            }
         }
         Ok(notes)
     }

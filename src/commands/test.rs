@@ -5,7 +5,9 @@
 //! The fix's directory is written to a temporary directory and `PYTHON -m pytest` runs its
 //! `tests:` there, with `GAUDI_FIXES_ROOT` (the directory holding `vllm/`, else `vllm_gaudi/`),
 //! `GAUDI_FIXES_VLLM_ROOT` and `GAUDI_FIXES_VLLM_GAUDI_ROOT` set. pytest's progress streams to
-//! stderr as it runs. Exit 0 when tests ran and passed, 1 when they fail (and it says when the
+//! stderr as it runs, with a line naming the running test whenever pytest printed none for
+//! 15 s (a build log is never silent for long); the verdict is pytest's own (exit code and
+//! its result plugin's counts), the same in every format. Exit 0 when tests ran and passed, 1 when they fail (and it says when the
 //! fix is not applied), 3 when they cannot run (no tree, no pytest or torch, no test ran, every
 //! file of the fix left out by `--only-tree`). With `--only-tree` the tests see only the kept
 //! trees. Skips are listed with pytest's reasons.
@@ -21,7 +23,7 @@ use crate::plan::{self, FixState, Op};
 use crate::report::upkeep::{self as upkeep_report, TestAbout};
 use crate::settings::{Settings, TestArgs};
 use crate::tree::TreeName;
-use crate::upkeep::pytest::{filtered_view, run_tests, Scratch};
+use crate::upkeep::pytest::{filtered_view, run_tests, Scratch, Talk};
 
 /// Run `test`.
 pub fn run(global: &Settings, args: &TestArgs) -> Result<ExitStatus> {
@@ -71,6 +73,7 @@ pub fn run(global: &Settings, args: &TestArgs) -> Result<ExitStatus> {
         not_applied,
     };
     upkeep_report::test_start(global.output(), &about);
+    let mut echo = crate::report::upkeep::pytest_echo(global.output());
     let run = run_tests(
         &catalog,
         fix,
@@ -78,7 +81,10 @@ pub fn run(global: &Settings, args: &TestArgs) -> Result<ExitStatus> {
         vllm_root.as_deref(),
         gaudi_root.as_deref(),
         &args.pytest_args,
-        crate::report::upkeep::pytest_echo(global.output()).as_mut().map(|w| w as &mut dyn std::io::Write),
+        match echo.as_mut() {
+            Some(w) => Talk::Echo(w),
+            None => Talk::Silent,
+        },
     )?;
     let status = if run.passed { ExitStatus::Applied } else { ExitStatus::NotApplied };
     crate::report::emit(global.quiet, |out| upkeep_report::test_run(out, global.format, &about, &run, status))?;

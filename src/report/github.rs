@@ -4,6 +4,7 @@ use std::io::Write;
 
 use anyhow::Result;
 
+use super::Mode;
 use crate::error::Located;
 use crate::patch::HunkState;
 use crate::plan::{FileOutcome, FixReport, FixState};
@@ -71,21 +72,43 @@ pub fn print(out: &mut dyn Write, reports: &[FixReport], check: bool) -> Result<
     Ok(())
 }
 
-/// One `::notice` when the run ended well, so a green step still says what it saw (the
-/// findings above carry everything else).
+/// One line when the run ended well, so a green step still says what it saw (the findings
+/// above carry everything else), in the words of what the run did: only `apply` and `revert`
+/// write, and a fix that is not applied after the run is never part of a pass notice (a
+/// reader's summary that names one is a warning).
 pub fn summary(
     out: &mut dyn Write,
-    check: bool,
+    mode: Mode,
     status: crate::exit_status::ExitStatus,
     reports: &[FixReport],
     written: usize,
+    would_write: usize,
 ) -> Result<()> {
     if status != crate::exit_status::ExitStatus::Applied || reports.is_empty() {
         return Ok(());
     }
-    let names: Vec<String> = reports.iter().map(|r| format!("{} {}", r.name, r.state.as_str())).collect();
-    let what = if check { "check passed".to_string() } else { format!("{written} file(s) written") };
-    writeln!(out, "::notice::{}", escape(&format!("gaudi-fixes: {what}: {}", names.join(", "))))?;
+    // Each fix as the run leaves it: an apply that passed applied what was not applied yet.
+    let word = |state: FixState| match (mode, state) {
+        (Mode::Apply, FixState::NotApplied) => "applied now",
+        (Mode::Apply, FixState::Applied) => "already applied",
+        (Mode::Revert, FixState::Applied) => "reverted now",
+        (Mode::Revert, FixState::NotApplied) => "already not applied",
+        (Mode::DryRun, FixState::NotApplied) => "would be applied",
+        (_, state) => state.as_str(),
+    };
+    let names: Vec<String> = reports.iter().map(|r| format!("{} {}", r.name, word(r.state))).collect();
+    let (kind, what) = match mode {
+        Mode::Check => ("notice", "check passed".to_string()),
+        Mode::Apply => ("notice", format!("apply: {written} file(s) written")),
+        Mode::Revert => ("notice", format!("revert: {written} file(s) written")),
+        Mode::DryRun => ("notice", format!("dry run: {would_write} file(s) would be written")),
+        Mode::Status | Mode::Diff => {
+            let all_in = reports.iter().all(|r| !matches!(r.state, FixState::NotApplied));
+            let command = if mode == Mode::Status { "status" } else { "diff" };
+            (if all_in { "notice" } else { "warning" }, command.to_string())
+        }
+    };
+    writeln!(out, "::{kind}::{}", escape(&format!("gaudi-fixes: {what}: {}", names.join(", "))))?;
     Ok(())
 }
 

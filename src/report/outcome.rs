@@ -51,7 +51,14 @@ pub fn render(out: &mut dyn Write, format: Format, outcome: &RunOutcome) -> Resu
         ),
         Format::Github => {
             github::print(out, &outcome.reports, outcome.mode == Mode::Check)?;
-            github::summary(out, outcome.mode == Mode::Check, outcome.status, &outcome.reports, outcome.written.len())
+            github::summary(
+                out,
+                outcome.mode,
+                outcome.status,
+                &outcome.reports,
+                outcome.written.len(),
+                outcome.would_write,
+            )
         }
         Format::Human => match outcome.mode {
             Mode::Status => human_status(out, outcome),

@@ -6,12 +6,13 @@ use std::os::unix::ffi::OsStrExt;
 
 use std::path::Path;
 
+use crate::error::FileContext;
 use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
 use crate::hash::sha256_hex;
 
-use super::fs::Dir;
+use super::fs::{parent_of, temp_name, Dir};
 use super::journal::state_dir;
 use super::target::Target;
 
@@ -22,6 +23,9 @@ pub(super) const STASH_RECORD: &str = "source.json";
 
 /// The source a stash belongs to: its bytes' hash and modification time, and the `.pyc` files
 /// kept (name, permission bits). The `.pyc` files were valid for exactly that source.
+/// `written` is the hash of what gaudi-fixes last wrote to the file: while the file holds it,
+/// the stash is the way back; once it holds anything else (the package upgraded or reinstalled
+/// in place), nothing refers to the stash any more.
 #[derive(Debug, Serialize, Deserialize)]
 #[serde(deny_unknown_fields)]
 pub(super) struct Stashed {
@@ -29,6 +33,9 @@ pub(super) struct Stashed {
     sha256: String,
     pub(super) mtime: (i64, i64),
     pub(super) pyc: Vec<(String, u32)>,
+    /// Absent in stashes made before it was recorded: those are kept as they were.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    written: Option<String>,
 }
 
 pub(super) fn stash_key(rel: &str) -> OsString {
@@ -64,7 +71,7 @@ pub(super) fn stash_bytecode(state: &Dir, t: &Target<'_>) -> Result<bool> {
         drop_stash(state, &t.rel)?;
     }
     let (stash, _) = state.open_or_create_dir(OsStr::new(BYTECODE))?;
-    let st = t.dir.lstat(&t.name)?.with_context(|| format!("{}: vanished", t.shown().display()))?;
+    let st = t.dir.lstat(&t.name)?.file_context(t.shown(), || format!("{}: vanished", t.shown().display()))?;
     let (entry, _) = stash.open_or_create_dir(&key)?;
     let mut pyc = Vec::new();
     if let Some(cache) = t.dir.open_dir(OsStr::new("__pycache__"))? {
@@ -75,7 +82,13 @@ pub(super) fn stash_bytecode(state: &Dir, t: &Target<'_>) -> Result<bool> {
             pyc.push((name.to_string_lossy().into_owned(), mode));
         }
     }
-    let record = Stashed { path: t.rel.clone(), sha256: sha256_hex(t.old), mtime: st.mtime, pyc };
+    let record = Stashed {
+        path: t.rel.clone(),
+        sha256: sha256_hex(t.old),
+        mtime: st.mtime,
+        pyc,
+        written: Some(sha256_hex(t.new)),
+    };
     let bytes = serde_json::to_vec_pretty(&record).context("serialising a bytecode record")?;
     entry.create_exclusive(OsStr::new(STASH_RECORD), &bytes, 0o600, None)?;
     entry.sync()?;
@@ -98,18 +111,34 @@ pub(super) fn drop_stash(state: &Dir, rel: &str) -> Result<()> {
 
 /// When a target now holds the source a stash was made from, give it back its mtime and the
 /// `.pyc` files still valid for it (a timestamp `.pyc` records the source's mtime and size),
-/// then drop the stash.
+/// then drop the stash. Otherwise the stash follows the write: it records what the file now
+/// holds, so that a later change by another hand is told from this one.
 pub(super) fn restore_bytecode(t: &Target<'_>) -> Result<()> {
-    let Some(state) = state_dir(&t.root.dir)? else { return Ok(()) };
+    follow_stash(&t.root.dir, &t.dir, &t.name, &t.rel, t.owner)
+}
+
+/// [`restore_bytecode`] for the file `name` in `dir`, `rel` in the tree `root`, whose owner
+/// the restored `.pyc` files get (a recovery's roll-forward has no [`Target`]).
+pub(super) fn follow_stash(root: &Dir, dir: &Dir, name: &OsStr, rel: &str, owner: (u32, u32)) -> Result<()> {
+    let Some(state) = state_dir(root)? else { return Ok(()) };
     let Some(stash) = state.open_dir(OsStr::new(BYTECODE))? else { return Ok(()) };
-    let Some(entry) = stash.open_dir(&stash_key(&t.rel))? else { return Ok(()) };
+    let Some(entry) = stash.open_dir(&stash_key(rel))? else { return Ok(()) };
     let Some(bytes) = entry.read(OsStr::new(STASH_RECORD))? else { return Ok(()) };
-    let Ok(record) = serde_json::from_slice::<Stashed>(&bytes) else { return drop_stash(&state, &t.rel) };
-    let now = t.dir.read(&t.name)?.unwrap_or_default();
-    if record.path != t.rel || record.sha256 != sha256_hex(&now) {
+    let Ok(mut record) = serde_json::from_slice::<Stashed>(&bytes) else { return drop_stash(&state, rel) };
+    let now = dir.read(name)?.unwrap_or_default();
+    if record.path != rel {
         return Ok(());
     }
-    t.dir.set_mtime(&t.name, record.mtime)?;
+    if record.sha256 != sha256_hex(&now) {
+        record.written = Some(sha256_hex(&now));
+        let bytes = serde_json::to_vec_pretty(&record).context("serialising a bytecode record")?;
+        let tmp = temp_name(OsStr::new(STASH_RECORD));
+        let _ = entry.unlink(&tmp);
+        entry.create_exclusive(&tmp, &bytes, 0o600, None)?;
+        entry.rename(&tmp, OsStr::new(STASH_RECORD))?;
+        return entry.sync();
+    }
+    dir.set_mtime(name, record.mtime)?;
     let size = now.len() as u64;
     let valid = |pyc: &[u8]| {
         let word = |i: usize| pyc.get(i..i + 4).map(|b| u32::from_le_bytes([b[0], b[1], b[2], b[3]]));
@@ -121,7 +150,7 @@ pub(super) fn restore_bytecode(t: &Target<'_>) -> Result<()> {
         }
     };
     if !record.pyc.is_empty() {
-        let (cache, _) = t.dir.open_or_create_dir(OsStr::new("__pycache__"))?;
+        let (cache, _) = dir.open_or_create_dir(OsStr::new("__pycache__"))?;
         for (name, mode) in &record.pyc {
             let name = OsStr::new(name);
             if Path::new(name).components().count() != 1 {
@@ -129,13 +158,50 @@ pub(super) fn restore_bytecode(t: &Target<'_>) -> Result<()> {
             }
             if let Some(pyc) = entry.read(name)? {
                 if valid(&pyc) {
-                    cache.create_exclusive(name, &pyc, *mode, Some(t.owner))?;
+                    cache.create_exclusive(name, &pyc, *mode, Some(owner))?;
                 }
             }
         }
         cache.sync()?;
     }
-    drop_stash(&state, &t.rel)
+    drop_stash(&state, rel)
+}
+
+/// Remove the stashes nothing refers to in a locked tree `root`: each whose file no longer
+/// holds what gaudi-fixes last wrote there (upgraded or reinstalled in place, or gone), so its
+/// `.pyc` files would never be given back, or would replace the ones the new source was
+/// compiled to. A sentence each. An apply that changes such a file again then keeps the
+/// bytecode the file has now.
+pub(super) fn sweep_stashes(root: &Dir) -> Result<Vec<String>> {
+    let mut said = Vec::new();
+    let Some(state) = state_dir(root)? else { return Ok(said) };
+    let Some(stash) = state.open_dir(OsStr::new(BYTECODE))? else { return Ok(said) };
+    for key in stash.names()? {
+        let Some(entry) = stash.open_dir(&key)? else { continue };
+        // A record update a killed run left half-made.
+        entry.unlink(&temp_name(OsStr::new(STASH_RECORD)))?;
+        let Some(bytes) = entry.read(OsStr::new(STASH_RECORD))? else { continue };
+        let Ok(record) = serde_json::from_slice::<Stashed>(&bytes) else { continue };
+        let Some(written) = &record.written else { continue };
+        if key != stash_key(&record.path) {
+            continue;
+        }
+        let now = match parent_of(root, &record.path) {
+            Ok((dir, name)) => dir.read(&name).ok().flatten(),
+            Err(_) => None,
+        };
+        if now.as_deref().map(sha256_hex).as_ref() == Some(written) {
+            continue;
+        }
+        drop_stash(&state, &record.path)?;
+        said.push(format!(
+            "removed the bytecode kept for {} at its first apply: the file {} since gaudi-fixes wrote it \
+             (upgraded or reinstalled in place), so it was never to be given back",
+            root.path(OsStr::new(&record.path)).display(),
+            if now.is_some() { "changed" } else { "is gone" }
+        ));
+    }
+    Ok(said)
 }
 
 pub(super) fn now_nanos() -> u128 {

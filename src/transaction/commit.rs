@@ -6,6 +6,7 @@ use std::ffi::OsStr;
 
 use std::path::{Path, PathBuf};
 
+use crate::error::FileContext;
 use anyhow::{bail, Context, Result};
 
 use crate::hash::sha256_hex;
@@ -69,7 +70,8 @@ fn resolve_targets<'r>(edits: &'r [Edit], locked: &'r [Root]) -> Result<Vec<Targ
         let root = find_root(locked, &edit.tree_root)?;
         let rel = tree_relative(root, &edit.path)?;
         let (dir, name) = parent_of(&root.dir, &rel)?;
-        let st = dir.lstat(&name)?.with_context(|| format!("{}: vanished", dir.path(&name).display()))?;
+        let st =
+            dir.lstat(&name)?.file_context(dir.path(&name), || format!("{}: vanished", dir.path(&name).display()))?;
         targets.push(Target {
             root,
             rel,
@@ -220,11 +222,12 @@ fn write_files(targets: &[Target<'_>], records: &[(&Root, &Provenance)], renamed
 pub(super) fn tree_relative(root: &Root, path: &Path) -> Result<String> {
     let parent = path.parent().context("a file has a directory")?;
     let name = path.file_name().context("a file has a name")?;
-    let real = std::fs::canonicalize(parent).with_context(|| format!("resolving {}", parent.display()))?.join(name);
+    let real =
+        std::fs::canonicalize(parent).file_context(parent, || format!("resolving {}", parent.display()))?.join(name);
     let rel = real
         .strip_prefix(&root.path)
-        .with_context(|| format!("{}: outside the tree {}; refusing", path.display(), root.path.display()))?;
-    let rel = rel.to_str().with_context(|| format!("{}: path is not UTF-8; refusing", path.display()))?;
+        .file_context(path, || format!("{}: outside the tree {}; refusing", path.display(), root.path.display()))?;
+    let rel = rel.to_str().file_context(path, || format!("{}: path is not UTF-8; refusing", path.display()))?;
     check_rel(rel)?;
     Ok(rel.to_string())
 }
@@ -237,14 +240,15 @@ pub(super) fn preflight(targets: &[Target<'_>], involved: &[&Root]) -> Result<()
     let mut need: BTreeMap<u64, (u64, u64, PathBuf)> = BTreeMap::new(); // dev → (bytes, free, where)
     for t in targets {
         let shown = t.shown();
-        let now = t.dir.read(&t.name)?.with_context(|| format!("{}: vanished", shown.display()))?;
+        let now = t.dir.read(&t.name)?.file_context(&shown, || format!("{}: vanished", shown.display()))?;
         if now != t.old {
             bail!("{}: changed while applying (someone else saved it); nothing was changed", shown.display());
         }
         if let Err(e) = t.dir.raw_open(&t.name, libc::O_WRONLY | libc::O_NONBLOCK, 0) {
             let why = why(&e);
-            return Err(e)
-                .with_context(|| format!("{}: cannot be written ({why}); nothing was changed", shown.display()));
+            return Err(e).file_context(&shown, || {
+                format!("{}: cannot be written ({why}); nothing was changed", shown.display())
+            });
         }
         let probe = temp_name(&t.name);
         t.dir.create_exclusive(&probe, b"", t.mode, Some(t.owner)).with_context(|| {
@@ -326,6 +330,9 @@ pub(super) fn rollback(
         if i < renamed {
             if let Err(e) = replace_checked(t, t.old, t.new, ROLLBACK_WRITE) {
                 failed.push((i, format!("{e:#}")));
+            } else {
+                // A stash that followed the write follows it back.
+                let _ = restore_bytecode(t);
             }
         }
     }

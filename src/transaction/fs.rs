@@ -9,6 +9,7 @@ use std::os::unix::ffi::OsStrExt;
 use std::os::unix::fs::MetadataExt;
 use std::path::{Component, Path, PathBuf};
 
+use crate::error::FileContext;
 use anyhow::{bail, Context, Result};
 
 use crate::plan::MAX_FILE_BYTES;
@@ -39,7 +40,7 @@ impl Dir {
         let c = cname(path.as_os_str())?;
         // SAFETY: plain open(2) of a NUL-terminated path; the fd is owned below.
         let fd = cvt(unsafe { libc::open(c.as_ptr(), libc::O_RDONLY | libc::O_DIRECTORY | libc::O_CLOEXEC) })
-            .with_context(|| format!("opening {}", path.display()))?;
+            .file_context(path, || format!("opening {}", path.display()))?;
         // SAFETY: fd was just returned by open and is not owned elsewhere.
         Ok(Dir { fd: unsafe { OwnedFd::from_raw_fd(fd) }, shown: path.to_path_buf() })
     }
@@ -76,7 +77,7 @@ impl Dir {
                 };
                 bail!("{} {what}; refusing to write through it (remove it, then run again)", self.path(name).display())
             }
-            Err(e) => Err(e).with_context(|| format!("opening {}", self.path(name).display())),
+            Err(e) => Err(e).file_context(self.path(name), || format!("opening {}", self.path(name).display())),
         }
     }
 
@@ -88,8 +89,9 @@ impl Dir {
         let c = cname(name)?;
         // SAFETY: mkdirat(2) relative to our directory fd.
         cvt(unsafe { libc::mkdirat(self.fd.as_raw_fd(), c.as_ptr(), 0o755) })
-            .with_context(|| format!("creating {}", self.path(name).display()))?;
-        let d = self.open_dir(name)?.with_context(|| format!("{} vanished", self.path(name).display()))?;
+            .file_context(self.path(name), || format!("creating {}", self.path(name).display()))?;
+        let d =
+            self.open_dir(name)?.file_context(self.path(name), || format!("{} vanished", self.path(name).display()))?;
         Ok((d, true))
     }
 
@@ -108,7 +110,7 @@ impl Dir {
         // SAFETY: fstat(2) into a zeroed stat buffer.
         let mut st: libc::stat = unsafe { std::mem::zeroed() };
         cvt(unsafe { libc::fstat(self.fd.as_raw_fd(), &mut st) })
-            .with_context(|| format!("reading {}", self.shown.display()))?;
+            .file_context(&self.shown, || format!("reading {}", self.shown.display()))?;
         Ok(Stat::from(&st))
     }
 
@@ -121,10 +123,10 @@ impl Dir {
             Err(e) if e.raw_os_error() == Some(libc::ELOOP) => {
                 bail!("{} is a symlink; refusing to follow it (remove it, then run again)", shown.display())
             }
-            Err(e) => return Err(e).with_context(|| format!("reading {}", shown.display())),
+            Err(e) => return Err(e).file_context(&shown, || format!("reading {}", shown.display())),
         };
         let mut file = File::from(fd);
-        let meta = file.metadata().with_context(|| format!("reading {}", shown.display()))?;
+        let meta = file.metadata().file_context(&shown, || format!("reading {}", shown.display()))?;
         if !meta.is_file() {
             bail!("{}: not a regular file; refusing to read it", shown.display());
         }
@@ -132,7 +134,7 @@ impl Dir {
             bail!("{}: {} bytes is too large; refusing", shown.display(), meta.len());
         }
         let mut bytes = Vec::with_capacity(meta.len() as usize);
-        file.read_to_end(&mut bytes).with_context(|| format!("reading {}", shown.display()))?;
+        file.read_to_end(&mut bytes).file_context(&shown, || format!("reading {}", shown.display()))?;
         Ok(Some(bytes))
     }
 
@@ -154,10 +156,10 @@ impl Dir {
             }
             other => other,
         }
-        .with_context(|| format!("creating {}", shown.display()))?;
+        .file_context(&shown, || format!("creating {}", shown.display()))?;
         if let Some(e) = fault_write_error() {
             let _ = self.unlink(name);
-            return Err(e).with_context(|| format!("writing {}", shown.display()));
+            return Err(e).file_context(&shown, || format!("writing {}", shown.display()));
         }
         let mut file = File::from(fd);
         let written = (|| -> std::io::Result<()> {
@@ -176,7 +178,7 @@ impl Dir {
         if let Err(e) = written {
             drop(file);
             let _ = self.unlink(name);
-            return Err(e).with_context(|| format!("writing {}", shown.display()));
+            return Err(e).file_context(&shown, || format!("writing {}", shown.display()));
         }
         Ok(())
     }
@@ -185,8 +187,9 @@ impl Dir {
         let (a, b) = (cname(from)?, cname(to)?);
         let fd = self.fd.as_raw_fd();
         // SAFETY: renameat(2) within one directory fd.
-        cvt(unsafe { libc::renameat(fd, a.as_ptr(), fd, b.as_ptr()) })
-            .with_context(|| format!("renaming {} over {}", self.path(from).display(), self.path(to).display()))?;
+        cvt(unsafe { libc::renameat(fd, a.as_ptr(), fd, b.as_ptr()) }).file_context(self.path(to), || {
+            format!("renaming {} over {}", self.path(from).display(), self.path(to).display())
+        })?;
         Ok(())
     }
 
@@ -197,7 +200,7 @@ impl Dir {
         match cvt(unsafe { libc::unlinkat(self.fd.as_raw_fd(), c.as_ptr(), 0) }) {
             Ok(_) => Ok(()),
             Err(e) if e.kind() == std::io::ErrorKind::NotFound => Ok(()),
-            Err(e) => Err(e).with_context(|| format!("removing {}", self.path(name).display())),
+            Err(e) => Err(e).file_context(self.path(name), || format!("removing {}", self.path(name).display())),
         }
     }
 
@@ -212,7 +215,7 @@ impl Dir {
     pub(super) fn sync(&self) -> Result<()> {
         // SAFETY: fsync(2) on our directory fd.
         cvt(unsafe { libc::fsync(self.fd.as_raw_fd()) })
-            .with_context(|| format!("syncing directory {}", self.shown.display()))?;
+            .file_context(&self.shown, || format!("syncing directory {}", self.shown.display()))?;
         Ok(())
     }
 
@@ -225,7 +228,7 @@ impl Dir {
         ];
         // SAFETY: utimensat(2) relative to our directory fd, two valid timespecs.
         cvt(unsafe { libc::utimensat(self.fd.as_raw_fd(), c.as_ptr(), times.as_ptr(), libc::AT_SYMLINK_NOFOLLOW) })
-            .with_context(|| format!("setting the time of {}", self.path(name).display()))?;
+            .file_context(self.path(name), || format!("setting the time of {}", self.path(name).display()))?;
         Ok(())
     }
 
@@ -233,7 +236,8 @@ impl Dir {
     pub(super) fn names(&self) -> Result<Vec<OsString>> {
         // Listing through /proc/self/fd reads exactly the directory we hold open.
         let via = PathBuf::from(format!("/proc/self/fd/{}", self.fd.as_raw_fd()));
-        let entries = std::fs::read_dir(&via).with_context(|| format!("listing {}", self.shown.display()))?;
+        let entries =
+            std::fs::read_dir(&via).file_context(&self.shown, || format!("listing {}", self.shown.display()))?;
         Ok(entries.flatten().map(|e| e.file_name()).collect())
     }
 
@@ -289,11 +293,13 @@ pub(super) fn check_rel(rel: &str) -> Result<Vec<&OsStr>> {
 /// The directory holding `rel` (reached from `root` with no symlink on the way) and the
 /// file's name.
 pub(super) fn parent_of(root: &Dir, rel: &str) -> Result<(Dir, OsString)> {
-    let parts = check_rel(rel).with_context(|| format!("{}: refusing", root.shown.display()))?;
+    let parts = check_rel(rel).file_context(&root.shown, || format!("{}: refusing", root.shown.display()))?;
     let (name, dirs) = parts.split_last().expect("non-empty");
     let mut dir = Dir { fd: root.fd.try_clone().context("duplicating a directory handle")?, shown: root.shown.clone() };
     for part in dirs {
-        dir = dir.open_dir(part)?.with_context(|| format!("{}: no such directory", dir.path(part).display()))?;
+        dir = dir
+            .open_dir(part)?
+            .file_context(dir.path(part), || format!("{}: no such directory", dir.path(part).display()))?;
     }
     Ok((dir, name.to_os_string()))
 }

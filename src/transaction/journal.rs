@@ -5,6 +5,7 @@ use std::ffi::OsStr;
 
 use std::path::Path;
 
+use crate::error::FileContext;
 use anyhow::{anyhow, bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
@@ -69,7 +70,10 @@ pub fn read_provenance(root: &Path) -> Result<Option<Provenance>> {
     let Some(state) = state_dir(&root_dir)? else { return Ok(None) };
     let Some(bytes) = state.read(OsStr::new(PROVENANCE))? else { return Ok(None) };
     let path = state.path(OsStr::new(PROVENANCE));
-    Ok(Some(serde_json::from_slice(&bytes).with_context(|| format!("{}: not a provenance record", path.display()))?))
+    Ok(Some(
+        serde_json::from_slice(&bytes)
+            .file_context(&path, || format!("{}: not a provenance record", path.display()))?,
+    ))
 }
 
 /// How to clear a journal this run will not use.

@@ -10,6 +10,7 @@ use std::path::{Path, PathBuf};
 use std::sync::{Mutex, OnceLock};
 use std::time::{Duration, Instant};
 
+use crate::error::FileContext;
 use anyhow::{anyhow, bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
@@ -57,7 +58,7 @@ pub fn set_lock_timeout(seconds: Option<f64>) {
 pub fn lock(roots: &[PathBuf], exclusive: bool) -> Result<TreeLocks> {
     let mut unique: BTreeMap<(u64, u64), (PathBuf, Dir)> = BTreeMap::new();
     for root in roots {
-        let canonical = std::fs::canonicalize(root).with_context(|| format!("resolving {}", root.display()))?;
+        let canonical = std::fs::canonicalize(root).file_context(root, || format!("resolving {}", root.display()))?;
         let dir = Dir::open_path(&canonical)?;
         let st = dir.stat_self()?;
         unique.entry((st.dev, st.ino)).or_insert((canonical, dir));
@@ -97,7 +98,7 @@ pub(super) fn acquire(
             Ok(()) => return Ok(()),
             Err(std::fs::TryLockError::WouldBlock) => {}
             Err(std::fs::TryLockError::Error(e)) => {
-                return Err(e).with_context(|| format!("locking {}", path.display()));
+                return Err(e).file_context(path, || format!("locking {}", path.display()));
             }
         }
         if !said {
@@ -186,12 +187,12 @@ pub(super) fn with_roots<T>(f: impl FnOnce(&[Root]) -> Result<T>) -> Result<T> {
 }
 
 pub(super) fn find_root<'r>(roots: &'r [Root], path: &Path) -> Result<&'r Root> {
-    let canonical = std::fs::canonicalize(path).with_context(|| format!("resolving {}", path.display()))?;
-    let meta = std::fs::metadata(&canonical).with_context(|| format!("reading {}", canonical.display()))?;
+    let canonical = std::fs::canonicalize(path).file_context(path, || format!("resolving {}", path.display()))?;
+    let meta = std::fs::metadata(&canonical).file_context(&canonical, || format!("reading {}", canonical.display()))?;
     roots
         .iter()
         .find(|r| r.id.dev == meta.dev() && r.id.ino == meta.ino())
-        .with_context(|| format!("{}: not a locked tree root; refusing to write there", path.display()))
+        .file_context(path, || format!("{}: not a locked tree root; refusing to write there", path.display()))
 }
 
 /// Which directory a journal belongs to: a copy of the tree (`cp -a`) has another identity.

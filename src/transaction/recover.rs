@@ -5,13 +5,14 @@ use std::ffi::{OsStr, OsString};
 
 use std::path::PathBuf;
 
+use crate::error::FileContext;
 use anyhow::{bail, Context, Result};
 
 use crate::hash::sha256_hex;
 use crate::plan::Action;
 use crate::provenance::Provenance;
 
-use super::bytecode::drop_stale_bytecode;
+use super::bytecode::{drop_stale_bytecode, follow_stash, sweep_stashes};
 use super::fault::fault;
 use super::fs::{parent_of, temp_name, Dir};
 use super::journal::{clear_hint, finish, read_journal, remove_saved, state_dir, write_provenance, Journal};
@@ -59,9 +60,11 @@ pub fn recover(roots: &[PathBuf]) -> Result<Vec<String>> {
                     // Without a journal, saved copies are from a run killed before its
                     // journal's commit or while removing them after it: never needed.
                     remove_saved(&state)?;
-                    root.dir.rmdir_if_empty(OsStr::new(STATE_DIR));
                 }
             }
+            // A writer's clean-up of the bytecode kept for files changed since by another hand.
+            said.extend(sweep_stashes(&root.dir)?);
+            root.dir.rmdir_if_empty(OsStr::new(STATE_DIR));
         }
         Ok(said)
     })
@@ -113,7 +116,9 @@ pub(super) fn roll_forward(journal: &Journal, trees: &[&Root]) -> Result<()> {
     for (i, f) in journal.files.iter().enumerate() {
         let root = trees[f.tree];
         let (dir, name) = parent_of(&root.dir, &f.path)?;
-        let current = dir.read(&name)?.with_context(|| format!("recovering {}: missing", dir.path(&name).display()))?;
+        let current = dir
+            .read(&name)?
+            .file_context(dir.path(&name), || format!("recovering {}: missing", dir.path(&name).display()))?;
         let hash = sha256_hex(&current);
         if hash == f.post_sha256 {
             continue;
@@ -126,10 +131,13 @@ pub(super) fn roll_forward(journal: &Journal, trees: &[&Root]) -> Result<()> {
                 shown_journal.display()
             );
         }
-        let state = state_dir(&root.dir)?.with_context(|| format!("{}: no saved copies", root.path.display()))?;
+        let state =
+            state_dir(&root.dir)?.file_context(&root.path, || format!("{}: no saved copies", root.path.display()))?;
         let saved = state.open_dir(OsStr::new(SAVED))?.context("the journal's saved copies are missing")?;
         let copy = OsString::from(format!("{i}.post"));
-        let post = saved.read(&copy)?.with_context(|| format!("{}: missing", saved.path(&copy).display()))?;
+        let post = saved
+            .read(&copy)?
+            .file_context(saved.path(&copy), || format!("{}: missing", saved.path(&copy).display()))?;
         if sha256_hex(&post) != f.post_sha256 {
             bail!("{}: saved copy is damaged; the file still has its old content", saved.path(&copy).display());
         }
@@ -164,6 +172,8 @@ pub(super) fn roll_forward(journal: &Journal, trees: &[&Root]) -> Result<()> {
         let (dir, name) = parent_of(&trees[f.tree].dir, &f.path)?;
         drop_stale_bytecode(&dir, &name)?;
         dir.unlink(&temp_name(&name))?;
+        let owner = dir.lstat(&name)?.map_or((0, 0), |st| (st.uid, st.gid));
+        follow_stash(&trees[f.tree].dir, &dir, &name, &f.path, owner)?;
     }
     let provenance: Vec<(&Root, &Provenance)> = journal.provenance.iter().map(|(i, p)| (trees[*i], p)).collect();
     write_provenance(&provenance)?;

@@ -5,6 +5,7 @@
 use std::collections::{BTreeMap, BTreeSet};
 use std::path::{Path, PathBuf};
 
+use crate::error::FileContext;
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
@@ -438,7 +439,7 @@ pub fn evaluate_cell(
         Some(&scratch.0),
         has_gaudi.then_some(scratch.0.as_path()),
         &[],
-        None,
+        upkeep::pytest::Talk::Steps(&mut |beat| progress(&format!("running its tests: {beat}"))),
     );
     match run {
         Ok(run) => {
@@ -454,8 +455,9 @@ pub fn evaluate_cell(
 }
 
 /// A patched copy of a release's trees, beside the cache (hard links need one file system):
-/// `scratch/<release>-<fix>.gaudi-fixes-<pid>`, removed when done, or by the next `matrix`
-/// when this one is killed ([`upstream::remove_stale`]).
+/// `scratch/<release>-<fix>.gaudi-fixes-<pid>-<random>` (unique across PID namespaces, locked
+/// while this run lives), removed when done, or by the next `matrix` when this one is killed
+/// ([`upstream::remove_stale`]).
 pub struct ScratchTree(PathBuf, Option<upstream::OwnDir>);
 
 impl ScratchTree {
@@ -499,9 +501,9 @@ pub fn record(dir: &Path, cells: &mut [Cell]) -> Result<()> {
         list.sort_by_key(|r| version_key(r));
         list.dedup();
         let path = dir.join(&fix.dir).join("fix.yaml");
-        let old = std::fs::read_to_string(&path).with_context(|| format!("reading {}", path.display()))?;
-        let new =
-            yaml_edit::set_verified(&old, variant, &list).with_context(|| format!("editing {}", path.display()))?;
+        let old = std::fs::read_to_string(&path).file_context(&path, || format!("reading {}", path.display()))?;
+        let new = yaml_edit::set_verified(&old, variant, &list)
+            .file_context(&path, || format!("editing {}", path.display()))?;
         upstream::replace_file(&path, new.as_bytes())?;
         if let Err(e) = Catalog::load(Some(dir)) {
             upstream::replace_file(&path, old.as_bytes())?;

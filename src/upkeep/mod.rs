@@ -12,6 +12,7 @@ pub mod yaml_edit;
 
 use std::path::{Path, PathBuf};
 
+use crate::error::FileContext;
 use anyhow::{bail, Context, Result};
 
 use crate::catalog::manifest::PatchEntry;
@@ -190,8 +191,8 @@ fn verified_kept(
 pub fn write_variant(dir: &Path, catalog: &Catalog, fix: &Fix, release: &str, files: &[NewFile]) -> Result<Written> {
     let fix_dir = dir.join(&fix.dir);
     let manifest_path = fix_dir.join("fix.yaml");
-    let old_manifest =
-        std::fs::read_to_string(&manifest_path).with_context(|| format!("reading {}", manifest_path.display()))?;
+    let old_manifest = std::fs::read_to_string(&manifest_path)
+        .file_context(&manifest_path, || format!("reading {}", manifest_path.display()))?;
     let mut to_write: Vec<(PathBuf, String)> = Vec::new();
     let mut written = Written {
         release: release.to_string(),
@@ -256,7 +257,7 @@ pub fn write_variant(dir: &Path, catalog: &Catalog, fix: &Fix, release: &str, fi
     written.notes.extend(note);
     let entries: Vec<PatchEntry> = made.into_iter().map(|(e, _)| e).collect();
     let new_manifest = yaml_edit::put_release(&old_manifest, release, &entries, &verified)
-        .with_context(|| format!("editing {}", manifest_path.display()))?;
+        .file_context(&manifest_path, || format!("editing {}", manifest_path.display()))?;
     let mut backups: Vec<(PathBuf, Option<Vec<u8>>)> = Vec::new();
     let result = (|| -> Result<()> {
         for (path, text) in &to_write {
@@ -300,5 +301,5 @@ pub fn lock_catalog(dir: &Path) -> Result<crate::transaction::TreeLocks> {
 pub fn read_in(root: &Path, file: &str, what: &str) -> Result<Vec<u8>> {
     let within = format!("{what} {}", root.display());
     crate::tree::read_inside(root, file, &within, crate::plan::MAX_FILE_BYTES)?
-        .with_context(|| format!("{what}: cannot read {}: no such file", root.join(file).display()))
+        .file_context(root.join(file), || format!("{what}: cannot read {}: no such file", root.join(file).display()))
 }

@@ -1,10 +1,15 @@
 //! The pytest runner shared by `test` and `matrix`: check the interpreter (pytest, torch, and
 //! that it runs at all), write the fix's directory to a scratch directory, run `PYTHON -m
-//! pytest` on its `tests:` against the given trees, and read pytest's summary and skip reasons.
+//! pytest` on its `tests:` against the given trees with gaudi-fixes' result plugin
+//! (`gaudi_fixes_pytest.py`), and take the verdict from pytest itself: its exit code and the
+//! counts and skip reasons the plugin wrote — never from a line of output, where an
+//! interpreter's line at exit could pose as the summary. A run that prints no line for 15 s
+//! says which test is running.
 
 use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
+use crate::error::FileContext;
 use anyhow::{bail, Context, Result};
 use serde::Serialize;
 
@@ -102,8 +107,8 @@ pub fn materialize(catalog: &Catalog, fix: &Fix, dir: &Path) -> Result<PathBuf> 
     for (rel, bytes) in catalog.files.files.iter().filter(|(p, _)| p.starts_with(&fix.dir)) {
         let dest = out.join(rel.strip_prefix(&fix.dir).expect("filtered by prefix"));
         std::fs::create_dir_all(dest.parent().expect("has a parent"))
-            .with_context(|| format!("creating {}", dest.display()))?;
-        std::fs::write(&dest, bytes).with_context(|| format!("writing {}", dest.display()))?;
+            .file_context(&dest, || format!("creating {}", dest.display()))?;
+        std::fs::write(&dest, bytes).file_context(&dest, || format!("writing {}", dest.display()))?;
     }
     Ok(out)
 }
@@ -121,7 +126,7 @@ impl Scratch {
             std::process::id(),
             N.fetch_add(1, Ordering::Relaxed)
         ));
-        std::fs::create_dir(&dir).with_context(|| format!("creating {}", dir.display()))?;
+        std::fs::create_dir(&dir).file_context(&dir, || format!("creating {}", dir.display()))?;
         Ok(Scratch(dir))
     }
 }
@@ -132,9 +137,77 @@ impl Drop for Scratch {
     }
 }
 
-/// Run `fix`'s tests against the trees rooted at `vllm_root` / `gaudi_root`. With `capture`,
-/// pytest's output is kept in the result; else it streams to stderr as it runs (and is kept
-/// too). The run passes only when pytest passed and at least one test ran.
+/// Where a run's progress goes: pytest's own output streamed to a writer (the caller's
+/// stderr), a step callback (`matrix`'s progress line; pytest's output is kept, not shown), or
+/// nowhere. Either way a run that prints no line for [`HEARTBEAT`] says which test is running.
+pub enum Talk<'a> {
+    Echo(&'a mut dyn std::io::Write),
+    Steps(&'a mut dyn FnMut(&str)),
+    Silent,
+}
+
+/// The longest a run may go without a line before it says which test is running: under the
+/// 20 s a build log's reader waits, with room for one slow write.
+pub const HEARTBEAT: std::time::Duration = std::time::Duration::from_secs(15);
+
+/// The result plugin loaded into pytest (`-p gaudi_fixes_pytest`): it writes pytest's verdict
+/// as JSON and the test now running to files this run names.
+const PLUGIN: &str = include_str!("gaudi_fixes_pytest.py");
+
+/// What the plugin writes when the session ends: pytest's exit status and its counts.
+#[derive(Debug, Default, serde::Deserialize)]
+struct Verdict {
+    exitstatus: i32,
+    passed: usize,
+    failed: usize,
+    errors: usize,
+    skipped: usize,
+    #[serde(default)]
+    xfailed: usize,
+    #[serde(default)]
+    xpassed: usize,
+    #[serde(default)]
+    skips: Vec<String>,
+    #[serde(default)]
+    duration: f64,
+}
+
+impl Verdict {
+    /// pytest's summary line, from the counts (`1 failed, 11 passed, 2 skipped in 3.20s`).
+    fn summary(&self) -> String {
+        let parts: Vec<String> = [
+            (self.failed, "failed"),
+            (self.passed, "passed"),
+            (self.skipped, "skipped"),
+            (self.xfailed, "xfailed"),
+            (self.xpassed, "xpassed"),
+            (self.errors, if self.errors == 1 { "error" } else { "errors" }),
+        ]
+        .iter()
+        .filter(|(n, _)| *n > 0)
+        .map(|(n, what)| format!("{n} {what}"))
+        .collect();
+        let counts = if parts.is_empty() { "no tests ran".to_string() } else { parts.join(", ") };
+        format!("{counts} in {:.2}s", self.duration)
+    }
+
+    /// The skip reasons, each once, with how many tests gave it.
+    fn skip_reasons(&self) -> Vec<String> {
+        let mut seen: Vec<(String, usize)> = Vec::new();
+        for reason in &self.skips {
+            match seen.iter_mut().find(|(r, _)| r == reason) {
+                Some((_, n)) => *n += 1,
+                None => seen.push((reason.clone(), 1)),
+            }
+        }
+        seen.into_iter().map(|(r, n)| if n == 1 { r } else { format!("{r} ({n} tests)") }).collect()
+    }
+}
+
+/// Run `fix`'s tests against the trees rooted at `vllm_root` / `gaudi_root`. pytest's output
+/// is kept in the result when it is not echoed (`talk`). The verdict is pytest's own: its exit
+/// code and the counts its result plugin wrote, never a line of output. The run passes only
+/// when pytest passed and at least one test ran.
 pub fn run_tests(
     catalog: &Catalog,
     fix: &Fix,
@@ -142,9 +215,9 @@ pub fn run_tests(
     vllm_root: Option<&Path>,
     gaudi_root: Option<&Path>,
     extra: &[String],
-    echo: Option<&mut dyn std::io::Write>,
+    talk: Talk<'_>,
 ) -> Result<TestRun> {
-    let capture = echo.is_none();
+    let capture = !matches!(talk, Talk::Echo(_));
     let name = &fix.manifest.name;
     if fix.manifest.tests.is_empty() {
         bail!("{name} has no tests (its fix.yaml lists no `tests:`)");
@@ -161,13 +234,27 @@ pub fn run_tests(
     check_python_for(python, vllm_root)?;
     let scratch = Scratch::new("test")?;
     let dir = materialize(catalog, fix, &scratch.0)?;
+    let plugin_dir = scratch.0.join(".plugin");
+    std::fs::create_dir(&plugin_dir).file_context(&plugin_dir, || format!("creating {}", plugin_dir.display()))?;
+    let plugin = plugin_dir.join("gaudi_fixes_pytest.py");
+    std::fs::write(&plugin, PLUGIN).file_context(&plugin, || format!("writing {}", plugin.display()))?;
+    let files = RunFiles { report: scratch.0.join(".verdict.json"), running: scratch.0.join(".running") };
+    let mut python_path = std::ffi::OsString::from(&plugin_dir);
+    if let Some(old) = std::env::var_os("PYTHONPATH").filter(|p| !p.is_empty()) {
+        python_path.push(":");
+        python_path.push(old);
+    }
     let mut cmd = Command::new(python);
-    // -rs: every skip is listed with its reason in pytest's short summary.
+    // -rs: every skip is listed with its reason in pytest's short summary (for people; the
+    // result takes the reasons from the plugin).
     cmd.current_dir(&dir)
-        .args(["-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider"])
+        .args(["-m", "pytest", "-q", "-rs", "-p", "no:cacheprovider", "-p", "gaudi_fixes_pytest"])
         .args(&fix.manifest.tests)
         .args(extra)
         .env("GAUDI_FIXES_ROOT", root)
+        .env("GAUDI_FIXES_PYTEST_REPORT", &files.report)
+        .env("GAUDI_FIXES_PYTEST_RUNNING", &files.running)
+        .env("PYTHONPATH", python_path)
         .env("PYTHONDONTWRITEBYTECODE", "1")
         // Piped stdout is block-buffered in Python: without this the progress arrives at the end.
         .env("PYTHONUNBUFFERED", "1");
@@ -180,18 +267,18 @@ pub fn run_tests(
             None => cmd.env_remove(var),
         };
     }
-    let (status, output) = run_pytest(cmd, python, echo)?;
+    let (status, output) = run_pytest(cmd, python, talk, &files)?;
     let code = status.code().unwrap_or(-1);
-    let summary = summary_line(&output);
-    let counts = Counts::parse(&summary);
+    let verdict = read_verdict(&files.report, code, name)?;
+    let summary = verdict.summary();
     match code {
         0 | 1 => {}
         5 => bail!("pytest collected no test of {name} (exit 5): {summary}"),
         // 2–4: interrupted, internal error, usage error; anything else: not pytest at all.
         _ => bail!("pytest could not run {name}'s tests (exit {code}): {summary}"),
     }
-    let skips = skip_reasons(&output);
-    if counts.passed == 0 && counts.failed == 0 {
+    let skips = verdict.skip_reasons();
+    if verdict.passed == 0 && verdict.failed == 0 && verdict.errors == 0 {
         let why = if skips.is_empty() { String::new() } else { format!("; skipped: {}", skips.join("; ")) };
         bail!("no test of {name} ran (pytest: `{summary}`){why}");
     }
@@ -199,7 +286,7 @@ pub fn run_tests(
         fix: name.clone(),
         python: python.to_string(),
         root: root.to_path_buf(),
-        passed: code == 0 && counts.failed == 0 && counts.passed > 0,
+        passed: code == 0 && verdict.failed == 0 && verdict.errors == 0 && verdict.passed > 0,
         pytest_exit: code,
         summary,
         skipped: skips,
@@ -207,91 +294,136 @@ pub fn run_tests(
     })
 }
 
-/// Run the prepared pytest command: its output captured whole, or (with `echo`) streamed there
-/// as it comes and kept too. Returns its exit status and output.
+/// The files the result plugin writes: the verdict, and the test now running.
+struct RunFiles {
+    report: PathBuf,
+    running: PathBuf,
+}
+
+/// pytest's verdict as its plugin wrote it. pytest exits 0–5 after writing it (4, a usage
+/// error, and 2, an interruption during collection, may come before any session, so they need
+/// none); an interpreter that exits otherwise, or disagrees with the report, did not finish
+/// the run pytest reported.
+fn read_verdict(path: &Path, code: i32, name: &str) -> Result<Verdict> {
+    let text = match std::fs::read_to_string(path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => {
+            if matches!(code, 2 | 4) {
+                return Ok(Verdict { exitstatus: code, ..Verdict::default() });
+            }
+            bail!(
+                "pytest exited {code} without its result for {name} (the gaudi_fixes_pytest plugin wrote no \
+                 verdict): the interpreter did not run the session to its end"
+            );
+        }
+        Err(e) => return Err(e).file_context(path, || format!("reading pytest's verdict {}", path.display())),
+    };
+    let verdict: Verdict = serde_json::from_str(&text)
+        .file_context(path, || format!("pytest's verdict {} is not JSON", path.display()))?;
+    if verdict.exitstatus != code {
+        bail!(
+            "pytest decided exit {} for {name} ({}), but the interpreter exited {code}: it failed after the tests",
+            verdict.exitstatus,
+            verdict.summary()
+        );
+    }
+    Ok(verdict)
+}
+
+/// Run the prepared pytest command, its output kept (and, with [`Talk::Echo`], streamed there
+/// as it comes). When no line came for [`HEARTBEAT`], a line names the test now running.
+/// Returns its exit status and output.
 fn run_pytest(
     mut cmd: Command,
     python: &str,
-    mut echo: Option<&mut dyn std::io::Write>,
+    mut talk: Talk<'_>,
+    files: &RunFiles,
 ) -> Result<(std::process::ExitStatus, String)> {
-    let capture = echo.is_none();
-    Ok(if capture {
-        let out = cmd.stdin(Stdio::null()).output().with_context(|| format!("running `{python} -m pytest`"))?;
-        let mut text = String::from_utf8_lossy(&out.stdout).to_string();
-        text.push_str(&String::from_utf8_lossy(&out.stderr));
-        (out.status, text)
-    } else if let Some(echo) = echo.as_mut() {
-        // pytest's report goes to `echo` (the caller's stderr) as it comes, so that stdout stays
-        // ours (JSON stays parseable) and a long run is never silent.
-        use std::io::Read;
-        let mut child = cmd
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::inherit())
-            .spawn()
-            .with_context(|| format!("running `{python} -m pytest`"))?;
-        let mut pipe = child.stdout.take().expect("stdout is piped");
-        let mut kept = Vec::new();
-        let mut buf = [0u8; 4096];
-        loop {
-            let n = match pipe.read(&mut buf) {
-                Ok(0) => break,
-                Ok(n) => n,
-                Err(e) if e.kind() == std::io::ErrorKind::Interrupted => continue,
-                Err(e) => return Err(e).context("reading pytest's output"),
-            };
-            let _ = echo.write_all(&buf[..n]);
-            let _ = echo.flush();
-            kept.extend_from_slice(&buf[..n]);
-        }
-        let status = child.wait().context("waiting for pytest")?;
-        (status, String::from_utf8_lossy(&kept).to_string())
-    } else {
-        unreachable!("capture is echo.is_none()")
+    use std::sync::mpsc;
+    let echo = matches!(talk, Talk::Echo(_));
+    // pytest's report goes to the caller's stderr as it comes, so that stdout stays ours (JSON
+    // stays parseable) and a long run is never silent.
+    let mut child = cmd
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(if echo { Stdio::inherit() } else { Stdio::piped() })
+        .spawn()
+        .with_context(|| format!("running `{python} -m pytest`"))?;
+    let (tx, rx) = mpsc::channel::<std::io::Result<Vec<u8>>>();
+    let readers: Vec<_> = [
+        child.stdout.take().map(|p| Box::new(p) as Box<dyn std::io::Read + Send>),
+        child.stderr.take().map(|p| Box::new(p) as Box<dyn std::io::Read + Send>),
+    ]
+    .into_iter()
+    .flatten()
+    .map(|pipe| {
+        let tx = tx.clone();
+        std::thread::spawn(move || pump(pipe, &tx))
     })
+    .collect();
+    drop(tx);
+    let started = std::time::Instant::now();
+    let mut last_line = started;
+    let mut at_line_start = true;
+    let mut kept = Vec::new();
+    loop {
+        match rx.recv_timeout(std::time::Duration::from_millis(500)) {
+            Ok(Ok(chunk)) => {
+                if let Talk::Echo(out) = &mut talk {
+                    let _ = out.write_all(&chunk);
+                    let _ = out.flush();
+                }
+                if chunk.contains(&b'\n') {
+                    last_line = std::time::Instant::now();
+                }
+                at_line_start = chunk.last() == Some(&b'\n');
+                kept.extend_from_slice(&chunk);
+            }
+            Ok(Err(e)) => return Err(e).context("reading pytest's output"),
+            Err(mpsc::RecvTimeoutError::Timeout) => {}
+            Err(mpsc::RecvTimeoutError::Disconnected) => break,
+        }
+        if last_line.elapsed() >= HEARTBEAT {
+            let running = std::fs::read_to_string(&files.running).ok().filter(|r| !r.trim().is_empty());
+            let now = running.map_or("collecting the tests".to_string(), |r| format!("running {}", r.trim()));
+            let line = format!("{} s: {now}", started.elapsed().as_secs());
+            match &mut talk {
+                Talk::Echo(out) => {
+                    let _ = writeln!(out, "{}[gaudi-fixes] {line}", if at_line_start { "" } else { "\n" });
+                    let _ = out.flush();
+                    at_line_start = true;
+                }
+                Talk::Steps(step) => step(&line),
+                Talk::Silent => {}
+            }
+            last_line = std::time::Instant::now();
+        }
+    }
+    for reader in readers {
+        let _ = reader.join();
+    }
+    let status = child.wait().context("waiting for pytest")?;
+    Ok((status, String::from_utf8_lossy(&kept).to_string()))
 }
 
-/// pytest's last summary line (`12 passed, 1 skipped in 3.2s`), without its `=` frame.
-fn summary_line(output: &str) -> String {
-    output.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("").trim().trim_matches('=').trim().to_string()
-}
-
-/// The counts in a pytest summary line.
-#[derive(Debug, Default, PartialEq, Eq)]
-struct Counts {
-    passed: usize,
-    failed: usize,
-}
-
-impl Counts {
-    fn parse(summary: &str) -> Counts {
-        let re = regex::Regex::new(r"(\d+) (passed|failed|errors?)\b").expect("valid regex");
-        let mut counts = Counts::default();
-        for c in re.captures_iter(summary) {
-            let n: usize = c[1].parse().unwrap_or(0);
-            match &c[2] {
-                "passed" => counts.passed += n,
-                _ => counts.failed += n,
+/// Send what `pipe` gives, chunk by chunk, until it closes.
+fn pump(mut pipe: Box<dyn std::io::Read + Send>, tx: &std::sync::mpsc::Sender<std::io::Result<Vec<u8>>>) {
+    let mut buf = [0u8; 4096];
+    loop {
+        match pipe.read(&mut buf) {
+            Ok(0) => return,
+            Ok(n) => {
+                if tx.send(Ok(buf[..n].to_vec())).is_err() {
+                    return;
+                }
+            }
+            Err(e) if e.kind() == std::io::ErrorKind::Interrupted => {}
+            Err(e) => {
+                let _ = tx.send(Err(e));
+                return;
             }
         }
-        counts
     }
-}
-
-/// The reasons of pytest's `SKIPPED [n] file:line: reason` lines (from `-rs`).
-fn skip_reasons(output: &str) -> Vec<String> {
-    let re = regex::Regex::new(r"^SKIPPED \[(\d+)\] [^:]+:\d+: (.*)$").expect("valid regex");
-    output
-        .lines()
-        .filter_map(|l| re.captures(l.trim_end()))
-        .map(|c| if &c[1] == "1" { c[2].to_string() } else { format!("{} ({} tests)", &c[2], &c[1]) })
-        .fold(Vec::new(), |mut seen, reason| {
-            // The same reason from two places in the file is said once.
-            if !seen.contains(&reason) {
-                seen.push(reason);
-            }
-            seen
-        })
 }
 
 /// The directory the tests see as `GAUDI_FIXES_ROOT` when `--only-tree` leaves a tree out: it
@@ -299,7 +431,7 @@ fn skip_reasons(output: &str) -> Vec<String> {
 /// their own reason instead of testing a tree the user excluded.
 pub fn filtered_view(scratch: &Path, kept: &[(&str, &Path)]) -> Result<PathBuf> {
     let view = scratch.join("trees");
-    std::fs::create_dir(&view).with_context(|| format!("creating {}", view.display()))?;
+    std::fs::create_dir(&view).file_context(&view, || format!("creating {}", view.display()))?;
     for (package, root) in kept {
         let target = root.join(package);
         std::os::unix::fs::symlink(&target, view.join(package))
@@ -313,17 +445,18 @@ mod tests {
     use super::*;
 
     #[test]
-    fn counts_come_from_the_summary_and_skips_are_named() {
-        assert_eq!(Counts::parse("1 failed, 11 passed, 2 skipped in 3.2s"), Counts { passed: 11, failed: 1 });
-        assert_eq!(Counts::parse("3 skipped in 0.1s"), Counts::default());
-        assert_eq!(Counts::parse(""), Counts::default());
-        assert_eq!(Counts::parse("1 error in 0.2s"), Counts { passed: 0, failed: 1 });
-        let out = "..s\nSKIPPED [2] test_x.py:10: no vllm_gaudi/ in /t: the vllm_gaudi half is not tested\n\
-                   SKIPPED [1] test_x.py:20: GAUDI_FIXES_VECTORS is not set\n2 passed, 3 skipped in 1s\n";
-        assert_eq!(
-            skip_reasons(out),
-            ["no vllm_gaudi/ in /t: the vllm_gaudi half is not tested (2 tests)", "GAUDI_FIXES_VECTORS is not set"]
-        );
-        assert_eq!(summary_line("x\n===== 2 passed in 1s =====\n\n"), "2 passed in 1s");
+    fn the_summary_and_skips_come_from_the_verdict() {
+        let v = Verdict {
+            passed: 11,
+            failed: 1,
+            skipped: 3,
+            duration: 3.2,
+            skips: vec!["no vllm_gaudi/ in /t".into(), "vectors not set".into(), "no vllm_gaudi/ in /t".into()],
+            ..Verdict::default()
+        };
+        assert_eq!(v.summary(), "1 failed, 11 passed, 3 skipped in 3.20s");
+        assert_eq!(v.skip_reasons(), ["no vllm_gaudi/ in /t (2 tests)", "vectors not set"]);
+        assert_eq!(Verdict { errors: 1, ..Verdict::default() }.summary(), "1 error in 0.00s");
+        assert_eq!(Verdict::default().summary(), "no tests ran in 0.00s");
     }
 }

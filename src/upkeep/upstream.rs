@@ -7,11 +7,15 @@
 //!   beside the repository (found from the current directory up), else absent.
 //!
 //! `<cache>` is `GAUDI_FIXES_CACHE`, else `$XDG_CACHE_HOME/gaudi-fixes`, else
-//! `~/.cache/gaudi-fixes`. Trees there are never modified; users copy them.
+//! `~/.cache/gaudi-fixes`. Trees there are never modified; users copy them. The cache may be
+//! shared by runs in other PID namespaces (containers on one volume): each run's own
+//! directories have names no other run has and are locked while it lives; an extraction is
+//! checked whole before it is renamed into place, with a manifest the next user checks.
 
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use crate::error::FileContext;
 use anyhow::{bail, Context, Result};
 
 /// The cache directory.
@@ -39,7 +43,11 @@ pub fn release_tag(name: &str) -> Result<String> {
 /// The cached pristine vLLM root for `release` (holding vllm/), if it is there.
 pub fn cached_vllm(release: &str) -> Result<Option<PathBuf>> {
     let root = cache_dir()?.join("upstream").join(release);
-    Ok(root.join("vllm").is_dir().then_some(root))
+    if !root.join("vllm").is_dir() {
+        return Ok(None);
+    }
+    check_manifest(&root)?;
+    Ok(Some(root))
 }
 
 /// The pristine vLLM root for `release`, downloading and extracting the wheel if needed.
@@ -50,7 +58,7 @@ pub fn vllm_tree(python: &str, release: &str, mut progress: impl FnMut(&str)) ->
     let cache = cache_dir()?;
     let version = release.trim_start_matches('v');
     let wheels = cache.join("wheels");
-    std::fs::create_dir_all(&wheels).with_context(|| format!("creating {}", wheels.display()))?;
+    std::fs::create_dir_all(&wheels).file_context(&wheels, || format!("creating {}", wheels.display()))?;
     let find = || -> Option<PathBuf> {
         let prefix = format!("vllm-{version}-");
         std::fs::read_dir(&wheels).ok()?.flatten().map(|e| e.path()).find(|p| {
@@ -90,6 +98,10 @@ with zipfile.ZipFile(wheel) as zf:
         if parts[0] != 'vllm' or '..' in parts or os.path.isabs(info.filename):
             continue
         zf.extract(info, out)
+        if not info.is_dir():
+            got = os.path.join(out, *parts)
+            if not os.path.isfile(got) or os.path.getsize(got) != info.file_size:
+                sys.exit(wheel + ': ' + info.filename + ' was not extracted whole')
 if not os.path.isfile(os.path.join(out, 'vllm', '__init__.py')):
     sys.exit(wheel + ': no vllm/__init__.py in the wheel')
 "#;
@@ -102,8 +114,9 @@ if not os.path.isfile(os.path.join(out, 'vllm', '__init__.py')):
         wheel.file_name().unwrap_or_default().to_string_lossy()
     );
     std::fs::write(tmp.join(".gaudi-fixes-upstream"), marker)?;
+    write_manifest(&tmp)?;
     let dest = parent.join(release);
-    own.install(&dest, |d| d.join("vllm").is_dir())?;
+    own.install(&dest, |d| d.join("vllm").is_dir() && check_manifest(d).is_ok())?;
     Ok(dest)
 }
 
@@ -164,6 +177,7 @@ pub fn gaudi_tree(release: &str) -> Result<Option<GaudiTree>> {
     for name in [release, "main"] {
         let root = cache.join(name);
         if root.join("vllm_gaudi").is_dir() {
+            check_manifest(&root)?;
             return Ok(Some(GaudiTree { root, source: format!("cache gaudi/{name}") }));
         }
         if let Some(archive) = archive_for(name) {
@@ -180,7 +194,9 @@ pub fn gaudi_tree(release: &str) -> Result<Option<GaudiTree>> {
             if !st.success() || !tmp.join("vllm_gaudi").is_dir() {
                 bail!("{}: could not extract vllm_gaudi/ from it", archive.display());
             }
-            own.install(&root, |d| d.join("vllm_gaudi").is_dir())?;
+            check_extracted(&archive, &tmp)?;
+            write_manifest(&tmp)?;
+            own.install(&root, |d| d.join("vllm_gaudi").is_dir() && check_manifest(d).is_ok())?;
             let label = archive.file_name().unwrap_or_default().to_string_lossy().to_string();
             return Ok(Some(GaudiTree { root, source: label }));
         }
@@ -188,14 +204,90 @@ pub fn gaudi_tree(release: &str) -> Result<Option<GaudiTree>> {
     Ok(None)
 }
 
+/// Every file of an extracted archive is in `dir` (an archive member missing from the tree
+/// would give a pristine tree that is not).
+fn check_extracted(archive: &Path, dir: &Path) -> Result<()> {
+    let out = Command::new("tar").arg("-tzf").arg(archive).output().context("running tar to list an archive")?;
+    if !out.status.success() {
+        bail!("{}: tar cannot list it", archive.display());
+    }
+    let names = String::from_utf8_lossy(&out.stdout);
+    let missing: Vec<&str> =
+        names.lines().filter(|n| !n.ends_with('/') && std::fs::symlink_metadata(dir.join(n)).is_err()).collect();
+    if let Some(first) = missing.first() {
+        bail!("{}: {} member(s) were not extracted (the first: {first})", archive.display(), missing.len());
+    }
+    Ok(())
+}
+
+/// The list of a cached pristine tree's files (size and path, one a line), written when the
+/// tree is made and checked by every run that uses it: a tree missing a file, or with one cut
+/// short, is refused instead of trusted as pristine. Trees made by hand or by
+/// scripts/fetch-upstream.sh have none and are taken as they are.
+const MANIFEST: &str = ".gaudi-fixes-manifest";
+const MANIFEST_HEADER: &str = "gaudi-fixes manifest 1: <size> <path> of every file";
+
+/// Write the manifest of the tree `dir` (every regular file and symlink under it).
+fn write_manifest(dir: &Path) -> Result<()> {
+    let mut lines = vec![MANIFEST_HEADER.to_string()];
+    for entry in walkdir::WalkDir::new(dir).sort_by_file_name() {
+        let entry = entry.file_context(dir, || format!("listing {}", dir.display()))?;
+        if entry.file_type().is_dir() {
+            continue;
+        }
+        let rel = entry.path().strip_prefix(dir).expect("under dir");
+        let size = entry.metadata().file_context(entry.path(), || format!("reading {}", entry.path().display()))?.len();
+        lines.push(format!("{size} {}", rel.display()));
+    }
+    let path = dir.join(MANIFEST);
+    std::fs::write(&path, lines.join("\n") + "\n").file_context(&path, || format!("writing {}", path.display()))
+}
+
+/// Check the tree `dir` against its manifest, when it has one.
+pub fn check_manifest(dir: &Path) -> Result<()> {
+    let path = dir.join(MANIFEST);
+    let text = match std::fs::read_to_string(&path) {
+        Ok(text) => text,
+        Err(e) if e.kind() == std::io::ErrorKind::NotFound => return Ok(()),
+        Err(e) => return Err(e).file_context(&path, || format!("reading {}", path.display())),
+    };
+    let mut lines = text.lines();
+    if lines.next() != Some(MANIFEST_HEADER) {
+        bail!("{}: not a gaudi-fixes manifest", path.display());
+    }
+    let (mut listed, mut wrong) = (0usize, Vec::new());
+    for line in lines {
+        listed += 1;
+        let Some((size, rel)) = line.split_once(' ') else { bail!("{}: bad line `{line}`", path.display()) };
+        let ok = std::fs::symlink_metadata(dir.join(rel)).is_ok_and(|m| size.parse() == Ok(m.len()));
+        if !ok {
+            wrong.push(rel);
+        }
+    }
+    if let Some(first) = wrong.first() {
+        bail!(
+            "{}: the cached pristine tree is not whole: {} of its {listed} files are missing or changed (the first: \
+             {first}); remove it and run again to extract it afresh",
+            dir.display(),
+            wrong.len()
+        );
+    }
+    Ok(())
+}
+
 /// The mark of a directory a run makes in the cache and removes when it is done: a temp
-/// extraction in `upstream/` or `gaudi/`, a patched copy in `scratch/`. The PID after it says
-/// whose it is, so that the next run can remove what a killed one left.
+/// extraction in `upstream/` or `gaudi/`, a patched copy in `scratch/`. The PID after it, then
+/// a random part, say whose it is: the PID alone is not unique across PID namespaces (two
+/// containers sharing one cache volume are both PID 1).
 const OWN_MARK: &str = ".gaudi-fixes-";
 
-/// A directory of this run's own in the cache, `<parent>/<stem>.gaudi-fixes-<pid>`, locked
-/// (flock) while this run lives and removed when it is dropped. A run killed before that
-/// leaves it; [`remove_stale`] removes it the next time.
+/// The prefix a directory has while it is made, until its lock is held: [`remove_stale`]
+/// never sees a directory of a live run without its lock.
+const MAKING: &str = ".making";
+
+/// A directory of this run's own in the cache, `<parent>/<stem>.gaudi-fixes-<pid>-<random>`,
+/// locked (flock) while this run lives and removed when it is dropped. A run killed before
+/// that leaves it; [`remove_stale`] removes it the next time, once its lock is free.
 pub struct OwnDir {
     path: PathBuf,
     /// The open directory holding the lock; the kernel drops it when the run dies.
@@ -204,17 +296,38 @@ pub struct OwnDir {
     installed: bool,
 }
 
+/// 64 random bits, hex (from the kernel; the clock when it has none to give).
+fn random_hex() -> String {
+    use std::io::Read;
+    let mut bytes = [0u8; 8];
+    let from_kernel = std::fs::File::open("/dev/urandom").and_then(|mut f| f.read_exact(&mut bytes)).is_ok();
+    if !from_kernel {
+        let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
+        bytes = (nanos as u64).to_le_bytes();
+    }
+    bytes.iter().map(|b| format!("{b:02x}")).collect()
+}
+
+/// Take `dir`'s lock without waiting; whether it was free.
+fn try_lock(dir: &std::fs::File) -> bool {
+    // SAFETY: flock(2) on a directory we opened.
+    unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(dir), libc::LOCK_EX | libc::LOCK_NB) == 0 }
+}
+
 impl OwnDir {
-    /// Make it afresh (one left by an earlier run of this PID is removed first).
+    /// Make it afresh, under a name no other run has: made under a `.making` name, locked,
+    /// then renamed to its own (the lock stays with the open directory).
     pub fn new(parent: &Path, stem: &str) -> Result<OwnDir> {
-        let path = parent.join(format!("{stem}{OWN_MARK}{}", std::process::id()));
-        let _ = std::fs::remove_dir_all(&path);
-        std::fs::create_dir_all(&path).with_context(|| format!("creating {}", path.display()))?;
-        let lock = std::fs::File::open(&path).with_context(|| format!("opening {}", path.display()))?;
-        // SAFETY: flock(2) on a directory we just opened.
-        if unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&lock), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
-            bail!("{}: locked by another process; cannot use it", path.display());
+        let name = format!("{stem}{OWN_MARK}{}-{}", std::process::id(), random_hex());
+        let making = parent.join(format!("{MAKING}{name}"));
+        let path = parent.join(&name);
+        std::fs::create_dir_all(parent).file_context(parent, || format!("creating {}", parent.display()))?;
+        std::fs::create_dir(&making).file_context(&making, || format!("creating {}", making.display()))?;
+        let lock = std::fs::File::open(&making).file_context(&making, || format!("opening {}", making.display()))?;
+        if !try_lock(&lock) {
+            bail!("{}: locked by another process; cannot use it", making.display());
         }
+        std::fs::rename(&making, &path).file_context(&path, || format!("naming {}", path.display()))?;
         Ok(OwnDir { path, _lock: lock, installed: false })
     }
 
@@ -222,18 +335,21 @@ impl OwnDir {
         &self.path
     }
 
-    /// Make it `dest` (a rename, so that `dest` appears whole or not at all). Another run
-    /// preparing the same tree may have got there first: when `dest` is then `complete`, that
-    /// tree is used and this one dropped (two runs used to have the second fail with
-    /// "Directory not empty" and leave its copy in the cache).
+    /// Make it `dest` (a rename, so that `dest` appears whole or not at all), once `complete`
+    /// says it is whole. Another run preparing the same tree may have got there first: when
+    /// `dest` is then `complete`, that tree is used and this one dropped (two runs used to
+    /// have the second fail with "Directory not empty" and leave its copy in the cache).
     pub fn install(mut self, dest: &Path, complete: impl Fn(&Path) -> bool) -> Result<()> {
+        if !complete(&self.path) {
+            bail!("{}: the new tree is not whole; not installing it as {}", self.path.display(), dest.display());
+        }
         match std::fs::rename(&self.path, dest) {
             Ok(()) => {
                 self.installed = true;
                 Ok(())
             }
             Err(_) if complete(dest) => Ok(()), // dropped: ours is removed
-            Err(e) => Err(e).with_context(|| format!("moving the new tree to {}", dest.display())),
+            Err(e) => Err(e).file_context(dest, || format!("moving the new tree to {}", dest.display())),
         }
     }
 }
@@ -254,23 +370,30 @@ fn alive(pid: u32) -> bool {
     found || std::io::Error::last_os_error().raw_os_error() == Some(libc::EPERM)
 }
 
-/// Remove what killed runs left in the cache (`cache`): every [`OwnDir`] whose PID is no
-/// process now and whose lock nobody holds; a sentence each, for stderr. A live run's
-/// directories are left alone.
+/// Remove what killed runs left in the cache (`cache`): every [`OwnDir`] whose lock nobody
+/// holds (the lock, not the PID, says whether its run lives: a PID is another process in
+/// another PID namespace) and whose PID is no process here; a sentence each, for stderr. A
+/// live run's directories are left alone, and removed only while holding their lock.
 pub fn remove_stale(cache: &Path) -> Vec<String> {
     let mut notes = Vec::new();
     for sub in ["upstream", "gaudi", "scratch"] {
         let Ok(entries) = std::fs::read_dir(cache.join(sub)) else { continue };
         for entry in entries.flatten() {
             let name = entry.file_name().to_string_lossy().into_owned();
-            let Some(pid) = name.rsplit_once(OWN_MARK).and_then(|(_, p)| p.parse::<u32>().ok()) else { continue };
+            if name.starts_with(MAKING) {
+                continue; // Being made: its lock comes before its name.
+            }
+            let Some(pid) =
+                name.rsplit_once(OWN_MARK).and_then(|(_, p)| p.split('-').next()).and_then(|p| p.parse::<u32>().ok())
+            else {
+                continue;
+            };
             let path = entry.path();
             if pid == std::process::id() || alive(pid) || !entry.file_type().is_ok_and(|t| t.is_dir()) {
                 continue;
             }
             let Ok(dir) = std::fs::File::open(&path) else { continue };
-            // SAFETY: flock(2) on a directory we just opened.
-            if unsafe { libc::flock(std::os::fd::AsRawFd::as_raw_fd(&dir), libc::LOCK_EX | libc::LOCK_NB) } != 0 {
+            if !try_lock(&dir) {
                 continue; // Held: its run lives (in another PID namespace).
             }
             match std::fs::remove_dir_all(&path) {
@@ -308,7 +431,7 @@ pub fn replace_file(path: &Path, bytes: &[u8]) -> Result<()> {
     let nanos = std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map_or(0, |d| d.as_nanos());
     let name = path.file_name().map_or_else(String::new, |n| n.to_string_lossy().into_owned());
     let tmp = path.with_file_name(format!(".{name}.{}-{nanos}.gaudi-fixes-tmp", std::process::id()));
-    std::fs::write(&tmp, bytes).with_context(|| format!("writing {}", tmp.display()))?;
-    std::fs::rename(&tmp, path).with_context(|| format!("replacing {}", path.display()))?;
+    std::fs::write(&tmp, bytes).file_context(&tmp, || format!("writing {}", tmp.display()))?;
+    std::fs::rename(&tmp, path).file_context(path, || format!("replacing {}", path.display()))?;
     Ok(())
 }

@@ -231,3 +231,47 @@ pub fn assert_same(
 pub fn port_args<'a>(fix: &'a str, to: &'a str, release: &'a str) -> [&'a str; 12] {
     ["--catalog", "cat", "port", fix, "--from", "v0.26.0", "--from-tree", "root", "--to", to, "--release", release]
 }
+
+/// For stand-in pythons (`sh` scripts): `verdict EXIT PASSED FAILED [SKIPPED [SKIPS_JSON]]`
+/// writes the result pytest's gaudi-fixes plugin would write, where the run names it.
+pub const SH_VERDICT: &str = r#"verdict() {
+  printf '{"exitstatus": %s, "passed": %s, "failed": %s, "errors": 0, "skipped": %s, "skips": [%s], "duration": 0.01}\n' \
+    "$1" "$2" "$3" "${4:-0}" "$5" > "$GAUDI_FIXES_PYTEST_REPORT"
+}
+"#;
+
+/// Write the stand-in python `body` (a `sh` script after its `#!` line, with [`SH_VERDICT`]
+/// defined) at `rel` in `d`, executable.
+pub fn fake_python(d: &Dir, rel: &str, body: &str) -> PathBuf {
+    use std::os::unix::fs::PermissionsExt;
+    let body = body.strip_prefix("#!/bin/sh\n").unwrap_or(body);
+    let py = d.write(rel, format!("#!/bin/sh\n{SH_VERDICT}{body}"));
+    fs::set_permissions(&py, fs::Permissions::from_mode(0o755)).unwrap();
+    py
+}
+
+/// The project's venv (torch, pytest), when this machine has one (`GAUDI_FIXES_TEST_PYTHON`,
+/// else `~/.cache/gaudi-fixes/venv`).
+pub fn real_python() -> Option<PathBuf> {
+    let p = std::env::var_os("GAUDI_FIXES_TEST_PYTHON")
+        .map(PathBuf::from)
+        .or_else(|| std::env::var_os("HOME").map(|h| Path::new(&h).join(".cache/gaudi-fixes/venv/bin/python")))?;
+    let ok = Command::new(&p).args(["-c", "import pytest, torch"]).output().ok()?.status.success();
+    ok.then_some(p)
+}
+
+/// Everything under `<cache>/upstream`, `scratch` and `gaudi` but the finished v0.26.0 tree.
+pub fn cache_leftovers(d: &Dir) -> Vec<String> {
+    let mut out = Vec::new();
+    for sub in ["upstream", "scratch", "gaudi"] {
+        let Ok(entries) = std::fs::read_dir(d.path().join("cache").join(sub)) else { continue };
+        for e in entries.flatten() {
+            let name = e.file_name().to_string_lossy().into_owned();
+            if !(sub == "upstream" && name == "v0.26.0") {
+                out.push(format!("{sub}/{name}"));
+            }
+        }
+    }
+    out.sort();
+    out
+}
