@@ -80,6 +80,19 @@ def _self_calls(nodes: list[ast.AST]) -> set[str]:
     return names
 
 
+class Watched(torch.Tensor):
+    """A sampled-token tensor that counts device-to-host copies made of it (or of what is
+    computed from it): on HPU each is a sync that stalls the async pipeline."""
+
+    host_copies = 0
+
+    @classmethod
+    def __torch_function__(cls, func, types, args=(), kwargs=None):
+        if func in (torch.Tensor.tolist, torch.Tensor.cpu, torch.Tensor.item, torch.Tensor.numpy):
+            Watched.host_copies += 1
+        return super().__torch_function__(func, types, args, kwargs or {})
+
+
 class RecordingSampler:
     """Returns the tokens the test chose for each row; records what each call was handed."""
 
@@ -88,7 +101,40 @@ class RecordingSampler:
 
     def sample(self, rows: list[str], metadata: Any, step: int) -> torch.Tensor:
         self.calls.append({"step": step, "rows": rows, "output_token_ids": copy.deepcopy(metadata.output_token_ids)})
-        return torch.tensor([token(step, rid) for rid in rows], dtype=torch.int32)
+        return torch.tensor([self.choose(step, rid, metadata, i) for i, rid in enumerate(rows)],
+                            dtype=torch.int32).as_subclass(Watched)
+
+    def choose(self, step: int, rid: str, metadata: Any, row: int) -> int:
+        return token(step, rid)
+
+
+BAD_WORD = [10, 11]
+
+
+class BadWordsSampler(RecordingSampler):
+    """Greedy over logits that prefer D0 to say 10 then 11 (a bad word), 12 second best, with
+    vLLM's real ``apply_bad_words`` (vllm/v1/sample/ops/bad_words.py of the tree) applied
+    first, as ``Sampler.apply_logits_processors`` does."""
+
+    def __init__(self, apply_bad_words):
+        super().__init__()
+        self.apply_bad_words = apply_bad_words
+        self.said: list[int] = []  # D0's token of each call
+
+    def sample(self, rows: list[str], metadata: Any, step: int) -> torch.Tensor:
+        out = super().sample(rows, metadata, step)
+        self.said.append(int(out[rows.index("D0")]))
+        return out
+
+    def choose(self, step: int, rid: str, metadata: Any, row: int) -> int:
+        if rid != "D0":
+            return token(step, rid)
+        logits = torch.zeros(len(metadata.output_token_ids), VOCAB)
+        logits[row, BAD_WORD[step % 2]] = 10.0
+        logits[row, 12] = 5.0
+        if metadata.bad_words_token_ids:
+            self.apply_bad_words(logits, metadata.bad_words_token_ids, metadata.output_token_ids)
+        return int(logits[row].argmax())
 
 
 def token(step: int, rid: str) -> int:
@@ -97,8 +143,9 @@ def token(step: int, rid: str) -> int:
 
 class Scenario:
 
-    def __init__(self, params: dict[str, SamplingParams], use_async: bool):
+    def __init__(self, params: dict[str, SamplingParams], use_async: bool, sampler: Any = None):
         self.params = params
+        Watched.host_copies = 0
         self.module = load_input_batch(ROOT, H2DRecorder(ROOT / UTILS_REL))
         self.batch = self.module.InputBatch(max_num_reqs=8, max_model_len=64, max_num_batched_tokens=64,
                                             device=torch.device("cpu"), pin_memory=False, vocab_size=VOCAB,
@@ -129,7 +176,7 @@ class Scenario:
         runner.max_model_len = 64
         runner.speculative_config = None
         runner.profiler = types.SimpleNamespace(enabled=False, record_event=lambda *a: contextlib.nullcontext())
-        self.sampler = RecordingSampler()
+        self.sampler = sampler or RecordingSampler()
         self.generated: dict[str, list[int]] = {rid: [] for rid in params}
 
     def step(self, number: int) -> None:
@@ -148,8 +195,7 @@ class Scenario:
             batch.num_computed_tokens_cpu[batch.req_id_to_index[rid]] = state.num_computed_tokens
         sched = SchedulerOutput(num_scheduled_tokens=scheduled)
         runner._ensure_decodes_first(sched)
-        if runner.use_async_scheduling:
-            runner.invalid_req_indices = []
+        runner.invalid_req_indices = []  # sample_tokens' head (async only, or always with unfinished-prompt-no-token)
         requests = list(batch.req_ids)
         decode_sampled, prefill_sampled = [], []
         if number == 0:
@@ -205,9 +251,42 @@ def test_penalties_see_the_generated_tokens(use_async: bool):
                        "penalties do nothing, repetition covers the prompt only):\n" + "\n".join(wrong))
 
 
-def test_no_penalties_keeps_the_fast_path():
-    """Without penalties in the batch, async scheduling leaves the request states as they were
-    (nothing appended, nothing copied back to the host)."""
+@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
+def test_output_grows_with_every_token(use_async: bool):
+    """With no penalties, bad_words or logits-processor plugin in the batch, each request's
+    output_token_ids still grows by one per generated token (under async scheduling with -1
+    placeholders, as vLLM's GPU runner keeps them): MinTokensLogitsProcessor releases EOS only
+    when its length reaches min_tokens."""
+    scenario = Scenario(PLAIN, use_async).run()
+    mode = "async scheduling" if use_async else "sync scheduling"
+    wrong = [f"{rid}: output_token_ids {state.output_token_ids} after {NUM_STEPS} generated tokens"
+             for rid, state in scenario.runner.requests.items() if len(state.output_token_ids) != NUM_STEPS]
+    assert not wrong, (f"under {mode} the requests' outputs do not count the generated tokens: a min_tokens request "
+                       "never stops (EOS stays masked up to max_tokens):\n" + "\n".join(wrong))
+
+
+def test_no_penalties_no_host_copy():
+    """The placeholders cost a list append per sampled row and nothing else: with nothing in
+    the batch reading the tokens themselves, no device-to-host copy of the sampled tokens is
+    made under async scheduling."""
     scenario = Scenario(PLAIN, True).run()
-    for rid, state in scenario.runner.requests.items():
-        assert state.output_token_ids == [], f"{rid}: output_token_ids {state.output_token_ids} with no penalties"
+    assert Watched.host_copies == 0, (f"{Watched.host_copies} device-to-host copies of the sampled tokens under async "
+                                      "scheduling with no penalties, bad_words or plugin: each stalls the HPU pipeline")
+
+
+@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
+def test_multi_token_bad_words_are_blocked(use_async: bool):
+    """D0 has bad_words [[10, 11]] and a model that wants to say 10 then 11: after a 10, the
+    sampler must see it and mask 11."""
+    path = ROOT / "vllm/v1/sample/ops/bad_words.py"
+    if not path.is_file():
+        pytest.skip(f"no {path}: needs a vllm tree next to vllm_gaudi/")
+    namespace = {"__name__": "gaudi_fixes_bad_words"}
+    exec(compile(path.read_text(), str(path), "exec"), namespace)
+    params = {"D0": SamplingParams(temperature=0.0, bad_words_token_ids=[BAD_WORD]), "D1": SamplingParams()}
+    scenario = Scenario(params, use_async, BadWordsSampler(namespace["apply_bad_words"])).run()
+    said = scenario.sampler.said
+    pairs = [i for i in range(1, len(said)) if said[i - 1:i + 1] == BAD_WORD]
+    mode = "async scheduling" if use_async else "sync scheduling"
+    assert not pairs, (f"under {mode} the multi-token bad word {BAD_WORD} was emitted: D0 said {said} (the sampler saw "
+                       f"D0's output tokens {[c['output_token_ids'][c['rows'].index('D0')] for c in scenario.sampler.calls]})")

@@ -1,0 +1,293 @@
+"""One HPU engine step on CPU, through the runner's own code, for the prompt-chunk tests.
+
+The REAL ``InputBatch`` (vllm_gaudi_stubs.py) and, lifted from the tree's
+``hpu_model_runner.py``: ``_ensure_decodes_first``, ``_get_prompts_and_decodes``,
+``_extract_prefill_batch_contents`` (which decides which prompt chunk gets a logits row),
+``_run_sampling`` / ``_prepare_sampling`` (every sampler call), ``_build_logprobs_output``, and
+these statements of ``sample_tokens``: its head between ``num_reqs = …`` and
+``_prepare_inputs`` (what it resets per step), the ``use_structured_output`` assignments (made
+after ``_prepare_inputs`` read the flag), the ``if self.use_structured_output:`` block that joins
+the logits, and the tail from ``if self.use_async_scheduling or self.use_structured_output:`` to
+the loop extending ``output_token_ids`` (with every runner method it calls). The test provides
+the forward passes (logits rows marked with their request), the sampler (request ``n`` samples
+token ``200 + n``, with logprobs) and the prefill loop's and decode block's few lines that
+collect those; what the user gets is read as vLLM does (``AsyncHPUModelRunnerOutput.get_output``
+drops ``invalid_req_indices``).
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import types
+from dataclasses import dataclass, field, fields
+from pathlib import Path
+from typing import Any, Callable, Optional, Union
+
+import numpy as np
+import torch
+import vllm_gaudi_stubs as stubs
+from vllm_gaudi_stubs import RUNNER_REL, UTILS_REL, H2DRecorder, SchedulerOutput, load_input_batch
+
+VOCAB = 256
+TOKEN_BASE = 200  # request n samples token 200 + n
+
+
+def _runner_class(path: Path) -> ast.ClassDef:
+    tree = ast.parse(path.read_text(), str(path))
+    return next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "HPUModelRunner")
+
+
+def _method(cls: ast.ClassDef, name: str) -> ast.FunctionDef:
+    return next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == name)
+
+
+def _index(body: list[ast.stmt], pred: Callable[[ast.stmt], bool], path: Path, what: str) -> int:
+    i = next((i for i, s in enumerate(body) if pred(s)), None)
+    if i is None:
+        raise LookupError(f"{path}: sample_tokens has no {what} (vllm_gaudi changed; update the test)")
+    return i
+
+
+def _sample_tokens_parts(cls: ast.ClassDef, path: Path) -> dict[str, list[ast.stmt]]:
+    body = _method(cls, "sample_tokens").body
+    src = [ast.unparse(s) for s in body]
+    head_from = _index(body, lambda s: ast.unparse(s) == "num_reqs = num_decodes + num_prefills", path, "num_reqs") + 1
+    head_to = _index(body, lambda s: isinstance(s, ast.With) and "prepare_input_tensors" in ast.unparse(s), path,
+                     "prepare_input_tensors block")
+    flag_from = _index(body, lambda s: ast.unparse(s) == "self.use_structured_output = False", path,
+                       "`self.use_structured_output = False`")
+    flag_to = next(i for i in range(flag_from, len(body)) if src[i].startswith("if grammar_output is not None"))
+    structured = next((s for s in body if isinstance(s, ast.If) and ast.unparse(s.test) == "self.use_structured_output"
+                       and "logits_combined" in ast.unparse(s)), None)
+    if structured is None:
+        raise LookupError(f"{path}: no structured-output block joining logits_combined (update the test)")
+    tail_from = _index(body, lambda s: isinstance(s, ast.If) and ast.unparse(s.test) ==
+                       "self.use_async_scheduling or self.use_structured_output", path, "async / structured tail")
+    tail_to = _index(body, lambda s: isinstance(s, ast.For) and "postprocessed_sampled_token_ids[:num_reqs]" in
+                     ast.unparse(s.iter), path, "output-token loop")
+    return {"head": body[head_from:head_to], "flag": body[flag_from:flag_to + 1], "structured": structured.body,
+            "tail": body[tail_from:tail_to + 1]}
+
+
+def _self_calls(nodes: list[ast.AST]) -> set[str]:
+    return {sub.func.attr for node in nodes for sub in ast.walk(node)
+            if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute)
+            and isinstance(sub.func.value, ast.Name) and sub.func.value.id == "self"}
+
+
+def _module_defs(path: Path, names: set[str]) -> list[ast.stmt]:
+    tree = ast.parse(path.read_text(), str(path))
+    found = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef)) and n.name in names]
+    if {n.name for n in found} != names:
+        raise LookupError(f"{path}: missing {names - {n.name for n in found}} (vllm_gaudi changed; update the test)")
+    return found
+
+
+@dataclass
+class LogprobsLists:
+    logprob_token_ids: Any
+    logprobs: Any
+    sampled_token_ranks: Any
+
+
+class _LogprobsTensors:
+    def __init__(self, tokens: torch.Tensor):
+        self.logprob_token_ids = tokens.view(-1, 1).long()
+
+    def tolists(self) -> LogprobsLists:
+        n = self.logprob_token_ids.shape[0]
+        # As vLLM's LogprobsTensors.tolists: numpy arrays.
+        return LogprobsLists(self.logprob_token_ids.numpy(), np.full((n, 1), -0.5, dtype=np.float32),
+                             np.ones(n, dtype=np.int64))
+
+
+class _BlockTable:
+    """What _extract_prefill_batch_contents and InputBatch ask of MultiGroupBlockTable."""
+
+    def __getitem__(self, group: int) -> Any:
+        return types.SimpleNamespace(get_cpu_tensor=lambda: torch.zeros(8, 4, dtype=torch.int32))
+
+    def __getattr__(self, name: str) -> Callable[..., None]:
+        return lambda *a, **k: None  # add_row, swap_row, move_row, …
+
+
+class Sampler:
+    """Request n's row samples token 200 + n (read from the row's mark); records each call."""
+
+    def __init__(self, order: list[str]):
+        self.order = order
+        self.calls: list[dict[str, Any]] = []
+
+    def __call__(self, logits: torch.Tensor, sampling_metadata: Any) -> Any:
+        tokens = (TOKEN_BASE + logits[:, 0]).to(torch.int32)
+        self.calls.append({"rows": logits.shape[0], "metadata": sampling_metadata})
+        return types.SimpleNamespace(sampled_token_ids=tokens.view(-1, 1), logprobs_tensors=_LogprobsTensors(tokens))
+
+
+@dataclass
+class StepResult:
+    returned: dict[str, list[int]]  # the tokens the user gets, per request
+    logprobs: Any = None
+    error: Optional[BaseException] = None
+    structured: bool = False
+    rows: dict[str, int] = field(default_factory=dict)  # logits rows per prompt
+
+
+class Engine:
+
+    def __init__(self, root: Path, use_async: bool, params: dict[str, Any], prompt_len: dict[str, int]):
+        self.params, self.prompt_len = params, prompt_len
+        self.order = list(params)
+        self.module = load_input_batch(root, H2DRecorder(root / UTILS_REL))
+        batch = self.batch = self.module.InputBatch(max_num_reqs=8, max_model_len=128, max_num_batched_tokens=128,
+                                                    device=torch.device("cpu"), pin_memory=False, vocab_size=VOCAB,
+                                                    block_sizes=[128], kernel_block_sizes=[128])
+        batch.block_table = _BlockTable()
+        runner = self.runner = stubs.Runner(root, batch)
+        path = root / RUNNER_REL
+        cls = _runner_class(path)
+        parts = _sample_tokens_parts(cls, path)
+        self.code = {k: compile(ast.Module(v, []), str(path), "exec") for k, v in parts.items()}
+        defs = {n.name: n for n in cls.body if isinstance(n, ast.FunctionDef)}
+        provided = {"_ensure_decodes_first", "_is_prompt", "_generate_req_id_output_token_ids_lst", "_prepare_sampling",
+                    "_can_merge_prefill_contents", "_get_attention_group_id_for_hybrid", "get_dp_padding",
+                    "_resolve_block", "apply_grammar_bitmask"}
+        wanted = {"_get_prompts_and_decodes", "_extract_prefill_batch_contents", "_run_sampling",
+                  "_build_logprobs_output"}
+        todo = wanted | _self_calls([n for v in parts.values() for n in v])
+        lifted: set[str] = set()
+        while todo - provided - lifted:
+            name = (todo - provided - lifted).pop()
+            if name in defs:
+                lifted.add(name)
+                todo |= _self_calls([defs[name]])
+            else:
+                provided.add(name)
+        from dataclasses import dataclass as _dataclass
+        namespace: dict[str, Any] = {"torch": torch, "np": np, "Optional": Optional, "Union": Union, "fields": fields,
+                                     "field": field, "dataclass": _dataclass, "Callable": Callable,
+                                     "LogprobsLists": LogprobsLists, "LogprobsTensors": _LogprobsTensors,
+                                     "htorch": types.SimpleNamespace(core=types.SimpleNamespace(mark_step=lambda: None)),
+                                     "empty_list": lambda: field(default_factory=list)}
+        exec(compile(ast.Module(_module_defs(path, {"BatchContents", "PromptDecodeInfo", "merge_contents",
+                                                    "shallow_tuple", "round_up"}), []), str(path), "exec"),
+             namespace)
+        exec(compile(ast.Module([defs[n] for n in sorted(lifted)], []), str(path), "exec"), namespace)
+        for name in lifted:
+            setattr(runner, name, types.MethodType(namespace[name], runner))
+        runner._can_merge_prefill_contents = lambda lhs, rhs: False  # one prefill batch per prompt
+        runner._get_attention_group_id_for_hybrid = lambda: 0
+        runner.get_dp_padding = lambda n: 0
+        runner._resolve_block = lambda b: b
+        runner.apply_grammar_bitmask = lambda *a: None  # the grammar's row mapping is not these tests' subject
+        runner.attn_block_size = 128
+        runner.use_async_scheduling = use_async
+        runner.use_structured_output = False
+        runner.device = torch.device("cpu")
+        runner.max_model_len = 128
+        runner.speculative_config = None
+        runner.vllm_config = types.SimpleNamespace(speculative_config=None)
+        runner.profiler = types.SimpleNamespace(enabled=False, record_event=lambda *a: contextlib.nullcontext())
+        runner.sampler = Sampler(self.order)
+
+    def logits(self, rows: list[str]) -> torch.Tensor:
+        out = torch.zeros(len(rows), VOCAB)
+        for i, rid in enumerate(rows):
+            out[i, 0] = self.order.index(rid)
+        return out
+
+    def step(self, scheduled: dict[str, int], grammar: bool, added=(), finished=()) -> StepResult:
+        batch, runner = self.batch, self.runner
+        # _update_states: removals, arrivals into the lowest freed rows, condense of the rest.
+        removed = sorted((batch.remove_request(rid) for rid in finished), reverse=True)
+        for rid in finished:
+            runner.requests.pop(rid)
+        for rid in added:
+            state = runner.requests[rid] = self.module.CachedRequestState(
+                req_id=rid, prompt_token_ids=[(7 * i + len(rid)) % VOCAB for i in range(self.prompt_len[rid])],
+                mm_features=[], sampling_params=self.params[rid], generator=None, block_ids=[[0]],
+                num_computed_tokens=0, output_token_ids=[])
+            batch.add_request(state, removed.pop() if removed else None)
+        if removed:
+            batch.condense(removed)
+        batch_changed = bool(added or finished)
+        if batch_changed:
+            batch.refresh_sampling_metadata()
+        for rid, state in runner.requests.items():
+            batch.num_computed_tokens_cpu[batch.req_id_to_index[rid]] = state.num_computed_tokens
+        sched = SchedulerOutput(num_scheduled_tokens=scheduled)
+        sched.total_num_scheduled_tokens = sum(scheduled.values())
+        sched.kv_connector_metadata = None
+        runner._ensure_decodes_first(sched)
+        pd_info = runner._get_prompts_and_decodes(sched)
+        num_decodes, num_prefills = len(pd_info.decode_req_ids), len(pd_info.prompt_req_ids)
+        ns: dict[str, Any] = {"self": runner, "torch": torch, "num_decodes": num_decodes, "num_prefills": num_prefills,
+                              "num_reqs": num_decodes + num_prefills, "pd_info": pd_info, "batch_changed": batch_changed,
+                              "scheduler_output": sched, "spec_decode_num_tokens": None,
+                              "grammar_output": types.SimpleNamespace(structured_output_request_ids=[]) if grammar
+                              else None}
+        result = StepResult(returned={})
+        try:
+            exec(self.code["head"], ns)
+            # _prepare_inputs: the flag it reads is still the previous step's.
+            num_scheduled = [scheduled[rid] for rid in batch.req_ids]
+            contents, _ = runner._extract_prefill_batch_contents(num_prefills, num_decodes, num_scheduled)
+            exec(self.code["flag"], ns)
+            result.structured = runner.use_structured_output
+            self._forward_and_sample(ns, contents, pd_info, num_decodes, batch_changed, result)
+            if runner.use_structured_output:
+                exec(self.code["structured"], ns)
+            exec(self.code["tail"], ns)
+            result.logprobs = runner._build_logprobs_output(ns["logprobs_segments"],
+                                                            max(batch.req_id_to_index.values()) + 1)
+        except Exception as e:  # noqa: BLE001 - an exception in sample_tokens ends EngineCore
+            result.error = e
+            return result
+        result.returned = self._returned(ns)
+        for rid, n in scheduled.items():
+            runner.requests[rid].num_computed_tokens += n
+        return result
+
+    def _forward_and_sample(self, ns, contents, pd_info, num_decodes, batch_changed, result) -> None:
+        """sample_tokens' prefill loop and decode block, the lines that collect logits, rows and
+        tokens (the forward passes are this test's)."""
+        runner = self.runner
+        ns.update(prefill_sampled_token_ids=[], prefill_sampled_requests=[], decode_sampled_token_ids=[],
+                  decode_sampled_requests=[], logprobs_segments=[], logits_prompt=[], logits_decode=[])
+        for bc in contents:
+            if not bc.req_ids:
+                continue
+            logits_requests = [rid for rid, pos in zip(bc.req_ids, bc.logits_positions) for _ in pos]
+            for rid in bc.req_ids:
+                result.rows[rid] = len(logits_requests)
+            logits = self.logits(logits_requests)
+            if runner.use_structured_output:
+                ns["logits_prompt"].append(logits)
+                ns["prefill_sampled_requests"].extend(logits_requests)
+            elif logits.numel() > 0:
+                out, _ = runner._run_sampling(batch_changed, logits, bc.req_ids, logits.shape[0], logits_requests)
+                ns["prefill_sampled_token_ids"].append(out.sampled_token_ids.flatten())
+                ns["prefill_sampled_requests"].extend(logits_requests)
+                ns["logprobs_segments"].append((list(logits_requests), out.logprobs_tensors))
+        if num_decodes:
+            rows = list(pd_info.decode_req_ids) + [pd_info.decode_req_ids[0]] * (4 - num_decodes)  # a bucket of 4
+            logits = self.logits(rows)
+            if runner.use_structured_output:
+                ns["logits_decode"].append(logits[:num_decodes])
+            else:
+                out, _ = runner._run_sampling(batch_changed, logits, pd_info.decode_req_ids, logits.shape[0])
+                ns["decode_sampled_token_ids"].append(out.sampled_token_ids.flatten())
+                ns["logprobs_segments"].append((list(pd_info.decode_req_ids), out.logprobs_tensors))
+            ns["decode_sampled_requests"].extend(self.batch.req_ids[:num_decodes])
+
+    def _returned(self, ns) -> dict[str, list[int]]:
+        batch, runner = self.batch, self.runner
+        if runner.use_async_scheduling:  # AsyncHPUModelRunnerOutput.get_output
+            rows = ns["sampled_token_ids"].tolist()
+            for i in runner.invalid_req_indices:
+                if i < len(rows):
+                    rows[i].clear()
+            return {rid: rows[i] for i, rid in enumerate(batch.req_ids) if i < len(rows)}
+        post = ns["postprocessed_sampled_token_ids"]
+        return {rid: list(post[batch.req_id_to_index[rid]]) for rid in batch.req_ids}
