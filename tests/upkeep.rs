@@ -74,7 +74,7 @@ fn builtin_tests_and_their_helpers_are_in_the_binary() {
     let py = d.write(
         "py",
         "#!/bin/sh\nif [ \"$1\" = \"-c\" ]; then echo gaudi-fixes-probe-ok; exit 0; fi\n\
-         [ -f test_topk_subset_sampler.py ] && [ -f vllm_stubs.py ] && { echo '1 passed'; exit 0; }\n\
+         [ -f test_topk_subset_sampler.py ] && [ -f vllm_gaudi_stubs.py ] && { echo '1 passed'; exit 0; }\n\
          ls; exit 1\n",
     );
     std::fs::set_permissions(&py, std::fs::Permissions::from_mode(0o755)).unwrap();

@@ -96,11 +96,16 @@ fn pinned_torch(vllm_root: &Path) -> Option<(String, String)> {
     })
 }
 
-/// Write the fix's directory (tests and their helpers) under `dir`; return its path there.
+/// Write the fix's directory (tests and their helpers) under `dir`, the catalogue's test-support
+/// folder beside them (a fix's own file of the same name wins); return its path there.
 pub fn materialize(catalog: &Catalog, fix: &Fix, dir: &Path) -> Result<PathBuf> {
     let out = dir.join(&fix.manifest.name);
-    for (rel, bytes) in catalog.files.files.iter().filter(|(p, _)| p.starts_with(&fix.dir)) {
-        let dest = out.join(rel.strip_prefix(&fix.dir).expect("filtered by prefix"));
+    let support = Path::new(crate::catalog::SUPPORT_DIR);
+    let under = |base: &Path| -> Vec<(PathBuf, &Vec<u8>)> {
+        catalog.files.files.iter().filter_map(|(p, b)| Some((p.strip_prefix(base).ok()?.to_path_buf(), b))).collect()
+    };
+    for (rel, bytes) in under(support).into_iter().chain(under(&fix.dir)) {
+        let dest = out.join(rel);
         std::fs::create_dir_all(dest.parent().expect("has a parent"))
             .with_context(|| format!("creating {}", dest.display()))?;
         std::fs::write(&dest, bytes).with_context(|| format!("writing {}", dest.display()))?;

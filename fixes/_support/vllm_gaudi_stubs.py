@@ -1,35 +1,46 @@
-"""Load vllm_gaudi's ``v1/worker/hpu_input_batch.py`` and the runner lines that drive it,
-outside vLLM and without an HPU.
+"""vLLM and vllm_gaudi code loaded outside vLLM and without an HPU: the one test-support module
+every fix's tests (and the conformance suite) share. ``gaudi-fixes test`` writes it beside each
+fix's tests.
 
-(The swap-states-sampling-params fix's stubs, extended with ``LogprobsTensors``, extra runner
-methods, vllm_gaudi's own ``_hpu_gather_logprobs`` and vLLM's ``topk_topp_sampler.py``; each fix
-directory carries its own copy because ``gaudi-fixes test`` copies only the fix's directory.)
+``$GAUDI_FIXES_ROOT`` holds ``vllm/`` and ``vllm_gaudi/``. What runs is the trees' own code:
 
-``InputBatch`` imports a dozen vLLM modules; small stubs stand in for them while the real
-file runs. The host-to-device helpers are the REAL ``async_h2d_copy`` / ``async_h2d_update``,
-lifted out of ``vllm_gaudi/utils.py`` (which itself imports habana_frameworks) and called
-with device "cpu", so the "device" tensors are separate CPU tensors that change only when
-those helpers copy into them — exactly the state the sampler sees on an HPU.
+- ``load_input_batch`` executes vllm_gaudi's ``v1/worker/hpu_input_batch.py``; ``load`` does the
+  same after executing vLLM's REAL logits-processor package (``interface.py``, ``state.py``,
+  ``builtin.py``, ``__init__.py``), so ``BatchUpdateBuilder`` and the min_p / logit_bias /
+  min_tokens processors are vLLM's own.
+- ``Runner`` lifts the runner functions that reorder the batch and build the sampler's metadata
+  out of the real ``hpu_model_runner.py`` (``ensure_multi_token_decodes_last``,
+  ``HPUModelRunner._ensure_decodes_first``, ``_is_prompt``, ``_generate_req_id_output_token_ids_lst``,
+  ``_prepare_sampling``, and on request the statements of ``sample_tokens`` from its
+  ``self._ensure_decodes_first(...)`` up to ``self._get_prompts_and_decodes(...)``), so a test
+  drives the runner's own sequence rather than a paraphrase of it.
+- ``load_hpu_gather_logprobs`` lifts vllm_gaudi's ``_hpu_gather_logprobs`` (``patches.py``);
+  ``load_sampler`` / ``load_sampler_source`` execute vLLM's ``topk_topp_sampler.py`` on an
+  HPU-like platform.
 
-The runner functions that reorder the batch and build the sampler's metadata
-(``ensure_multi_token_decodes_last`` and ``HPUModelRunner._ensure_decodes_first``,
-``_is_prompt``, ``_generate_req_id_output_token_ids_lst``, ``_prepare_sampling``) are lifted
-out of the real ``hpu_model_runner.py`` the same way, so a test drives the runner's own
-sequence rather than a paraphrase of it.
+Stubbed is only what those files import besides: small stand-ins for the vLLM modules they name
+(on a CPU machine without vLLM's dependencies the real ones do not import) and
+``vllm_gaudi.utils`` (it imports habana_frameworks). The host-to-device helpers are the REAL
+``async_h2d_copy`` / ``async_h2d_update`` (vllm_gaudi/utils.py) and ``async_tensor_h2d``
+(vllm/utils/torch_utils.py), lifted out of their files and called with device "cpu", so the
+"device" tensors are separate CPU tensors that change only when those helpers copy into them —
+exactly the state the sampler sees on an HPU. Block tables are no-ops; pinned memory is off.
 """
 
 from __future__ import annotations
 
 import __future__
 import ast
-import sys
-import types
+import contextlib
 import enum
 import logging
+import sys
+import types
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Iterable, Mapping, NamedTuple, Optional, Union
 
+import numpy as np
 import torch
 
 INPUT_BATCH_REL = Path("vllm_gaudi/v1/worker/hpu_input_batch.py")
@@ -37,27 +48,36 @@ RUNNER_REL = Path("vllm_gaudi/v1/worker/hpu_model_runner.py")
 UTILS_REL = Path("vllm_gaudi/utils.py")
 PATCHES_REL = Path("vllm_gaudi/patches.py")
 SAMPLER_REL = Path("vllm/v1/sample/ops/topk_topp_sampler.py")
+LOGITSPROCS_REL = Path("vllm/v1/sample/logits_processor")
+TORCH_UTILS_REL = Path("vllm/utils/torch_utils.py")
+LOGITSPROCS_PKG = "vllm.v1.sample.logits_processor"
 
 _SAMPLING_EPS = 1e-5  # vllm/sampling_params.py: below this temperature a request is greedy
 
+# The vLLM modules hpu_input_batch.py and the logits-processor package import; stand-ins below.
 _STUB_NAMES = (
     "vllm",
+    "vllm.config",
+    "vllm.exceptions",
+    "vllm.logger",
+    "vllm.logits_process",
     "vllm.lora",
     "vllm.lora.request",
     "vllm.multimodal",
     "vllm.multimodal.inputs",
+    "vllm.platforms",
     "vllm.pooling_params",
     "vllm.sampling_params",
     "vllm.utils",
     "vllm.utils.collection_utils",
     "vllm.utils.math_utils",
+    "vllm.utils.torch_utils",
     "vllm.v1",
     "vllm.v1.outputs",
     "vllm.v1.pool",
     "vllm.v1.pool.metadata",
     "vllm.v1.sample",
     "vllm.v1.sample.metadata",
-    "vllm.v1.sample.logits_processor",
     "vllm.v1.worker",
     "vllm.v1.worker.block_table",
     "vllm_gaudi",
@@ -73,7 +93,8 @@ class SamplingType:
 
 @dataclass
 class SamplingParams:
-    """The fields of vllm.SamplingParams that InputBatch.add_request reads."""
+    """The fields of vllm.SamplingParams that InputBatch.add_request and the built-in logits
+    processors read."""
 
     temperature: float = 1.0
     top_p: float = 1.0
@@ -87,10 +108,23 @@ class SamplingParams:
     prompt_logprobs: Optional[int] = None
     allowed_token_ids: Optional[list[int]] = None
     bad_words_token_ids: Optional[list[list[int]]] = None
+    logit_bias: Optional[dict[int, float]] = None
+    min_tokens: int = 0
+    stop_token_ids: list[int] = field(default_factory=list)
+    eos_token_id: Optional[int] = None
+    structured_outputs: Any = None
+    extra_args: Optional[dict[str, Any]] = None
+
+    @property
+    def all_stop_token_ids(self) -> set[int]:
+        # As vllm.SamplingParams: the stop token ids plus EOS.
+        ids = set(self.stop_token_ids)
+        if self.eos_token_id is not None:
+            ids.add(self.eos_token_id)
+        return ids
 
     @property
     def sampling_type(self) -> int:
-        # As vllm.SamplingParams.sampling_type.
         if self.temperature < _SAMPLING_EPS:
             return SamplingType.GREEDY
         return SamplingType.RANDOM if self.seed is None else SamplingType.RANDOM_SEED
@@ -170,6 +204,38 @@ def _exec_defs(defs: list[ast.stmt], path: Path, namespace: dict) -> dict:
     return namespace
 
 
+class _ValidationError(ValueError):
+    pass
+
+
+def _is_self_call(stmt: ast.stmt, name: str) -> bool:
+    node = stmt.value if isinstance(stmt, (ast.Expr, ast.Assign)) else None
+    return (isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute) and node.func.attr == name
+            and isinstance(node.func.value, ast.Name) and node.func.value.id == "self")
+
+
+def _sample_tokens_reorder(path: Path) -> ast.FunctionDef:
+    """``HPUModelRunner.sample_tokens``' statements from ``self._ensure_decodes_first(...)``
+    up to ``pd_info = self._get_prompts_and_decodes(...)``, as a method
+    ``_sample_tokens_reorder(self, scheduler_output)``."""
+    (sample_tokens, ) = _top_level_defs(path, {"sample_tokens"}, "HPUModelRunner")
+    body = sample_tokens.body
+    start = next((i for i, s in enumerate(body) if _is_self_call(s, "_ensure_decodes_first")), None)
+    end = next((i for i, s in enumerate(body) if _is_self_call(s, "_get_prompts_and_decodes")), None)
+    if start is None or end is None or end <= start:
+        raise LookupError(f"{path}: sample_tokens no longer reorders then calls _get_prompts_and_decodes "
+                          "(the tree changed; update the test)")
+    args = ast.arguments(posonlyargs=[], args=[ast.arg("self"), ast.arg("scheduler_output")], kwonlyargs=[],
+                         kw_defaults=[], defaults=[])
+    fn = ast.FunctionDef(name="_sample_tokens_reorder", args=args, body=body[start:end], decorator_list=[],
+                         returns=None)
+    if "type_params" in ast.FunctionDef._fields:
+        fn.type_params = []
+    fn.lineno, fn.col_offset = body[start].lineno, 0
+    fn.end_lineno, fn.end_col_offset = body[end - 1].end_lineno, 0
+    return ast.fix_missing_locations(fn)
+
+
 class H2DRecorder:
     """The real async_h2d_copy / async_h2d_update on device "cpu", recording each update."""
 
@@ -218,18 +284,32 @@ def _logits_processor_package(root: Path, mods: dict[str, types.ModuleType]) -> 
                 setattr(package, attr, getattr(module, attr))
 
 
-def _stub_modules(h2d: H2DRecorder) -> dict[str, types.ModuleType]:
+def _stub_modules(root: Path, h2d: H2DRecorder) -> dict[str, types.ModuleType]:
     mods = {name: types.ModuleType(name) for name in _STUB_NAMES}
-    for name in _STUB_NAMES:
-        if any(other.startswith(name + ".") for other in _STUB_NAMES):
-            mods[name].__path__ = []
+    for name in _STUB_NAMES + (LOGITSPROCS_PKG, ):
+        parent = name.rpartition(".")[0]
+        if parent in mods:
+            mods[parent].__path__ = []
+    mods["vllm"].SamplingParams = SamplingParams
+    mods["vllm.config"].VllmConfig = _Placeholder
+    mods["vllm.exceptions"].VLLMValidationError = _ValidationError
+    mods["vllm.logger"].init_logger = logging.getLogger
+    mods["vllm.logits_process"].LogitsProcessor = object
     mods["vllm.lora.request"].LoRARequest = _Placeholder
     mods["vllm.multimodal.inputs"].MultiModalFeatureSpec = _Placeholder
+    mods["vllm.platforms"].current_platform = types.SimpleNamespace(is_tpu=lambda: False)
     mods["vllm.pooling_params"].PoolingParams = _Placeholder
     mods["vllm.sampling_params"].SamplingParams = SamplingParams
     mods["vllm.sampling_params"].SamplingType = SamplingType
     mods["vllm.utils.collection_utils"].swap_dict_values = _swap_dict_values
     mods["vllm.utils.math_utils"].cdiv = lambda a, b: -(a // -b)
+    torch_utils = root / TORCH_UTILS_REL
+    if torch_utils.is_file():  # a root with only vllm_gaudi/ has none
+        lifted = _exec_defs(_top_level_defs(torch_utils, {"async_tensor_h2d"}), torch_utils,
+                            {"torch": torch, "np": np, "PIN_MEMORY": False,
+                             "is_pin_memory_available": lambda: False})  # 0.32.0 asks a function
+        mods["vllm.utils.torch_utils"].async_tensor_h2d = lifted["async_tensor_h2d"]
+    mods["vllm.utils.torch_utils"].guard_cuda_initialization = contextlib.nullcontext
     mods["vllm.v1.outputs"].LogprobsTensors = LogprobsTensors
     mods["vllm.v1.pool.metadata"].PoolingMetadata = _Placeholder
     mods["vllm.v1.pool.metadata"].PoolingStates = _Placeholder
@@ -240,32 +320,75 @@ def _stub_modules(h2d: H2DRecorder) -> dict[str, types.ModuleType]:
     return mods
 
 
-def load_input_batch(root: Path, h2d: H2DRecorder, name: str = "gaudi_fixes_hpu_input_batch") -> types.ModuleType:
-    """Execute `root`'s hpu_input_batch.py as module `name`, with the stubs in sys.modules
-    only while it runs."""
-    path = root / INPUT_BATCH_REL
-    stub_names = _STUB_NAMES + tuple(f"vllm.v1.sample.logits_processor.{sub}" for sub in ("interface", "state"))
-    saved = {n: sys.modules.get(n) for n in stub_names}
-    mods = _stub_modules(h2d)
-    sys.modules.update(mods)
+def _exec_module(name: str, path: Path, package: Optional[str] = None) -> types.ModuleType:
+    module = types.ModuleType(name)
+    module.__file__ = str(path)
+    if package is not None:
+        module.__path__ = [str(path.parent)]
+        module.__package__ = package
+    sys.modules[name] = module  # dataclasses looks the module up by name
+    exec(compile(path.read_text(), str(path), "exec"), module.__dict__)
+    return module
+
+
+@contextlib.contextmanager
+def _installed(modules: dict[str, types.ModuleType], also: Iterable[str] = ()):
+    """`modules` in sys.modules while the block runs; what was there before (under their names
+    and `also`'s, which the block may set) afterwards."""
+    saved = {n: sys.modules.get(n) for n in (*modules, *also)}
+    sys.modules.update(modules)
     try:
-        _logits_processor_package(root, mods)
-        module = types.ModuleType(name)
-        module.__file__ = str(path)
-        sys.modules[name] = module  # dataclasses looks the module up by name
-        exec(compile(path.read_text(), str(path), "exec"), module.__dict__)
+        yield
     finally:
         for n, m in saved.items():
             if m is None:
                 sys.modules.pop(n, None)
             else:
                 sys.modules[n] = m
-    return module
+
+
+def load_input_batch(root: Path, h2d: H2DRecorder, name: str = "gaudi_fixes_hpu_input_batch") -> types.ModuleType:
+    """Execute `root`'s hpu_input_batch.py as module `name` (left in sys.modules), with the
+    stubs in sys.modules only while it runs; vLLM's BatchUpdateBuilder, LogitsProcessors and
+    MoveDirectionality are the tree's own where it has them (``_logits_processor_package``)."""
+    mods = _stub_modules(root, h2d)
+    mods[LOGITSPROCS_PKG] = types.ModuleType(LOGITSPROCS_PKG)
+    with _installed(mods, also=(f"{LOGITSPROCS_PKG}.{sub}" for sub in ("interface", "state"))):
+        _logits_processor_package(root, mods)
+        return _exec_module(name, root / INPUT_BATCH_REL)
+
+
+@dataclass
+class Loaded:
+    input_batch: types.ModuleType  # hpu_input_batch.py of the tree
+    logitsprocs: types.ModuleType  # vllm.v1.sample.logits_processor of the tree
+    modules: dict[str, types.ModuleType]  # the stubs and the package, for code that imports late
+
+    def build_logitsprocs(self, *args: Any) -> Any:
+        """The tree's build_logitsprocs (it imports vllm.platforms when called)."""
+        with _installed(self.modules):
+            return self.logitsprocs.build_logitsprocs(*args)
+
+
+def load(root: Path, h2d: H2DRecorder, name: str = "gaudi_fixes_hpu_input_batch") -> Loaded:
+    """Execute the tree's whole logits-processor package, then its hpu_input_batch.py (as module
+    `name`, left in sys.modules), with the stubs in sys.modules only while they run."""
+    pkg_dir = root / LOGITSPROCS_REL
+    modules = _stub_modules(root, h2d)
+    with _installed(modules):
+        for sub in ("interface", "state", "builtin"):
+            _exec_module(f"{LOGITSPROCS_PKG}.{sub}", pkg_dir / f"{sub}.py")
+        logitsprocs = _exec_module(LOGITSPROCS_PKG, pkg_dir / "__init__.py", package=LOGITSPROCS_PKG)
+        for sub in ("interface", "state", "builtin"):
+            setattr(logitsprocs, sub, sys.modules[f"{LOGITSPROCS_PKG}.{sub}"])
+        modules.update({n: sys.modules[n] for n in sys.modules if n.startswith(LOGITSPROCS_PKG)})
+        input_batch = _exec_module(name, root / INPUT_BATCH_REL)
+    return Loaded(input_batch, logitsprocs, modules)
 
 
 @dataclass
 class SchedulerOutput:
-    """The two fields of vLLM's SchedulerOutput that the reordering reads."""
+    """The fields of vLLM's SchedulerOutput that the reordering reads."""
 
     num_scheduled_tokens: dict[str, int]
     scheduled_spec_decode_tokens: dict[str, list[int]] = field(default_factory=dict)
@@ -273,25 +396,32 @@ class SchedulerOutput:
 
 class Runner:
     """The runner methods that reorder the batch and build sampling metadata, lifted from the
-    real HPUModelRunner; everything else a runner has is absent."""
+    real HPUModelRunner (plus `extra` ones; with `reorder`, ``_sample_tokens_reorder``: the
+    statements of ``sample_tokens`` that reorder); everything else a runner has is absent."""
 
-    def __init__(self, root: Path, input_batch: Any, extra: Iterable[str] = ()):
+    def __init__(self, root: Path, input_batch: Any, extra: Iterable[str] = (), reorder: bool = False):
         path = root / RUNNER_REL
         names = {"_ensure_decodes_first", "_is_prompt", "_generate_req_id_output_token_ids_lst", "_prepare_sampling"}
         names |= set(extra)
-        methods = _exec_defs(_top_level_defs(path, names, "HPUModelRunner"), path,
-                             {"Optional": Optional, "Union": Union, "torch": torch, "LogprobsTensors": LogprobsTensors})
-        for method_name in names:
-            setattr(self, method_name, types.MethodType(methods[method_name], self))
         functions = _exec_defs(_top_level_defs(path, {"ensure_multi_token_decodes_last"}), path,
                                {"Mapping": Mapping})
+        defs = _top_level_defs(path, names, "HPUModelRunner")
+        if reorder:
+            defs.append(_sample_tokens_reorder(path))
+            names.add("_sample_tokens_reorder")
+        methods = _exec_defs(defs, path, {"Optional": Optional, "Union": Union, "torch": torch,
+                                          "LogprobsTensors": LogprobsTensors, **functions})
+        for method_name in names:
+            setattr(self, method_name, types.MethodType(methods[method_name], self))
         self.ensure_multi_token_decodes_last = functions["ensure_multi_token_decodes_last"]
         self.input_batch = input_batch
+        self.vllm_config = types.SimpleNamespace(speculative_config=None)
         # req_id -> CachedRequestState, as HPUModelRunner.requests.
         self.requests: dict[str, Any] = {}
 
     def is_decoder_only(self, req_id: str) -> bool:
         return False
+
 
 
 def load_hpu_gather_logprobs(root: Path):
@@ -317,21 +447,13 @@ def load_hpu_gather_logprobs(root: Path):
     stubs["vllm.v1.sample"].sampler = sampler
 
     def gather(logprobs: torch.Tensor, num_logprobs: int, token_ids: torch.Tensor) -> LogprobsTensors:
-        saved = {n: sys.modules.get(n) for n in stubs}
-        sys.modules.update(stubs)
-        try:
+        with _installed(stubs):
             return fn(logprobs, num_logprobs, token_ids)
-        finally:
-            for n, m in saved.items():
-                if m is None:
-                    sys.modules.pop(n, None)
-                else:
-                    sys.modules[n] = m
 
     return gather
 
 
-# vLLM's topk_topp_sampler.py, on an HPU-like platform (topk-subset-sampler's vllm_stubs.py).
+# vLLM's topk_topp_sampler.py, on an HPU-like platform.
 
 _SAMPLER_STUB_NAMES = (
     "vllm",
@@ -413,23 +535,19 @@ def _sampler_stub_modules() -> dict[str, types.ModuleType]:
     mods["vllm.triton_utils"].HAS_TRITON = False
     return mods
 
-
-def load_sampler(root: Path, name: str = "gaudi_fixes_topk_topp_sampler") -> types.ModuleType:
-    """Execute `root`'s vllm/v1/sample/ops/topk_topp_sampler.py as module `name`, with the
-    stubs in sys.modules only while it runs."""
-    path = root / SAMPLER_REL
-    saved = {n: sys.modules.get(n) for n in _SAMPLER_STUB_NAMES}
-    sys.modules.update(_sampler_stub_modules())
-    try:
+def load_sampler_source(source: str, name: str, path: Path) -> types.ModuleType:
+    """Execute a topk_topp_sampler.py source text (read from `path`) as module `name` (left in
+    sys.modules: torch.compile resolves globals through it), with the stubs in sys.modules only
+    while it runs."""
+    with _installed(_sampler_stub_modules()):
         module = types.ModuleType(name)
         module.__file__ = str(path)
-        # Importable by name: torch.compile resolves globals through sys.modules.
         sys.modules[name] = module
-        exec(compile(path.read_text(), str(path), "exec"), module.__dict__)
-    finally:
-        for n, m in saved.items():
-            if m is None:
-                sys.modules.pop(n, None)
-            else:
-                sys.modules[n] = m
+        exec(compile(source, f"{path} <{name}>", "exec"), module.__dict__)
     return module
+
+
+def load_sampler(root: Path, name: str = "gaudi_fixes_topk_topp_sampler") -> types.ModuleType:
+    """Execute `root`'s vllm/v1/sample/ops/topk_topp_sampler.py as module `name`."""
+    path = root / SAMPLER_REL
+    return load_sampler_source(path.read_text(), name, path)
