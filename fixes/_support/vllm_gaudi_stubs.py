@@ -33,6 +33,7 @@ import __future__
 import ast
 import contextlib
 import enum
+import functools
 import logging
 import sys
 import types
@@ -179,10 +180,20 @@ def _swap_dict_values(obj: dict, key1: Any, key2: Any) -> None:
         obj.pop(key1, None)
 
 
+@functools.lru_cache(maxsize=16)
+def _parsed(path: Path, mtime_ns: int) -> ast.Module:
+    return ast.parse(path.read_text(), str(path))
+
+
+def parse(path: Path) -> ast.Module:
+    """`path`'s syntax tree, parsed once per version of the file (callers must not change it)."""
+    return _parsed(path, path.stat().st_mtime_ns)
+
+
 def _top_level_defs(path: Path, names: set[str], class_name: Optional[str] = None) -> list[ast.stmt]:
     """The function definitions `names` at module level of `path` (or in its class
     `class_name`); an error naming the file when one is missing."""
-    tree = ast.parse(path.read_text(), str(path))
+    tree = parse(path)
     body = tree.body
     if class_name is not None:
         cls = next((n for n in body if isinstance(n, ast.ClassDef) and n.name == class_name), None)
@@ -422,6 +433,59 @@ class Runner:
     def is_decoder_only(self, req_id: str) -> bool:
         return False
 
+
+
+def runner_class(path: Path) -> ast.ClassDef:
+    tree = parse(path)
+    return next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "HPUModelRunner")
+
+
+def tail_of_sample_tokens(cls: ast.ClassDef, path: Path) -> list[ast.stmt]:
+    """``sample_tokens`` from ``if self.use_async_scheduling or self.use_structured_output:`` to
+    the loop that extends ``req_state.output_token_ids``: what the runner hands back."""
+    fn = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "sample_tokens")
+    start = next((i for i, s in enumerate(fn.body) if isinstance(s, ast.If)
+                  and ast.unparse(s.test) == "self.use_async_scheduling or self.use_structured_output"), None)
+    end = next((i for i, s in enumerate(fn.body) if isinstance(s, ast.For)
+                and "postprocessed_sampled_token_ids[:num_reqs]" in ast.unparse(s.iter)), None)
+    if start is None or end is None or end < start:
+        raise LookupError(f"{path}: sample_tokens' async / output-token tail not found (vllm_gaudi changed)")
+    return fn.body[start:end + 1]
+
+
+def self_calls(nodes: list[ast.AST]) -> set[str]:
+    """Names of the `self.NAME(...)` calls in `nodes`."""
+    return {
+        sub.func.attr
+        for node in nodes for sub in ast.walk(node)
+        if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute) and isinstance(sub.func.value, ast.Name)
+        and sub.func.value.id == "self"
+    }
+
+
+RUNNER_METHODS = ("_ensure_decodes_first", "_is_prompt", "_generate_req_id_output_token_ids_lst", "_prepare_sampling")
+
+
+def lift_called(runner: Any, cls: ast.ClassDef, path: Path, code: list[ast.stmt],
+                have: Iterable[str] = RUNNER_METHODS) -> set[str]:
+    """Lift onto `runner` every HPUModelRunner method that `code` and the methods `have` (the
+    runner's already) call, and what those call; the names it lifted."""
+    defs = {d.name: d for d in cls.body if isinstance(d, ast.FunctionDef)}
+    have = set(have)
+    todo = self_calls([defs[n] for n in have if n in defs] + code)
+    lifted: set[str] = set()
+    while todo - have - lifted:
+        name = (todo - have - lifted).pop()
+        if name in defs:
+            lifted.add(name)
+            todo |= self_calls([defs[name]])
+        else:
+            have.add(name)  # an attribute or helper the caller provides
+    namespace = {"torch": torch}
+    exec(compile(ast.Module([defs[n] for n in sorted(lifted)], []), str(path), "exec"), namespace)
+    for name in lifted:
+        setattr(runner, name, types.MethodType(namespace[name], runner))
+    return lifted
 
 
 def load_hpu_gather_logprobs(root: Path):

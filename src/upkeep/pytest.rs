@@ -100,17 +100,20 @@ fn pinned_torch(vllm_root: &Path) -> Option<(String, String)> {
 /// folder beside them (a fix's own file of the same name wins); return its path there.
 pub fn materialize(catalog: &Catalog, fix: &Fix, dir: &Path) -> Result<PathBuf> {
     let out = dir.join(&fix.manifest.name);
-    let support = Path::new(crate::catalog::SUPPORT_DIR);
-    let under = |base: &Path| -> Vec<(PathBuf, &Vec<u8>)> {
-        catalog.files.files.iter().filter_map(|(p, b)| Some((p.strip_prefix(base).ok()?.to_path_buf(), b))).collect()
-    };
-    for (rel, bytes) in under(support).into_iter().chain(under(&fix.dir)) {
+    write_folder(catalog, Path::new(crate::catalog::SUPPORT_DIR), &out)?;
+    write_folder(catalog, &fix.dir, &out)?;
+    Ok(out)
+}
+
+/// Write the catalogue's files under `base` (relative to its root) into `out`.
+pub fn write_folder(catalog: &Catalog, base: &Path, out: &Path) -> Result<()> {
+    for (rel, bytes) in catalog.files.files.iter().filter_map(|(p, b)| Some((p.strip_prefix(base).ok()?, b))) {
         let dest = out.join(rel);
         std::fs::create_dir_all(dest.parent().expect("has a parent"))
             .with_context(|| format!("creating {}", dest.display()))?;
         std::fs::write(&dest, bytes).with_context(|| format!("writing {}", dest.display()))?;
     }
-    Ok(out)
+    Ok(())
 }
 
 /// A fresh scratch directory under the system temp dir, removed on drop.
