@@ -7,6 +7,7 @@ mod common;
 mod catalog_writes;
 mod cli;
 mod closed_stdout;
+mod conform;
 mod conventions;
 mod hangs_and_leaks;
 mod hostile;

@@ -19,7 +19,7 @@ use crate::discover::{self, Trees};
 use crate::exit_status::ExitStatus;
 use crate::report::conform::{self as conform_report, Conformance};
 use crate::settings::{ConformArgs, Settings};
-use crate::upkeep::pytest::{check_python_for, filtered_view, write_folder, Scratch};
+use crate::upkeep::pytest::{check_python_for, filtered_view, resolve_python, write_folder, Scratch};
 
 /// The suite's script in the test-support folder.
 const SUITE: &str = "conform.py";
@@ -32,7 +32,8 @@ pub fn run(global: &Settings, args: &ConformArgs) -> Result<ExitStatus> {
         let notes = trees.notes.join("; ");
         bail!("conform needs a vllm tree and a vllm_gaudi tree ({notes}); give --root DIR holding both");
     };
-    check_python_for(&global.python, Some(&vllm.root))?;
+    let python = resolve_python(&global.python)?;
+    check_python_for(&python, Some(&vllm.root))?;
     let scratch = Scratch::new("conform")?;
     let suite_dir = scratch.0.join("support");
     write_folder(&catalog, Path::new(SUPPORT_DIR), &suite_dir)?;
@@ -45,7 +46,7 @@ pub fn run(global: &Settings, args: &ConformArgs) -> Result<ExitStatus> {
     } else {
         filtered_view(&scratch.0, &[("vllm", &vllm.root), ("vllm_gaudi", &gaudi.root)])?
     };
-    let mut cmd = Command::new(&global.python);
+    let mut cmd = Command::new(&python);
     cmd.current_dir(&suite_dir)
         .arg(SUITE)
         .arg("--root")
@@ -57,7 +58,7 @@ pub fn run(global: &Settings, args: &ConformArgs) -> Result<ExitStatus> {
     if args.first {
         cmd.arg("--first");
     }
-    let out = cmd.output().with_context(|| format!("running `{} {SUITE}`", global.python))?;
+    let out = cmd.output().with_context(|| format!("running `{python} {SUITE}`"))?;
     let stdout = String::from_utf8_lossy(&out.stdout);
     let last = stdout.lines().rev().find(|l| l.trim_start().starts_with('{')).unwrap_or("");
     let result: Conformance = serde_json::from_str(last).with_context(|| {
@@ -72,6 +73,6 @@ pub fn run(global: &Settings, args: &ConformArgs) -> Result<ExitStatus> {
         }
     }
     let status = if result.differences() == 0 { ExitStatus::Applied } else { ExitStatus::NotApplied };
-    crate::report::emit(global.quiet, |w| conform_report::emit(w, global.format, &global.python, &result, status))?;
+    crate::report::emit(global.quiet, |w| conform_report::emit(w, global.format, &python, &result, status))?;
     Ok(status)
 }

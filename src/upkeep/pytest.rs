@@ -84,6 +84,16 @@ pub fn check_python_for(python: &str, vllm_root: Option<&Path>) -> Result<()> {
     Ok(())
 }
 
+/// `python` as a command that means the same from another directory (pytest and the
+/// conformance suite run elsewhere): a relative path made absolute, a bare name left to PATH.
+pub fn resolve_python(python: &str) -> Result<String> {
+    if python.contains('/') && Path::new(python).is_relative() {
+        let resolved = std::path::absolute(python).with_context(|| format!("resolving {python}"))?;
+        return Ok(resolved.to_str().unwrap_or(python).to_string());
+    }
+    Ok(python.to_string())
+}
+
 /// The torch version a pip-installed vLLM pins (`Requires-Dist: torch==X` in the dist-info
 /// beside `vllm/`), with vLLM's version; `None` for a tree without dist-info.
 fn pinned_torch(vllm_root: &Path) -> Option<(String, String)> {
@@ -158,14 +168,7 @@ pub fn run_tests(
         bail!("{name} has no tests (its fix.yaml lists no `tests:`)");
     }
     let root = vllm_root.or(gaudi_root).context("no vllm or vllm_gaudi tree to test against")?;
-    // pytest runs in another directory: a relative interpreter path must not change meaning.
-    let resolved;
-    let python = if python.contains('/') && Path::new(python).is_relative() {
-        resolved = std::path::absolute(python).with_context(|| format!("resolving {python}"))?;
-        resolved.to_str().unwrap_or(python)
-    } else {
-        python
-    };
+    let python = &resolve_python(python)?;
     check_python_for(python, vllm_root)?;
     let scratch = Scratch::new("test")?;
     let dir = materialize(catalog, fix, &scratch.0)?;
