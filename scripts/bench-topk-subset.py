@@ -41,9 +41,9 @@ from pathlib import Path
 
 import torch
 
-# The fix's own loader (stubs for the vLLM modules the sampler file imports).
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "fixes" / "topk-subset-sampler"))
-import vllm_stubs  # noqa: E402
+# The catalogue's test-support loader (stubs for the vLLM modules the sampler file imports).
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "fixes" / "_support"))
+import vllm_gaudi_stubs  # noqa: E402
 
 SAMPLER_REL = Path("vllm/v1/sample/ops/topk_topp_sampler.py")
 INPUT_BATCH_REL = Path("vllm_gaudi/v1/worker/hpu_input_batch.py")
@@ -58,7 +58,7 @@ def load_sampler(root: Path, name: str) -> types.ModuleType:
     path = root / SAMPLER_REL
     if not path.is_file():
         sys.exit(f"bench-topk-subset: {path} does not exist")
-    return vllm_stubs.load_sampler(path.read_text(), name, path)
+    return vllm_gaudi_stubs.load_sampler_source(path.read_text(), name, path)
 
 
 def window_for(max_top_k: int) -> int | None:

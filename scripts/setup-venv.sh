@@ -9,7 +9,7 @@
 #
 # Location: $GAUDI_FIXES_VENV, else ${XDG_CACHE_HOME:-$HOME/.cache}/gaudi-fixes/venv.
 # Idempotent: a venv whose python already imports torch 2.13.0, numpy and pytest is reused
-# untouched. The torch wheel from the package index is the CUDA build (~2.6 GB download,
+# (only the conformance suite's pinned packages are added when one is missing). The torch wheel from the package index is the CUDA build (~2.6 GB download,
 # ~4.7 GB installed) because the CPU-only wheel is not on the default index; `--no-deps`
 # cannot be used since libtorch_cpu.so itself needs libcudart/libcupti from the NVIDIA wheels.
 set -euo pipefail
@@ -35,8 +35,19 @@ assert torch.__version__.startswith(sys.argv[1]), torch.__version__
 PY
 }
 
+# vLLM's pure-Python dependencies for the conformance suite (`gaudi-fixes conform`), pinned,
+# installed WITHOUT their dependencies so no second torch arrives; pip leaves satisfied pins alone.
+conform_deps() {
+    local req
+    req="$(dirname "$0")/../fixes/_support/requirements.txt"
+    "$VENV/bin/python" -m pip install --disable-pip-version-check --progress-bar off -q --no-deps -r "$req" >&2 \
+        || die "pip install --no-deps -r $req into $VENV failed (network?)"
+    venv_ok || die "installing $req changed $VENV's torch; it must stay torch $TORCH_VERSION"
+}
+
 if venv_ok; then
     echo "setup-venv: reusing $VENV (torch $TORCH_VERSION importable)" >&2
+    conform_deps
     echo "$VENV"
     exit 0
 fi
@@ -62,6 +73,7 @@ heartbeat 20 "setup-venv: pip install torch==$TORCH_VERSION numpy pytest" \
     || die "pip install torch==$TORCH_VERSION numpy pytest into $VENV failed (network? disk space: ~5 GB needed)"
 
 venv_ok || die "$VENV/bin/python still cannot import torch $TORCH_VERSION, numpy and pytest after install"
+conform_deps
 
 echo "setup-venv: ready: $VENV" >&2
 echo "$VENV"

@@ -6,7 +6,8 @@
 #   check → 1, apply → 0, check → 0, apply again changes nothing, pytest of the patched real
 #   code (and it fails on the pristine code), revert → byte-identical, lint --upstream; the
 #   swap-states-sampling-params cycle (default profile); every correctness fix of the default
-#   profile (its tests fail pristine, pass applied; every hunk needed); the reworded-docstring drift case.
+#   profile (its tests fail pristine, pass applied; every hunk needed); the conformance suite
+#   (default profile: no difference; pristine and every one-fix-out mutant named); the reworded-docstring drift case.
 # Releases: v0.26.0 v0.30.0 v0.33.0, or GAUDI_FIXES_TEST_RELEASES="v0.27.0 v0.29.0 ...".
 # vllm_gaudi: each tree gets it from scripts/fetch-upstream.sh (GAUDI_FIXES_VLLM_GAUDI_SRC, else
 # the pristine archives in ../shared/upstream); only when neither exists is the vllm half
@@ -231,6 +232,73 @@ for rel in $RELEASES; do
   esac
 done
 # --- end correctness fixes --------------------------------------------------------------------
+# --- conformance suite (gaudi-fixes conform; vllm_gaudi) ---------------------------------------
+# On each release: the default profile applied, >= 200 seeded schedules (sync and async) -> no
+# difference (exit 0); pristine -> differences (exit 1) in every default fix's feature; the
+# default profile minus any one fix -> the suite names that fix's feature, one the default
+# profile does not differ in (else the check proves nothing and fails). ~0.03 s a schedule.
+# conform_feature maps a fix to the feature its bug shows in.
+conform_feature() {
+  case $1 in
+    swap-states-sampling-params) echo "temperature/top_k/top_p" ;;
+    allowed-token-ids-rows) echo allowed_token_ids ;;
+    seeded-padding-rows) echo seeds ;;
+    logprobs-whole-vocab) echo logprobs ;;
+    bad-words-rows) echo bad_words ;;
+    logitsprocs-batch-updates) echo min_p ;;
+    async-penalties-output-tokens) echo penalties ;;
+    *) echo "" ;;  # structured-output-rows: the suite drives no structured-output step yet
+  esac
+}
+# conform_names JSON FEATURE: the report has differences in FEATURE.
+conform_names() {
+  python3 -c 'import json, sys; d = json.load(open(sys.argv[1]))
+sys.exit(0 if any(f["name"] == sys.argv[2] and f["differences"] for f in d["features"]) else 1)' "$1" "$2"
+}
+for rel in $RELEASES; do
+  step "conformance suite on $rel: default profile 0 differences, pristine and every one-fix-out mutant named"
+  cgp=$(bash scripts/fetch-upstream.sh "$rel" "$WORK/conform-pristine-$rel" | tail -n 1) || { bad "fetch $rel"; continue; }
+  if [ ! -d "$cgp/vllm_gaudi" ]; then
+    echo "note: no vllm_gaudi tree for $rel; the conformance suite is NOT run (set GAUDI_FIXES_VLLM_GAUDI_SRC)"
+    continue
+  fi
+  started=$SECONDS
+  cgt=$WORK/conform-$rel
+  cp -a "$cgp" "$cgt"
+  "$BIN" --root "$cgt" apply >/dev/null 2>&1 || bad "$rel: apply (default profile) for the conformance suite"
+  "$BIN" --root "$cgt" --python python --format json conform --schedules 200 >"$WORK/conform-default-$rel.json"
+  got=$?
+  if [ $got = 0 ]; then ok "$rel: conform on the default profile (200 schedules): no difference"
+  else
+    bad "$rel: conform on the default profile (200 schedules): exit $got, expected 0"
+    python3 -c 'import json, sys
+for f in json.load(open(sys.argv[1]))["features"]:
+    if f["differences"]: print("  %s: %d difference(s); first: %s" % (f["name"], f["differences"], f["first"]))' \
+      "$WORK/conform-default-$rel.json" 2>/dev/null
+  fi
+  "$BIN" --root "$cgp" --python python --format json conform --schedules 200 >"$WORK/conform-$rel.json"
+  if [ $? = 1 ]; then ok "$rel: conform on the pristine tree finds differences (exit 1)"
+  else bad "$rel: conform on the pristine tree did not exit 1"; fi
+  for fix in $DEFAULT_FIXES; do
+    feature=$(conform_feature "$fix")
+    if [ -z "$feature" ]; then echo "note: $fix: its feature is not in the conformance suite yet"; continue; fi
+    if conform_names "$WORK/conform-$rel.json" "$feature"; then ok "$rel: pristine: conform names $feature ($fix)"
+    else bad "$rel: pristine: conform finds no difference in $feature ($fix)"; fi
+    mut=$WORK/conform-mutant-$rel
+    rm -rf "$mut"; cp -a "$cgp" "$mut"
+    others=$(for f in $DEFAULT_FIXES; do [ "$f" = "$fix" ] || echo "$f"; done)
+    # shellcheck disable=SC2086
+    "$BIN" --root "$mut" apply $others >/dev/null 2>&1 || { bad "$rel: apply the default profile without $fix"; continue; }
+    "$BIN" --root "$mut" --python python --format json conform --schedules 200 >"$WORK/conform-mutant.json"
+    if conform_names "$WORK/conform-default-$rel.json" "$feature"; then
+      bad "$rel: default minus $fix: the default profile differs in $feature too, so naming it proves nothing"
+    elif conform_names "$WORK/conform-mutant.json" "$feature"; then ok "$rel: default minus $fix: conform names $feature"
+    else bad "$rel: default minus $fix: conform does not name $feature"; fi
+  done
+  echo "conformance suite on $rel: $((SECONDS - started)) s"
+done
+rm -rf "$WORK"/conform-*
+# --- end conformance suite --------------------------------------------------------------------
 # Issue 8 (exact placement), its own block: on a copy of each pristine release, reword
 # forward_native's docstring ("may be updated in-place" -> "may be modified in-place"). The
 # hunk's context then occurs only in forward_cpu: --check must say drifted (2) and name the

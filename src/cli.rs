@@ -199,6 +199,12 @@ impl From<TestFlags> for settings::TestArgs {
     }
 }
 
+impl From<ConformFlags> for settings::ConformArgs {
+    fn from(f: ConformFlags) -> settings::ConformArgs {
+        settings::ConformArgs { schedules: f.schedules, seed: f.seed, first: f.first }
+    }
+}
+
 impl From<MatrixFlags> for settings::MatrixArgs {
     fn from(f: MatrixFlags) -> settings::MatrixArgs {
         settings::MatrixArgs {
@@ -268,6 +274,9 @@ pub enum Command {
     Bench(BenchFlags),
     /// Run a fix's tests (built into the binary) against the trees found: 0 pass, 1 fail, 3 error.
     Test(TestFlags),
+    /// Drive the trees' HPU sampling path with seeded schedules and hold it against each
+    /// request's parameters: 0 no difference, 1 differences, 3 cannot run.
+    Conform(ConformFlags),
     /// Every fix × release: state, variant, whether the fix's tests pass; `--record` writes `verified:`.
     Matrix(MatrixFlags),
     /// Carry a fix's variant to a new release's pristine tree (three-way), into a directory catalogue.
@@ -416,6 +425,7 @@ impl Command {
             Command::Equiv(_) => "equiv",
             Command::Bench(_) => "bench",
             Command::Test(_) => "test",
+            Command::Conform(_) => "conform",
             Command::Matrix(_) => "matrix",
             Command::Port(_) => "port",
             Command::Record(_) => "record",
@@ -498,6 +508,20 @@ pub struct TestFlags {
     /// Extra pytest arguments, after `--` (e.g. `-- -k "not mutant" -x`).
     #[arg(last = true, value_name = "PYTEST_ARGS")]
     pub pytest_args: Vec<String>,
+}
+
+/// `conform` flags.
+#[derive(Debug, Args)]
+pub struct ConformFlags {
+    /// How many seeded schedules to run (half under sync, half under async scheduling).
+    #[arg(long, default_value_t = 200, value_name = "N")]
+    pub schedules: u32,
+    /// The first schedule's seed (schedule n uses seed + n): the same seed, the same schedules.
+    #[arg(long, default_value_t = 0, value_name = "S")]
+    pub seed: u64,
+    /// Stop at the first schedule that finds a difference.
+    #[arg(long)]
+    pub first: bool,
 }
 
 /// `matrix` flags.

@@ -62,6 +62,7 @@ pub fn run(cli: Cli) -> Result<ExitStatus> {
         Command::Equiv(flags) => commands::equiv::run(s, &flags.into()),
         Command::Bench(flags) => commands::bench::run(s, &flags.into()),
         Command::Test(flags) => commands::test::run(s, &flags.into()),
+        Command::Conform(flags) => commands::conform::run(s, &flags.into()),
         Command::Matrix(flags) => commands::matrix::run(s, &flags.into()),
         Command::Port(flags) => commands::port::run(s, &flags.into()),
         Command::Record(flags) => commands::record::run(s, &flags.into()),

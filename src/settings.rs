@@ -120,6 +120,17 @@ pub struct TestArgs {
     pub pytest_args: Vec<String>,
 }
 
+/// `conform` flags.
+#[derive(Debug, Clone)]
+pub struct ConformArgs {
+    /// How many seeded schedules the suite runs (half sync, half async scheduling).
+    pub schedules: u32,
+    /// The first schedule's seed; schedule n has seed + n.
+    pub seed: u64,
+    /// Stop at the first schedule that finds a difference.
+    pub first: bool,
+}
+
 /// `matrix` flags.
 #[derive(Debug, Clone)]
 pub struct MatrixArgs {

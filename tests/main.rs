@@ -9,6 +9,7 @@ mod catalog_writes;
 mod cli;
 mod closed_stdout;
 mod completion;
+mod conform;
 mod conventions;
 mod github_summary;
 mod hangs_and_leaks;

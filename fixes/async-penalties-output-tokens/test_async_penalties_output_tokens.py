@@ -52,34 +52,6 @@ PROMPT = {"D0": [3, 4, 5, 6], "D1": [7, 8, 9]}
 NUM_STEPS = 5
 
 
-def _runner_class(path: Path) -> ast.ClassDef:
-    tree = ast.parse(path.read_text(), str(path))
-    return next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "HPUModelRunner")
-
-
-def _tail_of_sample_tokens(cls: ast.ClassDef, path: Path) -> list[ast.stmt]:
-    fn = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "sample_tokens")
-    start = next((i for i, s in enumerate(fn.body) if isinstance(s, ast.If)
-                  and ast.unparse(s.test) == "self.use_async_scheduling or self.use_structured_output"), None)
-    end = next((i for i, s in enumerate(fn.body) if isinstance(s, ast.For)
-                and "postprocessed_sampled_token_ids[:num_reqs]" in ast.unparse(s.iter)), None)
-    if start is None or end is None or end < start:
-        raise LookupError(f"{path}: sample_tokens' async / output-token tail not found (vllm_gaudi changed; update "
-                          "the test)")
-    return fn.body[start:end + 1]
-
-
-def _self_calls(nodes: list[ast.AST]) -> set[str]:
-    """Names of the `self.NAME(...)` calls in `nodes`."""
-    names = set()
-    for node in nodes:
-        for sub in ast.walk(node):
-            if (isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute)
-                    and isinstance(sub.func.value, ast.Name) and sub.func.value.id == "self"):
-                names.add(sub.func.attr)
-    return names
-
-
 class Watched(torch.Tensor):
     """A sampled-token tensor that counts device-to-host copies made of it (or of what is
     computed from it): on HPU each is a sync that stalls the async pipeline."""
@@ -152,24 +124,11 @@ class Scenario:
                                             block_sizes=[128], kernel_block_sizes=[128])
         runner = self.runner = stubs.Runner(ROOT, self.batch)
         path = ROOT / RUNNER_REL
-        cls = _runner_class(path)
-        self.tail = compile(ast.Module(_tail_of_sample_tokens(cls, path), []), str(path), "exec")
+        cls = stubs.runner_class(path)
+        tail = stubs.tail_of_sample_tokens(cls, path)
+        self.tail = compile(ast.Module(tail, []), str(path), "exec")
         # Lift every runner method the lifted code calls (and what those call), beyond the stubs'.
-        defs = {n.name: n for n in cls.body if isinstance(n, ast.FunctionDef)}
-        have = {"_ensure_decodes_first", "_is_prompt", "_generate_req_id_output_token_ids_lst", "_prepare_sampling"}
-        todo = _self_calls([defs[n] for n in have] + _tail_of_sample_tokens(cls, path))
-        lifted: set[str] = set()
-        while todo - have - lifted:
-            name = (todo - have - lifted).pop()
-            if name in defs:
-                lifted.add(name)
-                todo |= _self_calls([defs[name]])
-            else:
-                have.add(name)  # an attribute or helper the test provides below
-        namespace = {"torch": torch}
-        exec(compile(ast.Module([defs[n] for n in sorted(lifted)], []), str(path), "exec"), namespace)
-        for name in lifted:
-            setattr(runner, name, types.MethodType(namespace[name], runner))
+        stubs.lift_called(runner, cls, path, tail)
         runner.use_async_scheduling = use_async
         runner.use_structured_output = False
         runner.device = torch.device("cpu")

@@ -26,8 +26,8 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
-from logitsprocs_stubs import UTILS_REL, H2DRecorder, SamplingParams, load  # noqa: E402
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "_support"))
+from vllm_gaudi_stubs import UTILS_REL, H2DRecorder, SamplingParams, load  # noqa: E402
 
 
 def build(root: Path, batch: int, vocab: int, min_p_row: bool, padded: bool, subset: bool = False):

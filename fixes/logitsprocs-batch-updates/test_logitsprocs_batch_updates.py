@@ -32,7 +32,7 @@ from typing import Any, Optional
 
 import pytest
 import torch
-from logitsprocs_stubs import (
+from vllm_gaudi_stubs import (
     INPUT_BATCH_REL,
     LOGITSPROCS_REL,
     UTILS_REL,
@@ -136,7 +136,7 @@ class Scenario:
             kernel_block_sizes=[128],
             logitsprocs=logitsprocs,
         )
-        self.runner = Runner(root, self.batch)
+        self.runner = Runner(root, self.batch, reorder=True)
         self.swaps: list[tuple[int, int]] = []
         swap_states = self.batch.swap_states
 

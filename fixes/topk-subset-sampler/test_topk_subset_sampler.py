@@ -49,7 +49,7 @@ import pytest
 import torch
 import torch.utils._python_dispatch
 import torch.utils._pytree
-from vllm_stubs import load_sampler
+from vllm_gaudi_stubs import load_sampler_source as load_sampler
 
 ROOT_ENV = "GAUDI_FIXES_ROOT"
 VECTORS_ENV = "GAUDI_FIXES_VECTORS"
@@ -90,7 +90,7 @@ torch.set_num_threads(min(2, torch.get_num_threads()))
 
 
 # --------------------------------------------------------------------------
-# Loading the sampler module with stubbed vLLM imports (vllm_stubs.py)
+# Loading the sampler module with stubbed vLLM imports (the catalogue's _support/vllm_gaudi_stubs.py)
 # --------------------------------------------------------------------------
 
 

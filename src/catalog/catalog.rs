@@ -14,6 +14,9 @@ use crate::error::{bail_at, bail_in, Located};
 use crate::patch::{parse, FilePatch};
 use crate::tree::TreeName;
 
+/// The catalogue's test-support folder: no fix, its files are written beside every fix's tests.
+pub const SUPPORT_DIR: &str = "fixes/_support";
+
 /// A loaded, validated catalogue.
 #[derive(Debug)]
 pub struct Catalog {
@@ -95,7 +98,7 @@ impl Catalog {
                 }
             })
             .collect();
-        for dir in dirs {
+        for dir in dirs.into_iter().filter(|d| d != Path::new(SUPPORT_DIR)) {
             if !files.files.contains_key(&dir.join("fix.yaml")) {
                 bail_in!(files.display(&dir), "fix directory without fix.yaml");
             }

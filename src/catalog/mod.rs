@@ -12,7 +12,7 @@ pub mod profile;
 pub mod relations;
 pub mod source;
 
-pub use catalog::{Catalog, Fix, Variant, VariantPatch};
+pub use catalog::{Catalog, Fix, Variant, VariantPatch, SUPPORT_DIR};
 pub use identity::CatalogIdentity;
 pub use manifest::{Kind, Manifest};
 pub use profile::Profile;

@@ -6,6 +6,7 @@
 
 pub mod apply;
 pub mod bench;
+pub mod conform;
 pub mod diff;
 pub mod equiv;
 pub mod lint;

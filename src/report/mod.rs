@@ -3,6 +3,7 @@
 
 #[cfg(feature = "reference")]
 pub mod bench;
+pub mod conform;
 #[cfg(feature = "reference")]
 pub mod equiv;
 pub mod error;

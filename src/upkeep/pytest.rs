@@ -89,6 +89,16 @@ pub fn check_python_for(python: &str, vllm_root: Option<&Path>) -> Result<()> {
     Ok(())
 }
 
+/// `python` as a command that means the same from another directory (pytest and the
+/// conformance suite run elsewhere): a relative path made absolute, a bare name left to PATH.
+pub fn resolve_python(python: &str) -> Result<String> {
+    if python.contains('/') && Path::new(python).is_relative() {
+        let resolved = std::path::absolute(python).with_context(|| format!("resolving {python}"))?;
+        return Ok(resolved.to_str().unwrap_or(python).to_string());
+    }
+    Ok(python.to_string())
+}
+
 /// The torch version a pip-installed vLLM pins (`Requires-Dist: torch==X` in the dist-info
 /// beside `vllm/`), with vLLM's version; `None` for a tree without dist-info.
 fn pinned_torch(vllm_root: &Path) -> Option<(String, String)> {
@@ -101,16 +111,24 @@ fn pinned_torch(vllm_root: &Path) -> Option<(String, String)> {
     })
 }
 
-/// Write the fix's directory (tests and their helpers) under `dir`; return its path there.
+/// Write the fix's directory (tests and their helpers) under `dir`, the catalogue's test-support
+/// folder beside them (a fix's own file of the same name wins); return its path there.
 pub fn materialize(catalog: &Catalog, fix: &Fix, dir: &Path) -> Result<PathBuf> {
     let out = dir.join(&fix.manifest.name);
-    for (rel, bytes) in catalog.files.files.iter().filter(|(p, _)| p.starts_with(&fix.dir)) {
-        let dest = out.join(rel.strip_prefix(&fix.dir).expect("filtered by prefix"));
+    write_folder(catalog, Path::new(crate::catalog::SUPPORT_DIR), &out)?;
+    write_folder(catalog, &fix.dir, &out)?;
+    Ok(out)
+}
+
+/// Write the catalogue's files under `base` (relative to its root) into `out`.
+pub fn write_folder(catalog: &Catalog, base: &Path, out: &Path) -> Result<()> {
+    for (rel, bytes) in catalog.files.files.iter().filter_map(|(p, b)| Some((p.strip_prefix(base).ok()?, b))) {
+        let dest = out.join(rel);
         std::fs::create_dir_all(dest.parent().expect("has a parent"))
             .file_context(&dest, || format!("creating {}", dest.display()))?;
         std::fs::write(&dest, bytes).file_context(&dest, || format!("writing {}", dest.display()))?;
     }
-    Ok(out)
+    Ok(())
 }
 
 /// A fresh scratch directory under the system temp dir, removed on drop.
@@ -223,14 +241,7 @@ pub fn run_tests(
         bail!("{name} has no tests (its fix.yaml lists no `tests:`)");
     }
     let root = vllm_root.or(gaudi_root).context("no vllm or vllm_gaudi tree to test against")?;
-    // pytest runs in another directory: a relative interpreter path must not change meaning.
-    let resolved;
-    let python = if python.contains('/') && Path::new(python).is_relative() {
-        resolved = std::path::absolute(python).with_context(|| format!("resolving {python}"))?;
-        resolved.to_str().unwrap_or(python)
-    } else {
-        python
-    };
+    let python = &resolve_python(python)?;
     check_python_for(python, vllm_root)?;
     let scratch = Scratch::new("test")?;
     let dir = materialize(catalog, fix, &scratch.0)?;
