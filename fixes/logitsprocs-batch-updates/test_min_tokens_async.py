@@ -5,7 +5,7 @@ and ``vllm_gaudi/``).
 vLLM's real ``MinTokensLogitsProcessor`` (built by the tree's ``build_logitsprocs``) masks EOS
 while ``len(output_token_ids) < min_tokens``; it holds a reference to the request's output list
 and reads its length every step. This test drives the REAL ``InputBatch``, the runner's reorder
-statements and ``_prepare_sampling`` (``logitsprocs_stubs.Runner``) and the REAL tail of
+statements and ``_prepare_sampling`` (``vllm_gaudi_stubs.Runner``) and the REAL tail of
 ``HPUModelRunner.sample_tokens`` — from ``if self.use_async_scheduling or
 self.use_structured_output:`` to the loop that extends ``req_state.output_token_ids`` — lifted
 from the tree's ``hpu_model_runner.py`` with every runner method it calls, over several engine
@@ -28,8 +28,8 @@ from pathlib import Path
 
 import pytest
 import torch
-from logitsprocs_stubs import (INPUT_BATCH_REL, LOGITSPROCS_REL, RUNNER_REL, UTILS_REL, H2DRecorder, Runner,
-                               SamplingParams, SchedulerOutput, load)
+from vllm_gaudi_stubs import (INPUT_BATCH_REL, LOGITSPROCS_REL, RUNNER_REL, UTILS_REL, H2DRecorder, Runner,
+                              SamplingParams, SchedulerOutput, load)
 
 VOCAB = 64
 EOS = 3
