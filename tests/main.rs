@@ -5,6 +5,7 @@
 mod common;
 
 mod catalog_writes;
+mod chain_states;
 mod cli;
 mod closed_stdout;
 mod conventions;
@@ -14,6 +15,7 @@ mod matrix_requires;
 mod placement;
 mod promises;
 mod properties;
+mod real_trees;
 mod reasons;
 mod reasons_only_tree;
 mod record_on_top;
