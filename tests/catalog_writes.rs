@@ -237,3 +237,24 @@ fn record_refuses_a_file_larger_than_apply_reads() {
     let (_, err) = d.cmd().args(with_fixture(&["apply", "--check", "fix-a"])).expect(3);
     assert!(err.contains("16 MiB"), "{err}");
 }
+
+#[test]
+fn record_refreshes_a_release_whatever_its_key_spelling_and_keeps_its_comments() {
+    let d = fixture();
+    d.write("edited/vllm/mod.py", patched_a());
+    let y = d.read_string("cat/fixes/fix-a/fix.yaml").replace(
+        "releases:\n  v0.26.0:\n    patches:\n",
+        "releases:\n# a column-0 comment inside releases:\n  v0.26:  # the key's comment\n    # a comment inside the entry\n    patches:\n",
+    );
+    d.write("cat/fixes/fix-a/fix.yaml", &y);
+    record(&d, "fix-a", "0.26").expect(0);
+    let y = d.read_string("cat/fixes/fix-a/fix.yaml");
+    let keys: Vec<&str> = y.lines().filter(|l| l.starts_with("  v0.26")).collect();
+    assert_eq!(keys, ["  v0.26.0:  # the key's comment"], "not one release under its canonical key: {y}");
+    for comment in ["# a column-0 comment inside releases:", "# the key's comment", "# a comment inside the entry"] {
+        assert!(y.contains(comment), "lost {comment:?}: {y}");
+    }
+    // What apply chooses is the refreshed variant.
+    let (out, _) = d.cmd().args(with_fixture(&["apply", "--check", "fix-a", "--format", "json"])).expect(1);
+    assert_eq!(json(&out)["fixes"][0]["variant"], "v0.26.0", "{out}");
+}

@@ -6,6 +6,7 @@ mod common;
 
 mod bytecode_upgrade;
 mod catalog_writes;
+mod chain_states;
 mod cli;
 mod closed_stdout;
 mod completion;
@@ -21,6 +22,7 @@ mod promises;
 mod properties;
 mod pytest_runner;
 mod readers;
+mod real_trees;
 mod reasons;
 mod reasons_only_tree;
 mod record_on_top;

@@ -96,3 +96,60 @@ fn detect_without_upstreamed_is_an_error_naming_file_and_line() {
     assert!(err.contains("fix-a/fix.yaml:") && err.contains("must be inside `vllm/`"), "{err}");
     assert_eq!(d.snapshot("root"), before);
 }
+
+#[test]
+fn detect_text_in_a_comment_or_a_string_is_not_upstreams_change() {
+    let d = detecting_fixture();
+    for mention in [
+        "\n# upstream: def upstream_triple(a):\n#     return a * 3\n",
+        "\n\"\"\"\ndef upstream_triple(a):\n    return a * 3\n\"\"\"\n",
+        "\nNOTE = \"def upstream_triple(a):\"\nNOTE2 = '    return a * 3'\n",
+    ] {
+        d.write("root/vllm/mod.py", format!("{PRISTINE}{mention}"));
+        let (out, _) = d.cmd().args(with_fixture(&["apply", "--check", "fix-a", "--format", "json"])).expect(1);
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(v["fixes"][0]["state"], "not-applied", "{mention:?} counted as upstream's change: {out}");
+    }
+    // The same lines as code are upstream's change.
+    d.write("root/vllm/mod.py", upstream_file());
+    d.cmd().args(with_fixture(&["apply", "--check", "fix-a"])).expect(0);
+}
+
+#[test]
+fn lint_refuses_a_detect_that_misses_a_file_the_fix_patches_or_has_no_code() {
+    let d = detecting_fixture();
+    d.cmd().args(["--catalog", "cat", "lint"]).expect(0);
+    for (text, want) in [
+        (
+            "file: vllm/mod.py\n        text: \"def upstream_triple(a):",
+            "`detect:` names no text in vllm/mod.py, which fix-a patches",
+        ),
+        ("text: \"def upstream_triple(a):", "has no line of code"),
+    ] {
+        let y = d.read_string("cat/fixes/fix-a/fix.yaml");
+        let bad = if want.contains("no text in") {
+            y.replace(text, "file: vllm/other.py\n        text: \"def upstream_triple(a):")
+        } else {
+            y.replace("text: \"def upstream_triple(a):\\n    return a * 3\"", "text: \"# def upstream_triple(a):\"")
+        };
+        let e = detecting_fixture();
+        e.write("cat/fixes/fix-a/fix.yaml", bad);
+        let (out, _) = e.cmd().args(["--catalog", "cat", "lint"]).expect(1);
+        assert!(out.contains(want) && out.contains("fix-a/fix.yaml"), "{out}");
+    }
+}
+
+#[test]
+fn lint_upstream_reports_a_detect_text_found_in_a_pristine_release_the_fix_covers() {
+    let d = detecting_fixture();
+    d.write("up/v0.26.0/vllm/mod.py", PRISTINE);
+    let (out, _) = d.cmd().args(["--catalog", "cat", "lint", "--upstream", "up"]).expect(0);
+    assert!(!out.contains("detect text is in pristine"), "{out}");
+    // v0.26.0's pristine file already holds the text (as code): the fix would never apply there.
+    d.write("up/v0.26.0/vllm/mod.py", upstream_file());
+    let y = d.read_string("cat/fixes/fix-a/fix.yaml");
+    let sha = crate::common::sha256(upstream_file().as_bytes());
+    d.write("cat/fixes/fix-a/fix.yaml", y.replace(&crate::common::sha256(PRISTINE.as_bytes()), &sha));
+    let (out, _) = d.cmd().args(["--catalog", "cat", "lint", "--upstream", "up"]).expect(1);
+    assert!(out.contains("release v0.25.0: its detect text is in pristine v0.26.0"), "{out}");
+}

@@ -25,6 +25,9 @@ pub fn lint(catalog: &Catalog, upstream: Option<&Path>) -> Result<LintReport> {
     }
     super::relations::lint(catalog, &mut report);
     release_keys(catalog, &mut report);
+    for fix in &catalog.fixes {
+        detect_covers_the_fix(catalog, fix, &mut report);
+    }
     for profile in &catalog.profiles {
         // With what the profile includes (an include cycle is reported above).
         let names = catalog.profile_fixes(&profile.name).unwrap_or_else(|_| profile.fixes.clone());
@@ -48,6 +51,7 @@ pub fn lint(catalog: &Catalog, upstream: Option<&Path>) -> Result<LintReport> {
     if let Some(dir) = upstream {
         for fix in &catalog.fixes {
             against_upstream(catalog, fix, dir, &mut report)?;
+            detect_against_upstream(catalog, fix, dir, &mut report)?;
         }
         for profile in &catalog.profiles {
             profile_against_upstream(catalog, &profile.name, dir, &mut report)?;
@@ -273,6 +277,91 @@ fn changed_lines(hunk: &crate::patch::Hunk) -> std::ops::Range<usize> {
         }
     }
     first..last + 1
+}
+
+/// A `detect:` must recognise upstream's change where this fix would go: an entry in each file
+/// the fix's variants patch (else half of upstream's change, or a line elsewhere, turns the fix
+/// off while the file it patches stays unfixed), each with a line of code (text only in a
+/// comment never matches: detection reads code only).
+fn detect_covers_the_fix(catalog: &Catalog, fix: &Fix, report: &mut LintReport) {
+    let patched: Vec<&str> = {
+        let mut v: Vec<&str> = fix
+            .variants
+            .iter()
+            .filter(|v| !v.upstreamed)
+            .flat_map(|v| v.patches.iter().map(|p| p.file.as_str()))
+            .collect();
+        v.sort();
+        v.dedup();
+        v
+    };
+    let file = catalog.files.display(&fix.dir.join("fix.yaml"));
+    let mut clean = true;
+    for variant in fix.variants.iter().filter(|v| !v.detect.is_empty()) {
+        for missing in patched.iter().filter(|f| !variant.detect.iter().any(|e| e.file == **f)) {
+            clean = false;
+            report.findings.push(Finding {
+                file: file.clone(),
+                message: format!(
+                    "release {}: `detect:` names no text in {missing}, which {} patches: upstream's change must be \
+                     recognised where this fix would go (add an entry for it, or drop `detect:`)",
+                    variant.release, fix.manifest.name
+                ),
+            });
+        }
+        for entry in &variant.detect {
+            if entry.text.lines().all(|l| l.trim().is_empty() || l.trim().starts_with('#')) {
+                clean = false;
+                report.findings.push(Finding {
+                    file: file.clone(),
+                    message: format!(
+                        "release {}: the detect text for {} has no line of code (comments and strings never match)",
+                        variant.release, entry.file
+                    ),
+                });
+            }
+        }
+    }
+    if clean && fix.variants.iter().any(|v| !v.detect.is_empty()) {
+        report.checked.push(format!("{}: detect: names text in every file it patches", fix.manifest.name));
+    }
+}
+
+/// With pristine trees: a `detect:` whose text is all found (as code) in a pristine release
+/// the fix has a patch variant for would report the fix upstreamed there, and it would never
+/// be applied where it is needed.
+fn detect_against_upstream(catalog: &Catalog, fix: &Fix, dir: &Path, report: &mut LintReport) -> Result<()> {
+    for up in fix.variants.iter().filter(|v| !v.detect.is_empty()) {
+        for variant in fix.variants.iter().filter(|v| !v.upstreamed) {
+            let candidates: [PathBuf; 2] =
+                [dir.join(&variant.release), dir.join(variant.release.trim_start_matches('v'))];
+            let Some(root) = candidates.iter().find(|p| p.is_dir()) else { continue };
+            let mut all_found = true;
+            for entry in &up.detect {
+                let found = match read_upstream(root, &entry.file)? {
+                    Some(bytes) => {
+                        let text = SourceText::decode(&bytes, &root.join(&entry.file))?;
+                        crate::patch::locate::contains_code(&text.lines, &entry.text)
+                    }
+                    None => false,
+                };
+                all_found &= found;
+            }
+            if all_found {
+                report.findings.push(Finding {
+                    file: catalog.files.display(&fix.dir.join("fix.yaml")),
+                    message: format!(
+                        "release {}: its detect text is in pristine {} ({}), which this fix has a variant for: \
+                         the fix would read upstreamed there and never be applied; make the text upstream's change only",
+                        up.release,
+                        variant.release,
+                        root.display()
+                    ),
+                });
+            }
+        }
+    }
+    Ok(())
 }
 
 fn against_upstream(catalog: &Catalog, fix: &Fix, dir: &Path, report: &mut LintReport) -> Result<()> {

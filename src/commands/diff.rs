@@ -20,7 +20,11 @@ pub fn run(global: &Settings, name: &str) -> Result<ExitStatus> {
     let report = if session.roots.is_empty() {
         None
     } else {
-        Some(plan::plan(&[fix], &session.trees, &session.filter, Op::Status)?.reports.remove(0))
+        Some(
+            plan::plan(&catalog, &[fix], &session.trees, &session.filter, &session.recorded()?, Op::Status)?
+                .reports
+                .remove(0),
+        )
     };
     let status = match report.as_ref().map(|r| r.state) {
         Some(FixState::Drifted) => ExitStatus::Drifted,

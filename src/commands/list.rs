@@ -19,7 +19,7 @@ pub fn run(global: &Settings) -> Result<ExitStatus> {
     let reports = if session.roots.is_empty() {
         None
     } else {
-        Some(plan::plan(&all, trees, &session.filter, Op::Status)?.reports)
+        Some(plan::plan(&catalog, &all, trees, &session.filter, &session.recorded()?, Op::Status)?.reports)
     };
     // Judged: let writers in while the list is printed.
     let trees = &trees.clone();

@@ -58,9 +58,15 @@ pub fn run_select(global: &Settings, args: &SelectArgs, op: Op, command: &'stati
     }
     notes.extend(session.remove_stale_temp_files(&catalog)?);
     if op == Op::Revert {
-        refuse_reverting_what_applied_fixes_require(&catalog, &names, &session)?;
+        refuse_reverting_what_applied_fixes_require(&catalog, &names, &session, &invocation(global))?;
     }
-    let plan = plan::plan(&fixes, &session.trees, &session.filter, op)?;
+    let mut plan = plan::plan(&catalog, &fixes, &session.trees, &session.filter, &session.recorded()?, op)?;
+    let invocation = invocation(global);
+    for report in &mut plan.reports {
+        if let Some(message) = &mut report.message {
+            *message = message.replace("gaudi-fixes apply ", &format!("{invocation} apply "));
+        }
+    }
     let status = plan.status(op);
     let mut written = Vec::new();
     if writes && status == ExitStatus::Applied && !plan.edits.is_empty() {
@@ -95,18 +101,26 @@ pub fn run_select(global: &Settings, args: &SelectArgs, op: Op, command: &'stati
 /// written) unless that dependant is known not to be applied: it would be left applied without
 /// what makes it sound. Dependants are judged on every tree found, a tree left out with
 /// `--only-tree` too (read, never written), and any state but not-applied counts: drifted may
-/// be partly applied, skipped or error was not seen.
-fn refuse_reverting_what_applied_fixes_require(catalog: &Catalog, names: &[String], session: &Session) -> Result<()> {
+/// be partly applied, skipped or error was not seen — except a dependant that is an error only
+/// because its other tree is absent while its files in the trees found are not applied (what
+/// `apply` could do there, `revert` undoes).
+fn refuse_reverting_what_applied_fixes_require(
+    catalog: &Catalog,
+    names: &[String],
+    session: &Session,
+    invocation: &str,
+) -> Result<()> {
     let dependants = catalog.dependants(names);
     if dependants.is_empty() {
         return Ok(());
     }
     let fixes: Vec<&Fix> = dependants.iter().map(|(fix, _)| *fix).collect();
-    let reports = plan::plan(&fixes, &session.trees, &TreeFilter::all(), Op::Status)?.reports;
+    let reports =
+        plan::plan(catalog, &fixes, &session.trees, &TreeFilter::all(), &session.recorded()?, Op::Status)?.reports;
     let applied: Vec<(&str, FixState, &str)> = reports
         .iter()
         .zip(&dependants)
-        .filter(|(report, _)| report.state != FixState::NotApplied)
+        .filter(|(report, _)| report.state != FixState::NotApplied && !report.absent_from_found_trees())
         .map(|(report, (_, needed))| (report.name.as_str(), report.state, needed.as_str()))
         .collect();
     if applied.is_empty() {
@@ -129,8 +143,45 @@ fn refuse_reverting_what_applied_fixes_require(catalog: &Catalog, names: &[Strin
     both.extend(names.iter().map(String::as_str));
     both.dedup();
     anyhow::bail!(
-        "refusing to revert: {}; nothing was written. Revert them together: gaudi-fixes revert {}",
+        "refusing to revert: {}; nothing was written. Revert them together: {invocation} revert {}",
         why.join("; "),
         both.join(" ")
     )
+}
+
+/// `gaudi-fixes` with the flags that chose this run's catalogue and trees, so that a command a
+/// message suggests works as printed (run from the same directory).
+fn invocation(global: &Settings) -> String {
+    let mut words = vec!["gaudi-fixes".to_string()];
+    let mut flag = |name: &str, value: &std::path::Path| {
+        words.push(name.to_string());
+        words.push(shell_word(&value.display().to_string()));
+    };
+    if let Some(catalog) = &global.catalog {
+        flag("--catalog", catalog);
+    }
+    if let Some((root, _)) = &global.trees.root {
+        flag("--root", root);
+    }
+    if let Some(dir) = &global.trees.vllm {
+        flag("--vllm", dir);
+    }
+    if let Some(dir) = &global.trees.vllm_gaudi {
+        flag("--vllm-gaudi", dir);
+    }
+    for tree in crate::tree::TreeName::ALL {
+        if global.filter.includes(tree) && crate::tree::TreeName::ALL.iter().any(|t| !global.filter.includes(*t)) {
+            words.push(format!("--only-tree {tree}"));
+        }
+    }
+    words.join(" ")
+}
+
+/// `word` as a shell reads it back: as it is when it is plain, else single-quoted.
+fn shell_word(word: &str) -> String {
+    if !word.is_empty() && word.chars().all(|c| c.is_ascii_alphanumeric() || "/._-+=:,@".contains(c)) {
+        word.to_string()
+    } else {
+        format!("'{}'", word.replace('\'', "'\\''"))
+    }
 }

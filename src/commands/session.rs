@@ -101,6 +101,17 @@ impl Session {
         Ok(notes)
     }
 
+    /// What the provenance records of these roots say was applied (fix → variant): the
+    /// variant a fix that reads applied is named by, when it is one of those that match. Only
+    /// a preference: a record that cannot be read is left out here (`status` reports it).
+    pub fn recorded(&self) -> Result<crate::plan::Recorded> {
+        let mut recorded = crate::plan::Recorded::new();
+        for record in self.roots.iter().filter_map(|root| transaction::read_provenance(root).ok().flatten()) {
+            recorded.extend(record.fixes.into_iter().map(|(name, fix)| (name, fix.variant)));
+        }
+        Ok(recorded)
+    }
+
     /// Each root's provenance record as it is now (none where gaudi-fixes never wrote one).
     pub fn provenance(&self) -> Result<BTreeMap<PathBuf, Option<Provenance>>> {
         self.roots.iter().map(|root| Ok((root.clone(), transaction::read_provenance(root)?))).collect()

@@ -32,7 +32,7 @@ pub fn run(global: &Settings) -> Result<ExitStatus> {
         );
         Vec::new()
     } else {
-        let plan = plan::plan(&all, &session.trees, &session.filter, Op::Status)?;
+        let plan = plan::plan(&catalog, &all, &session.trees, &session.filter, &session.recorded()?, Op::Status)?;
         notes.extend(session.remove_stale_temp_files(&catalog)?);
         notes.extend(provenance::disagreements(&plan.reports, &session.provenance()?)?);
         plan.reports

@@ -36,7 +36,7 @@ pub fn run(global: &Settings, args: &TestArgs) -> Result<ExitStatus> {
         bail!("no vllm or vllm_gaudi tree found to test {} against ({notes}); give --root DIR", fix.manifest.name);
     }
     // Say what the tests will see: the fix's state on these trees.
-    let plan = plan::plan(&[fix], &trees, &filter, Op::Status)?;
+    let plan = plan::plan(&catalog, &[fix], &trees, &filter, &plan::Recorded::new(), Op::Status)?;
     let state = &plan.reports[0];
     if state.state == FixState::Skipped {
         bail!(

@@ -145,6 +145,82 @@ fn statement_starts(lines: &[String]) -> Vec<bool> {
     out
 }
 
+/// Whether `text`'s lines are in `lines` as code: consecutive lines, each of `text`'s lines
+/// (trimmed; a blank one matches a blank line) found in its file line's code, with at least
+/// one character outside a string's contents, and never inside a comment or a line that lies
+/// wholly in a (doc)string. How upstream's change is recognised (`detect:`): text in a comment
+/// or a string is not code. `false` for a text with no code line at all.
+pub fn contains_code(lines: &[String], text: &str) -> bool {
+    let wanted: Vec<&str> = text.lines().map(str::trim).collect();
+    if wanted.iter().all(|w| w.is_empty() || w.starts_with('#')) {
+        return false;
+    }
+    let code = code_parts(lines);
+    (0..code.len()).any(|j| {
+        j + wanted.len() <= code.len()
+            && wanted.iter().enumerate().all(|(i, w)| {
+                let (line, in_string) = &code[j + i];
+                if w.is_empty() {
+                    return lines[j + i].trim().is_empty();
+                }
+                line.match_indices(w).any(|(at, m)| {
+                    let start = line[..at].chars().count();
+                    (start..start + m.chars().count()).any(|c| !in_string[c])
+                })
+            })
+    })
+}
+
+/// Each line's code: the line without its comment (empty for a line wholly inside a
+/// triple-quoted string), with, per character, whether it is a string's contents.
+fn code_parts(lines: &[String]) -> Vec<(String, Vec<bool>)> {
+    let mut triple: Option<char> = None;
+    let mut out = Vec::with_capacity(lines.len());
+    for line in lines {
+        let chars: Vec<char> = line.chars().collect();
+        let mut mask = Vec::with_capacity(chars.len());
+        let mut end = chars.len();
+        let mut single: Option<char> = None;
+        let mut i = 0;
+        while i < chars.len() {
+            let c = chars[i];
+            // Inside a string: its closing quote(s) end it; everything else is its contents.
+            if let Some((q, n)) = triple.map(|q| (q, 3)).or(single.map(|q| (q, 1))) {
+                if i + n <= chars.len() && chars[i..i + n].iter().all(|&x| x == q) {
+                    (triple, single) = (None, None);
+                    mask.extend(std::iter::repeat_n(false, n));
+                    i += n;
+                    continue;
+                }
+                let step = if c == '\\' { 2.min(chars.len() - i) } else { 1 };
+                mask.extend(std::iter::repeat_n(true, step));
+                i += step;
+                continue;
+            }
+            match c {
+                '#' => {
+                    end = i;
+                    break;
+                }
+                '"' | '\'' if chars.get(i + 1) == Some(&c) && chars.get(i + 2) == Some(&c) => {
+                    triple = Some(c);
+                    mask.extend([false; 3]);
+                    i += 3;
+                    continue;
+                }
+                '"' | '\'' => single = Some(c),
+                _ => {}
+            }
+            mask.push(false);
+            i += 1;
+        }
+        mask.truncate(end);
+        let code: String = chars[..end.min(chars.len())].iter().collect();
+        out.push((code, mask));
+    }
+    out
+}
+
 /// The definitions that can anchor a hunk whose image starts at `start`, trimmed: the enclosing
 /// ones (the nearest preceding line of smaller indentation than the first non-blank line that
 /// opens a `def`/`class`, then its own enclosing ones, outwards), then the nearest preceding

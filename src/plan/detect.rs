@@ -1,6 +1,10 @@
 //! Content-based `upstreamed`: an `upstreamed: true` release with `detect:` entries is chosen
-//! when the tree holds every entry's text (upstream's post-image), whatever the version hint
-//! says, so a tree that already carries upstream's change is not patched a second time.
+//! when the tree holds every entry's text (upstream's post-image) as code — not in a comment or
+//! a string ([`contains_code`]) — whatever the version hint says, so a tree that already
+//! carries upstream's change is not patched a second time. `lint` makes sure the entries name
+//! every file the fix patches, so half of upstream's change is not taken for all of it.
+//!
+//! [`contains_code`]: crate::patch::locate::contains_code
 
 use anyhow::Result;
 
@@ -25,8 +29,7 @@ pub(super) fn detected<'f>(
             }
             let Some(tree) = trees.get(entry.tree) else { continue 'variants };
             let Some(loaded) = ws.get(tree, &entry.file)? else { continue 'variants };
-            let file = String::from_utf8_lossy(&loaded.text.encode()).replace("\r\n", "\n");
-            if !file.contains(&entry.text.replace("\r\n", "\n")) {
+            if !crate::patch::locate::contains_code(&loaded.text.lines, &entry.text) {
                 continue 'variants;
             }
         }

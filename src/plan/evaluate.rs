@@ -19,9 +19,10 @@ pub(super) fn evaluate<'f>(
     fix: &'f Fix,
     trees: &Trees,
     only: &TreeFilter,
+    recorded: &Recorded,
     ws: &mut Workspace,
 ) -> Result<(FixReport, Option<&'f Variant>)> {
-    let (mut report, chosen) = evaluate_found(fix, trees, only, ws)?;
+    let (mut report, chosen) = evaluate_found(fix, trees, only, recorded.get(&fix.manifest.name), ws)?;
     reason::explain(fix, &mut report, trees);
     let missing: Vec<String> = fix
         .variants
@@ -60,6 +61,7 @@ fn evaluate_found<'f>(
     fix: &'f Fix,
     trees: &Trees,
     only: &TreeFilter,
+    recorded: Option<&String>,
     ws: &mut Workspace,
 ) -> Result<(FixReport, Option<&'f Variant>)> {
     let mut report = FixReport {
@@ -96,7 +98,7 @@ fn evaluate_found<'f>(
             return Ok((report, None));
         }
     }
-    if let Some(c) = best_clean(&candidates, trees) {
+    if let Some(c) = best_clean(&candidates, trees, recorded) {
         return clean_verdict(fix, c, trees, only, ws, report);
     }
     if let Some(up) =
@@ -187,7 +189,9 @@ fn judge_file(vp: &VariantPatch, trees: &Trees, only: &TreeFilter, ws: &mut Work
     };
     let mut eval: FileEval = state::evaluate(&vp.diff, &loaded.text);
     reason::align_excerpts(&loaded.text, &mut eval.hunks);
-    let sha256 = sha256_hex(&loaded.text.encode());
+    // The file as the tree holds it (not as earlier fixes of this run left it in memory): the
+    // evidence of which release it is, the same whatever is simulated before it.
+    let sha256 = sha256_hex(&loaded.original);
     let pristine = sha256 == vp.pristine_sha256;
     let state = match eval.state {
         FileState::Applied => FileOutcome::Applied,
@@ -210,11 +214,18 @@ fn judge_file(vp: &VariantPatch, trees: &Trees, only: &TreeFilter, ws: &mut Work
 
 /// A pristine tree is the strongest evidence; then a variant that is applied (once the file
 /// is edited, another variant's older context may still be there, not applied: picking it
-/// would report the fix not applied and let a second apply write it on top); then any clean
-/// variant, the version hint first, in manifest order.
-fn best_clean<'c, 'f>(candidates: &'c [Candidate<'f>], trees: &Trees) -> Option<&'c Candidate<'f>> {
+/// would report the fix not applied and let a second apply write it on top), the one the
+/// provenance record names (`recorded`: what apply wrote) first; then any clean variant, the
+/// version hint first, in manifest order.
+fn best_clean<'c, 'f>(
+    candidates: &'c [Candidate<'f>],
+    trees: &Trees,
+    recorded: Option<&String>,
+) -> Option<&'c Candidate<'f>> {
     let best = candidates.iter().enumerate().filter(|(_, c)| c.clean.is_some()).min_by_key(|(i, c)| {
-        (!c.pristine, c.clean != Some(FixState::Applied), !hint_matches(trees, &c.variant.release), *i)
+        let applied = c.clean == Some(FixState::Applied);
+        let as_recorded = applied && recorded == Some(&c.variant.release);
+        (!c.pristine, !applied, !as_recorded, !hint_matches(trees, &c.variant.release), *i)
     });
     best.map(|(_, c)| c)
 }

@@ -11,6 +11,7 @@
 //! `evaluate.rs`; the in-memory workspace that reads tree files (and the file-safety policy
 //! for writing them) in `workspace.rs`.
 
+mod chain;
 mod detect;
 mod evaluate;
 pub mod reason;
@@ -19,7 +20,7 @@ mod workspace;
 
 use anyhow::Result;
 
-use crate::catalog::Fix;
+use crate::catalog::{Catalog, Fix};
 use crate::discover::Trees;
 use crate::tree::TreeFilter;
 
@@ -29,17 +30,45 @@ pub use workspace::check_writable;
 use evaluate::{edit_variant, evaluate, shared_file_conflict};
 use workspace::Workspace;
 
-/// Evaluate and (for apply/revert) simulate `fixes`, in the order given.
-pub fn plan(fixes: &[&Fix], trees: &Trees, only: &TreeFilter, op: Op) -> Result<Plan> {
+/// Judge `fixes` (each on the tree as its predecessors leave it, see `chain.rs`) and, for
+/// apply/revert, simulate their edits in the order given (reverse for revert). `recorded` is
+/// what the provenance records say was applied (fix → variant): among variants that read
+/// applied, that one is named.
+pub fn plan(
+    catalog: &Catalog,
+    fixes: &[&Fix],
+    trees: &Trees,
+    only: &TreeFilter,
+    recorded: &Recorded,
+    op: Op,
+) -> Result<Plan> {
     let mut ws = Workspace::new();
+    let judged = chain::judge(catalog, fixes, trees, only, recorded, &mut ws)?;
+    if op == Op::Status {
+        return Ok(Plan { reports: judged.into_iter().map(|(r, _)| r).collect(), edits: Vec::new() });
+    }
     let mut reports = Vec::new();
-    let ordered: Vec<&Fix> = if op == Op::Revert { fixes.iter().rev().copied().collect() } else { fixes.to_vec() };
-    for fix in ordered {
-        let (mut report, chosen) = evaluate(fix, trees, only, &mut ws)?;
+    let mut order: Vec<usize> = (0..fixes.len()).collect();
+    if op == Op::Revert {
+        order.reverse();
+    }
+    for i in order {
+        let fix = fixes[i];
+        let (settled, _) = &judged[i];
+        let (mut report, chosen) = evaluate(fix, trees, only, recorded, &mut ws)?;
         if report.state == FixState::Drifted {
             if let Some(conflict) = shared_file_conflict(fix, &report, trees, &mut ws)? {
                 report.message = Some(conflict);
+            } else if settled.state != FixState::Drifted {
+                report = unreachable_in_run(catalog, fix, settled, op)?;
             }
+        }
+        if op == Op::Revert && report.absent_from_found_trees() {
+            report.state = FixState::NotApplied;
+            report.message = Some(format!(
+                "{}; nothing of it is applied in the trees found, so there is nothing to revert",
+                report.message.as_deref().unwrap_or("a tree it needs was not found")
+            ));
         }
         let simulate = match (op, report.state) {
             (Op::Apply | Op::Check, FixState::NotApplied) => Some(true),
@@ -52,11 +81,10 @@ pub fn plan(fixes: &[&Fix], trees: &Trees, only: &TreeFilter, op: Op) -> Result<
             }
             edit_variant(variant, trees, only, &mut ws, forward, &fix.manifest.name)?;
         }
-        reports.push(report);
+        reports.push((i, report));
     }
-    if op == Op::Revert {
-        reports.reverse();
-    }
+    reports.sort_by_key(|(i, _)| *i);
+    let reports: Vec<FixReport> = reports.into_iter().map(|(_, r)| r).collect();
     let mut edits = Vec::new();
     if matches!(op, Op::Apply | Op::Revert) {
         for loaded in ws.files.values() {
@@ -75,4 +103,34 @@ pub fn plan(fixes: &[&Fix], trees: &Trees, only: &TreeFilter, op: Op) -> Result<
         }
     }
     Ok(Plan { reports, edits })
+}
+
+/// A fix whose state is settled on its chain (`settled`) but that this run's simulation, over
+/// the selection only, finds drifted. For `--check` the settled state stands. Applying: a fix
+/// it is made on top of is neither applied nor selected, so its edits cannot be made; say
+/// which, and the command that applies them together. Reverting: a not-applied fix has
+/// nothing to undo; an applied one under a fix outside the selection is refused as drift.
+fn unreachable_in_run(catalog: &Catalog, fix: &Fix, settled: &FixReport, op: Op) -> Result<FixReport> {
+    let mut report = settled.clone();
+    match (op, settled.state) {
+        (Op::Apply, FixState::NotApplied) => {
+            let before = catalog.predecessors(&fix.manifest.name)?;
+            let mut names = before.clone();
+            names.push(fix.manifest.name.clone());
+            report.state = FixState::Error;
+            report.message = Some(format!(
+                "its patch is made on top of the fixes it comes after ({}), and those not applied yet are not selected: its context is not there; apply them together: gaudi-fixes apply {}",
+                before.join(", "),
+                catalog.order(&names)?.iter().map(|f| f.manifest.name.as_str()).collect::<Vec<_>>().join(" ")
+            ));
+        }
+        (Op::Revert, FixState::Applied) => {
+            report.state = FixState::Drifted;
+            report.message = Some(
+                "applied, but a fix outside this selection was applied on top of it; revert that one with it".into(),
+            );
+        }
+        _ => {}
+    }
+    Ok(report)
 }

@@ -40,7 +40,10 @@ pub fn explain(fix: &Fix, report: &mut FixReport, trees: &Trees) {
     let release = tree_release(trees);
     let name = fix.manifest.name.clone();
     match report.state {
-        FixState::Drifted => explain_drift(fix, report, release.as_deref()),
+        FixState::Drifted => {
+            let gaudi = trees.vllm_gaudi.as_ref().and_then(|t| t.version.as_deref());
+            explain_drift(fix, report, release.as_deref(), gaudi)
+        }
         FixState::Applied | FixState::NotApplied => {
             let Some(variant) = report.variant.as_deref().and_then(|r| fix.variants.iter().find(|v| v.release == r))
             else {
@@ -97,7 +100,7 @@ fn judged(state: FileOutcome) -> bool {
     !matches!(state, FileOutcome::Skipped | FileOutcome::NoTree)
 }
 
-fn explain_drift(fix: &Fix, report: &mut FixReport, release: Option<&str>) {
+fn explain_drift(fix: &Fix, report: &mut FixReport, release: Option<&str>, gaudi: Option<&str>) {
     let name = &fix.manifest.name;
     let partial = report.files.iter().any(|f| f.partial)
         || (report.files.iter().any(|f| f.state == FileOutcome::Applied)
@@ -106,9 +109,18 @@ fn explain_drift(fix: &Fix, report: &mut FixReport, release: Option<&str>) {
         report.reason = Some(Reason {
             code: ReasonCode::PartiallyApplied,
             message: format!("{name} is half there: some hunks are applied and others are not"),
-            next_step: format!(
-                "`gaudi-fixes diff {name}` shows which; reinstall the package (or undo the hand edit), then apply again"
-            ),
+            next_step: {
+                let restore: Vec<String> = report
+                    .files
+                    .iter()
+                    .filter(|f| f.partial || f.state == FileOutcome::Applied)
+                    .map(|f| restore(f.tree, &f.path, release, gaudi))
+                    .collect();
+                format!(
+                    "`gaudi-fixes diff {name}` shows which; {} (or undo the hand edit), then apply again",
+                    restore.join("; ")
+                )
+            },
             note: false,
         });
         return;
@@ -147,9 +159,8 @@ fn explain_drift(fix: &Fix, report: &mut FixReport, release: Option<&str>) {
                                 file.path
                             ),
                             next_step: format!(
-                                "`gaudi-fixes diff {name}` shows where; reinstall it (`pip install --force-reinstall --no-deps vllm=={}`) \
-                                 or undo the local change, then apply again",
-                                bare(r)
+                                "`gaudi-fixes diff {name}` shows where; {} or undo the local change, then apply again",
+                                restore(file.tree, &file.path, Some(r), gaudi)
                             ),
                             note: false,
                         }
@@ -193,6 +204,32 @@ fn explain_drift(fix: &Fix, report: &mut FixReport, release: Option<&str>) {
         file.reason = Some(reason);
     }
     report.reason = first;
+}
+
+/// How to get `file` of `tree` back as its package shipped it, for the package that owns it:
+/// vLLM is on the package index (`pip`); vllm_gaudi is on none, so its file comes from its
+/// source at the tag the install was made from (its version when the tree says it, else the
+/// tag that pairs with the vLLM release).
+fn restore(tree: TreeName, file: &str, release: Option<&str>, gaudi: Option<&str>) -> String {
+    match tree {
+        TreeName::Vllm => match release {
+            Some(r) => format!("reinstall vLLM (`pip install --force-reinstall --no-deps vllm=={}`)", bare(r)),
+            None => "reinstall vLLM (`pip install --force-reinstall --no-deps vllm==<its version>`)".to_string(),
+        },
+        TreeName::VllmGaudi => {
+            let tag = match (gaudi, release) {
+                (Some(v), _) => format!("v{}", bare(v)),
+                (None, Some(r)) => format!("the tag that pairs with vLLM {} (e.g. v{})", bare(r), bare(r)),
+                (None, None) => "the tag it was installed from".to_string(),
+            };
+            let rel = file.strip_prefix("vllm_gaudi/").unwrap_or(file);
+            format!(
+                "restore {file} from vllm_gaudi's source (it is on no package index), at {tag}: in a checkout of \
+                 https://github.com/vllm-project/vllm-gaudi, `git checkout <tag> -- vllm_gaudi/{rel}` and reinstall \
+                 it (`pip install --no-deps --force-reinstall .`), or copy that file over the installed one"
+            )
+        }
+    }
 }
 
 /// Widen each drifted hunk's excerpt so it lines up with the file: the nearest alignment is

@@ -154,6 +154,21 @@ pub struct FixReport {
     pub files: Vec<FileReport>,
 }
 
+impl FixReport {
+    /// An error only because a tree it needs was not found, while every file of it in the
+    /// trees found is not applied: there is nothing of it to undo on these trees, and nothing
+    /// of it there that what it requires could be needed by.
+    pub fn absent_from_found_trees(&self) -> bool {
+        // `error` is only ever a tree not found; with none of its trees found, no file is read.
+        self.state == FixState::Error
+            && self.files.iter().all(|f| matches!(f.state, FileOutcome::NoTree | FileOutcome::NotApplied))
+    }
+}
+
+/// What the provenance records say was applied: fix name → the variant apply wrote. Only a
+/// preference among variants that read applied; the files decide the state.
+pub type Recorded = std::collections::BTreeMap<String, String>;
+
 /// A planned write of one file.
 #[derive(Debug, Clone)]
 pub struct Edit {

@@ -17,10 +17,12 @@ use crate::tree::TreeName;
 /// In-memory copies of the files a run looks at, one per real file: a file reached under two
 /// names (a symlink inside the tree, or both trees under one root) is one edit stream, so two
 /// fixes patching it apply in `after:` order to the same content.
+#[derive(Clone)]
 pub(super) struct Workspace {
     pub(super) files: BTreeMap<PathBuf, Loaded>,
 }
 
+#[derive(Clone)]
 pub(super) struct Loaded {
     /// The tree and relative path it was first reached by (what reports and edits name).
     pub(super) tree: TreeName,

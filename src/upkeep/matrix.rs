@@ -373,7 +373,7 @@ pub fn evaluate_cell(
 ) -> Result<Cell> {
     let names = with_predecessors(catalog, fix);
     let ordered = catalog.order(&names)?;
-    let plan = plan::plan(&ordered, trees, only, Op::Apply)?;
+    let plan = plan::plan(catalog, &ordered, trees, only, &plan::Recorded::new(), Op::Apply)?;
     let report = plan.reports.iter().find(|r| r.name == fix.manifest.name).context("the fix has a report")?;
     let state = match report.state {
         FixState::NotApplied => CellState::Applies,

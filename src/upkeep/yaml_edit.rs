@@ -6,7 +6,7 @@
 
 use anyhow::{bail, Result};
 
-use crate::catalog::manifest::{release_order, Manifest, PatchEntry};
+use crate::catalog::manifest::{canonical_release, release_order, Manifest, PatchEntry};
 
 fn indent(line: &str) -> usize {
     line.len() - line.trim_start_matches(' ').len()
@@ -69,12 +69,13 @@ fn releases_block(lines: &[String]) -> Result<(usize, usize)> {
             "no block-style `releases:` line (a flow mapping `releases: {{…}}` cannot be edited; write it as a block)"
         );
     };
+    // A comment at column 0 does not end the block (YAML reads on past it); trailing blank
+    // lines and comments belong after it (to the key that follows).
     let mut end = at + 1;
-    while end < lines.len() && (lines[end].trim().is_empty() || indent(&lines[end]) > 0) {
+    while end < lines.len() && (lines[end].trim().is_empty() || indent(&lines[end]) > 0 || is_comment(&lines[end])) {
         end += 1;
     }
-    // Trailing blank lines belong after the block.
-    while end > at + 1 && lines[end - 1].trim().is_empty() {
+    while end > at + 1 && (lines[end - 1].trim().is_empty() || is_comment(&lines[end - 1])) {
         end -= 1;
     }
     Ok((at, end))
@@ -85,15 +86,24 @@ fn entry_indent(lines: &[String], block: (usize, usize)) -> usize {
     (block.0 + 1..block.1).find(|&i| !content(&lines[i]).is_empty()).map_or(2, |i| indent(&lines[i]))
 }
 
-/// The lines [key, end) of release `name` inside the releases block, if present.
+/// Whether fix.yaml key `key` names release `name`, however either is spelled (`v0.26:`,
+/// `0.26.0`, `v0.26.0` are one release).
+fn same_release(key: &str, name: &str) -> bool {
+    key == name || canonical_release(key).is_some_and(|k| Some(k) == canonical_release(name))
+}
+
+/// The lines [key, end) of release `name` (any spelling) inside the releases block, if present.
 fn release_entry(lines: &[String], block: (usize, usize), name: &str) -> Option<(usize, usize, usize)> {
     let ind = entry_indent(lines, block);
-    let start = (block.0 + 1..block.1).find(|&i| indent(&lines[i]) == ind && key(&lines[i]) == Some(name))?;
+    let start = (block.0 + 1..block.1).find(|&i| {
+        indent(&lines[i]) == ind && !is_comment(&lines[i]) && key(&lines[i]).is_some_and(|k| same_release(k, name))
+    })?;
     let mut end = start + 1;
-    while end < block.1 && (lines[end].trim().is_empty() || indent(&lines[end]) > ind) {
+    while end < block.1 && (lines[end].trim().is_empty() || indent(&lines[end]) > ind || is_comment(&lines[end])) {
         end += 1;
     }
-    while end > start + 1 && lines[end - 1].trim().is_empty() {
+    // Blank lines and comments before the next key are that key's.
+    while end > start + 1 && (lines[end - 1].trim().is_empty() || is_comment(&lines[end - 1])) {
         end -= 1;
     }
     Some((start, end, ind))
@@ -167,16 +177,29 @@ pub fn put_release(text: &str, key: &str, patches: &[PatchEntry], verified: &[St
         entry.push(format!("{}patch: {}", pad(ind + 6), p.patch));
         entry.push(format!("{}pristine_sha256: {}", pad(ind + 6), p.pristine_sha256));
     }
-    let new_eols = vec![None; entry.len()];
-    let mut out = lines.clone();
-    let mut out_eols: Vec<Option<String>> = eols.into_iter().map(Some).collect();
     let range = match release_entry(&lines, block, key) {
-        Some((start, end, _)) => start..end,
+        Some((start, end, _)) => {
+            // A refreshed entry keeps its comments: the one after its key, and the comment
+            // lines inside it (placed after the key, their order kept).
+            let after_key = lines[start]
+                .split_once(':')
+                .map(|(_, rest)| rest.to_string())
+                .filter(|rest| rest.trim_start().starts_with('#'));
+            if let Some(comment) = after_key {
+                entry[0].push_str(&comment);
+            }
+            let kept: Vec<String> = lines[start + 1..end].iter().filter(|l| is_comment(l)).cloned().collect();
+            entry.splice(1..1, kept);
+            start..end
+        }
         None => {
             let at = insert_at(&lines, block, key);
             at..at
         }
     };
+    let new_eols = vec![None; entry.len()];
+    let mut out = lines.clone();
+    let mut out_eols: Vec<Option<String>> = eols.into_iter().map(Some).collect();
     out.splice(range.clone(), entry);
     out_eols.splice(range, new_eols);
     let result = join(&out, &out_eols);
