@@ -114,7 +114,7 @@ class Scenario:
         self.batch = self.module.InputBatch(max_num_reqs=8, max_model_len=64, max_num_batched_tokens=64,
                                             device=torch.device("cpu"), pin_memory=False, vocab_size=VOCAB,
                                             block_sizes=[128], kernel_block_sizes=[128], logitsprocs=logitsprocs)
-        runner = self.runner = Runner(ROOT, self.batch)
+        runner = self.runner = Runner(ROOT, self.batch, reorder=True)
         path = ROOT / RUNNER_REL
         cls = _runner_class(path)
         tail = _tail_of_sample_tokens(cls, path)
