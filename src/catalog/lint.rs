@@ -130,9 +130,24 @@ fn profile_against_upstream(catalog: &Catalog, profile: &str, dir: &Path, report
     for release in releases {
         let candidates = [dir.join(release), dir.join(release.trim_start_matches('v'))];
         let Some(root) = candidates.iter().find(|p| p.is_dir()) else { continue };
+        profile_on_release(catalog, profile, &fixes, release, &|_| Some(root.clone()), report)?;
+    }
+    Ok(())
+}
+
+/// [`profile_against_upstream`] for one release, each tree's pristine root given by `root_of`.
+fn profile_on_release(
+    catalog: &Catalog,
+    profile: &str,
+    fixes: &[&Fix],
+    release: &str,
+    root_of: &dyn Fn(crate::tree::TreeName) -> Option<PathBuf>,
+    report: &mut LintReport,
+) -> Result<()> {
+    {
         // (file, patches in apply order with their fix's name)
         let mut files: Vec<(&str, Vec<(&Fix, &crate::catalog::VariantPatch)>)> = Vec::new();
-        for fix in &fixes {
+        for fix in fixes {
             let Some(variant) = fix.variants.iter().find(|v| v.release == release && !v.upstreamed) else { continue };
             for vp in &variant.patches {
                 match files.iter_mut().find(|(f, _)| *f == vp.file) {
@@ -142,6 +157,8 @@ fn profile_against_upstream(catalog: &Catalog, profile: &str, dir: &Path, report
             }
         }
         for (file, patches) in files.iter().filter(|(_, p)| p.len() > 1) {
+            let Some(root) = root_of(patches[0].1.tree) else { continue };
+            let root = root.as_path();
             let path = root.join(file);
             let Some(bytes) = read_upstream(root, file)? else { continue };
             let Ok(mut text) = SourceText::decode(&bytes, &path) else { continue };
@@ -171,6 +188,33 @@ fn profile_against_upstream(catalog: &Catalog, profile: &str, dir: &Path, report
         }
     }
     Ok(())
+}
+
+/// What `lint --upstream` finds on release `release` alone, with each tree's pristine root
+/// given by `root_of` (a tree it gives none for is not checked): every fix's variant for it
+/// on its pristine files (with the fixes it comes after applied first), and every profile's
+/// fixes applied in order. `port` checks the catalogue it would write with it, in memory.
+pub fn release_findings(
+    catalog: &Catalog,
+    release: &str,
+    root_of: &dyn Fn(crate::tree::TreeName) -> Option<PathBuf>,
+) -> Result<Vec<Finding>> {
+    let mut report = LintReport::default();
+    for fix in &catalog.fixes {
+        for variant in fix.variants.iter().filter(|v| v.release == release && !v.upstreamed) {
+            for vp in &variant.patches {
+                if let Some(root) = root_of(vp.tree).filter(|r| r.join(vp.tree.as_str()).is_dir()) {
+                    patch_against_upstream(catalog, fix, variant, &root, vp, &mut report)?;
+                }
+            }
+        }
+    }
+    for profile in &catalog.profiles {
+        let names = catalog.profile_fixes(&profile.name).unwrap_or_default();
+        let Ok(fixes) = catalog.order(&names) else { continue };
+        profile_on_release(catalog, &profile.name, &fixes, release, root_of, &mut report)?;
+    }
+    Ok(report.findings)
 }
 
 fn overlaps(catalog: &Catalog, profile: &str, a: &Fix, b: &Fix, report: &mut LintReport) {

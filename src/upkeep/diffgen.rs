@@ -113,8 +113,132 @@ pub fn file_patch(path: &str, old: &[String], new: &[String]) -> Option<String> 
         }
     }
     let hs = chosen.expect("at least one try");
+    Some(write(path, old, &hs))
+}
+
+/// The context width of each change (a run of removed and added lines) of `patch`, in order:
+/// each hunk's width (its longer run of leading or trailing context) for every change in it.
+/// What [`file_patch_keeping`] is given to write a ported patch with the widths its author
+/// chose (a deliberately zero-context hunk stays zero-context).
+pub fn context_widths(patch: &crate::patch::FilePatch) -> Vec<usize> {
+    use crate::patch::HunkLine;
+    let mut out = Vec::new();
+    for h in &patch.hunks {
+        let lead = h.lines.iter().take_while(|l| matches!(l, HunkLine::Context(_))).count();
+        let trail = h.lines.iter().rev().take_while(|l| matches!(l, HunkLine::Context(_))).count();
+        let changes = h
+            .lines
+            .iter()
+            .zip(std::iter::once(None).chain(h.lines.iter().map(Some)))
+            .filter(|(l, prev)| {
+                !matches!(l, HunkLine::Context(_)) && prev.is_none_or(|p| matches!(p, HunkLine::Context(_)))
+            })
+            .count();
+        out.extend(std::iter::repeat_n(lead.max(trail), changes));
+    }
+    out
+}
+
+/// One line of a whole-file diff: its mark, text, and the old and new line counts before it.
+struct Line {
+    mark: char,
+    text: String,
+    old: usize,
+    new: usize,
+}
+
+fn diff_lines(old: &[String], new: &[String]) -> Vec<Line> {
+    let mut out = Vec::new();
+    let (mut o, mut n) = (0, 0);
+    for op in capture_diff_slices(Algorithm::Myers, old, new) {
+        for change in op.iter_changes(old, new) {
+            let mark = match change.tag() {
+                similar::ChangeTag::Equal => ' ',
+                similar::ChangeTag::Delete => '-',
+                similar::ChangeTag::Insert => '+',
+            };
+            out.push(Line { mark, text: change.value().clone(), old: o, new: n });
+            match mark {
+                ' ' => (o, n) = (o + 1, n + 1),
+                '-' => o += 1,
+                _ => n += 1,
+            }
+        }
+    }
+    out
+}
+
+/// The hunks of `lines` when change `k` gets `widths[k]` lines of context on each side; two
+/// changes share a hunk when their contexts meet. Each hunk with the changes it holds.
+fn hunks_widths(lines: &[Line], old_len: usize, new_len: usize, widths: &[usize]) -> Vec<(Hunk, Vec<usize>)> {
+    // The changes, as [start, end) in `lines`.
+    let mut changes: Vec<(usize, usize)> = Vec::new();
+    for (i, l) in lines.iter().enumerate() {
+        if l.mark == ' ' {
+            continue;
+        }
+        match changes.last_mut() {
+            Some((_, end)) if *end == i => *end = i + 1,
+            _ => changes.push((i, i + 1)),
+        }
+    }
+    let mut out: Vec<(Hunk, Vec<usize>)> = Vec::new();
+    let mut k = 0;
+    while k < changes.len() {
+        let first = k;
+        while k + 1 < changes.len() && changes[k + 1].0 - changes[k].1 <= widths[k] + widths[k + 1] {
+            k += 1;
+        }
+        let start = changes[first].0.saturating_sub(widths[first]);
+        let end = (changes[k].1 + widths[k]).min(lines.len());
+        let body = &lines[start..end];
+        let pos = |i: usize| lines.get(i).map_or((old_len, new_len), |l| (l.old, l.new));
+        let ((o0, n0), (o1, n1)) = (pos(start), pos(end));
+        let hunk =
+            Hunk { old: (o0, o1), new: (n0, n1), lines: body.iter().map(|l| (l.mark, l.text.clone())).collect() };
+        out.push((hunk, (first..=k).collect()));
+        k += 1;
+    }
+    out
+}
+
+/// As [`file_patch`], but change `k` of the diff gets `widths[k]` lines of context (those of
+/// the patch being ported, [`context_widths`]) instead of three; a hunk whose images are not
+/// unique with its width is widened alone (3, 5, 8, … lines). When the diff does not have one
+/// change per width (the port changed how the edit falls), every change gets the widths' one
+/// value if they agree, else [`file_patch`]'s widening from three.
+pub fn file_patch_keeping(path: &str, old: &[String], new: &[String], widths: &[usize]) -> Option<String> {
+    if old == new {
+        return None;
+    }
+    let lines = diff_lines(old, new);
+    let count = (0..lines.len()).filter(|&i| lines[i].mark != ' ' && (i == 0 || lines[i - 1].mark == ' ')).count();
+    let mut widths: Vec<usize> = if widths.len() == count {
+        widths.to_vec()
+    } else if let Some(&w) = widths.first().filter(|&&w| widths.iter().all(|x| *x == w)) {
+        vec![w; count]
+    } else {
+        return file_patch(path, old, new);
+    };
+    let mut hs = hunks_widths(&lines, old.len(), new.len(), &widths);
+    for _ in 0..8 {
+        let narrow: Vec<usize> =
+            hs.iter().filter(|(h, _)| !unique(h, old, new)).flat_map(|(_, changes)| changes.clone()).collect();
+        if narrow.is_empty() {
+            break;
+        }
+        for k in narrow {
+            widths[k] = [3, 5, 8, 12, 20, 40].into_iter().find(|&c| c > widths[k]).unwrap_or(widths[k]);
+        }
+        hs = hunks_widths(&lines, old.len(), new.len(), &widths);
+    }
+    let hs: Vec<Hunk> = hs.into_iter().map(|(h, _)| h).collect();
+    Some(write(path, old, &hs))
+}
+
+fn write(path: &str, old: &[String], hs: &[Hunk]) -> String {
     let mut out = format!("--- a/{path}\n+++ b/{path}\n");
-    for h in &hs {
+    for h in hs {
         let section = anchor(old, h.old.0).map_or(String::new(), |a| format!(" {a}"));
         out.push_str(&format!("@@ -{} +{} @@{section}\n", range(h.old.0, h.old.1), range(h.new.0, h.new.1)));
         for (c, l) in &h.lines {
@@ -123,7 +247,7 @@ pub fn file_patch(path: &str, old: &[String], new: &[String]) -> Option<String> 
             out.push('\n');
         }
     }
-    Some(out)
+    out
 }
 
 /// Whether every hunk of a generated patch has unique images (after the widening tries).
