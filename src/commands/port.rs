@@ -72,7 +72,8 @@ pub fn run(global: &Settings, args: &PortArgs) -> Result<ExitStatus> {
             .collect();
         if !new.is_empty() {
             bail!(
-                "the ported {release} variant of {} is not what `lint --upstream` accepts on the pristine {release}                  trees; nothing was written (edit a copy by hand and use `record`):\n{}",
+                "the ported {release} variant of {} is not what `lint --upstream` accepts on the pristine {release} \
+                 trees; nothing was written (edit a copy by hand and use `record`):\n{}",
                 fix.manifest.name,
                 new.join("\n")
             );

@@ -73,10 +73,17 @@ fn hunks(old: &[String], new: &[String], context: usize) -> Vec<Hunk> {
 }
 
 fn occurrences(haystack: &[String], needle: &[&str]) -> usize {
+    places(haystack, needle).len() + usize::from(needle.is_empty())
+}
+
+/// Where (0-based) `needle` starts in `haystack`.
+fn places(haystack: &[String], needle: &[&str]) -> Vec<usize> {
     if needle.is_empty() || needle.len() > haystack.len() {
-        return usize::from(needle.is_empty());
+        return Vec::new();
     }
-    haystack.windows(needle.len()).filter(|w| w.iter().zip(needle).all(|(a, b)| a == b)).count()
+    (0..=haystack.len() - needle.len())
+        .filter(|&s| haystack[s..s + needle.len()].iter().zip(needle).all(|(a, b)| a == b))
+        .collect()
 }
 
 fn unique(h: &Hunk, old: &[String], new: &[String]) -> bool {
@@ -84,6 +91,21 @@ fn unique(h: &Hunk, old: &[String], new: &[String]) -> bool {
     let post: Vec<&str> = h.lines.iter().filter(|(c, _)| *c != '-').map(|(_, l)| l.as_str()).collect();
     // An empty image (a hunk at an empty file's edge) is placed by its header alone.
     (pre.is_empty() || occurrences(old, &pre) == 1) && (post.is_empty() || occurrences(new, &post) == 1)
+}
+
+/// [`unique`] as `lint --upstream` reads it: an image found once in the file, or once among
+/// the places inside the definition the hunk's header names.
+fn unique_in_anchor(h: &Hunk, old: &[String], new: &[String]) -> bool {
+    let header = anchor(old, h.old.0);
+    let once = |text: &[String], image: Vec<&str>| {
+        let mut at = places(text, &image);
+        if let Some(a) = &header {
+            at.retain(|&s| crate::patch::locate::anchor_matches(a, text, s));
+        }
+        image.is_empty() || at.len() == 1
+    };
+    once(old, h.lines.iter().filter(|(c, _)| *c != '+').map(|(_, l)| l.as_str()).collect())
+        && once(new, h.lines.iter().filter(|(c, _)| *c != '-').map(|(_, l)| l.as_str()).collect())
 }
 
 fn range(start: usize, end: usize) -> String {
@@ -204,7 +226,8 @@ fn hunks_widths(lines: &[Line], old_len: usize, new_len: usize, widths: &[usize]
 
 /// As [`file_patch`], but change `k` of the diff gets `widths[k]` lines of context (those of
 /// the patch being ported, [`context_widths`]) instead of three; a hunk whose images are not
-/// unique with its width is widened alone (3, 5, 8, … lines). When the diff does not have one
+/// unique with its width (as `lint --upstream` reads it: once in the file, or once inside the definition
+/// its header names) is widened alone (3, 5, 8, … lines). When the diff does not have one
 /// change per width (the port changed how the edit falls), every change gets the widths' one
 /// value if they agree, else [`file_patch`]'s widening from three.
 pub fn file_patch_keeping(path: &str, old: &[String], new: &[String], widths: &[usize]) -> Option<String> {
@@ -222,8 +245,11 @@ pub fn file_patch_keeping(path: &str, old: &[String], new: &[String], widths: &[
     };
     let mut hs = hunks_widths(&lines, old.len(), new.len(), &widths);
     for _ in 0..8 {
-        let narrow: Vec<usize> =
-            hs.iter().filter(|(h, _)| !unique(h, old, new)).flat_map(|(_, changes)| changes.clone()).collect();
+        let narrow: Vec<usize> = hs
+            .iter()
+            .filter(|(h, _)| !unique_in_anchor(h, old, new))
+            .flat_map(|(_, changes)| changes.clone())
+            .collect();
         if narrow.is_empty() {
             break;
         }
