@@ -265,34 +265,49 @@ const ZERO_A: &str =
     "--- a/vllm/mod.py\n+++ b/vllm/mod.py\n@@ -10 +10 @@ def sample(x):\n-    b = a * 2\n+    b = a * 3\n";
 const ABOVE_B: &str = "--- a/vllm/mod.py\n+++ b/vllm/mod.py\n@@ -9,6 +9,7 @@ def sample(x):\n     a = x + 1\n     b = a * 3\n     return b\n+    # fix-b was here\n \n \n def other():\n";
 
-/// The fixture with fix-a's zero-context patch and fix-b's edit next to it.
-fn zero_context(d: &Dir) {
+/// The fixture with fix-a's zero-context patch and fix-b's edit next to it; `tail` is added to
+/// the end of `vllm/mod.py` in every release (its trees as [`new_release`] writes them).
+fn zero_context(d: &Dir, tail: &str) {
     d.write("cat/fixes/fix-a/v0.26.0/mod.patch", ZERO_A);
     d.write("cat/fixes/fix-b/v0.26.0/mod.patch", ABOVE_B);
     // Its context holds fix-a's edit: it needs fix-a, not only comes after it.
     let y = d.read_string("cat/fixes/fix-b/fix.yaml").replace("after: [fix-a]", "requires: [fix-a]");
     d.write("cat/fixes/fix-b/fix.yaml", y);
+    new_release(d);
+    let (old, new) = (format!("{PRISTINE}{tail}"), format!("import sys\n{PRISTINE}{tail}"));
+    for fix in ["fix-a", "fix-b"] {
+        let y = d.read_string(&format!("cat/fixes/{fix}/fix.yaml"));
+        d.write(&format!("cat/fixes/{fix}/fix.yaml"), y.replace(&sha256(PRISTINE.as_bytes()), &sha256(old.as_bytes())));
+    }
+    for (path, text) in [("root", &old), ("up/v0.26.0", &old), ("new", &new), ("up/v0.27.0", &new)] {
+        d.write(&format!("{path}/vllm/mod.py"), text);
+    }
 }
+
+/// fix-a's line occurs a second time, in another def: inside its header's def it is still found
+/// once, as `lint --upstream` reads it, so it needs no context there either.
+const AGAIN: &str = "\n\ndef again(a):\n    b = a * 2\n    return b\n";
 
 #[test]
 fn port_keeps_a_hunk_without_context_without_context() {
-    let d = fixture();
-    zero_context(&d);
-    new_release(&d);
-    // The v0.26.0 catalogue is clean: with both applied each reads applied.
-    d.cmd().args(["--catalog", "cat", "lint", "--upstream", "up"]).expect(0);
-    port(&d, "fix-a", "new", "v0.27.0").expect(0);
-    let ported = d.read_string("cat/fixes/fix-a/v0.27.0/mod.patch");
-    assert_eq!(ported, ZERO_A.replace("@@ -10 +10 @@", "@@ -11 +11 @@"), "the hunk's width changed");
-    port(&d, "fix-b", "new", "v0.27.0").expect(0);
-    d.cmd().args(["--catalog", "cat", "lint", "--upstream", "up"]).expect(0);
-    d.write("new/vllm/_version.py", "__version__ = version = '0.27.0'\n");
-    let args = ["--catalog", "cat", "--root", "new"];
-    d.cmd().args(args).args(["apply", "--profile", "performance"]).expect(0);
-    let (out, _) =
-        d.cmd().args(args).args(["apply", "--check", "--profile", "performance", "--format", "json"]).expect(0);
-    for fix in json(&out)["fixes"].as_array().unwrap() {
-        assert_eq!((fix["state"].as_str(), fix["variant"].as_str()), (Some("applied"), Some("v0.27.0")), "{out}");
+    for tail in ["", AGAIN] {
+        let d = fixture();
+        zero_context(&d, tail);
+        // The v0.26.0 catalogue is clean: with both applied each reads applied.
+        d.cmd().args(["--catalog", "cat", "lint", "--upstream", "up"]).expect(0);
+        port(&d, "fix-a", "new", "v0.27.0").expect(0);
+        let ported = d.read_string("cat/fixes/fix-a/v0.27.0/mod.patch");
+        assert_eq!(ported, ZERO_A.replace("@@ -10 +10 @@", "@@ -11 +11 @@"), "the hunk's width changed");
+        port(&d, "fix-b", "new", "v0.27.0").expect(0);
+        d.cmd().args(["--catalog", "cat", "lint", "--upstream", "up"]).expect(0);
+        d.write("new/vllm/_version.py", "__version__ = version = '0.27.0'\n");
+        let args = ["--catalog", "cat", "--root", "new"];
+        d.cmd().args(args).args(["apply", "--profile", "performance"]).expect(0);
+        let (out, _) =
+            d.cmd().args(args).args(["apply", "--check", "--profile", "performance", "--format", "json"]).expect(0);
+        for fix in json(&out)["fixes"].as_array().unwrap() {
+            assert_eq!((fix["state"].as_str(), fix["variant"].as_str()), (Some("applied"), Some("v0.27.0")), "{out}");
+        }
     }
 }
 
@@ -302,8 +317,7 @@ fn port_refuses_a_variant_lint_upstream_rejects() {
     // of context, which hold the line fix-b edits): with both applied fix-a reads drifted, and
     // porting fix-b would write what `lint --upstream` rejects.
     let d = fixture();
-    zero_context(&d);
-    new_release(&d);
+    zero_context(&d, "");
     let wide = "--- a/vllm/mod.py\n+++ b/vllm/mod.py\n@@ -8,7 +8,7 @@ def helper():\n \n def sample(x):\n     a = x + 1\n-    b = a * 2\n+    b = a * 3\n     return b\n \n \n";
     let sha = sha256(d.read("new/vllm/mod.py").as_slice());
     let y = d.read_string("cat/fixes/fix-a/fix.yaml")

@@ -144,46 +144,44 @@ fn profile_on_release(
     root_of: &dyn Fn(crate::tree::TreeName) -> Option<PathBuf>,
     report: &mut LintReport,
 ) -> Result<()> {
-    {
-        // (file, patches in apply order with their fix's name)
-        let mut files: Vec<(&str, Vec<(&Fix, &crate::catalog::VariantPatch)>)> = Vec::new();
-        for fix in fixes {
-            let Some(variant) = fix.variants.iter().find(|v| v.release == release && !v.upstreamed) else { continue };
-            for vp in &variant.patches {
-                match files.iter_mut().find(|(f, _)| *f == vp.file) {
-                    Some((_, list)) => list.push((fix, vp)),
-                    None => files.push((vp.file.as_str(), vec![(fix, vp)])),
-                }
+    // (file, patches in apply order with their fix's name)
+    let mut files: Vec<(&str, Vec<(&Fix, &crate::catalog::VariantPatch)>)> = Vec::new();
+    for fix in fixes {
+        let Some(variant) = fix.variants.iter().find(|v| v.release == release && !v.upstreamed) else { continue };
+        for vp in &variant.patches {
+            match files.iter_mut().find(|(f, _)| *f == vp.file) {
+                Some((_, list)) => list.push((fix, vp)),
+                None => files.push((vp.file.as_str(), vec![(fix, vp)])),
             }
         }
-        for (file, patches) in files.iter().filter(|(_, p)| p.len() > 1) {
-            let Some(root) = root_of(patches[0].1.tree) else { continue };
-            let root = root.as_path();
-            let path = root.join(file);
-            let Some(bytes) = read_upstream(root, file)? else { continue };
-            let Ok(mut text) = SourceText::decode(&bytes, &path) else { continue };
-            let mut complete = true;
-            for (_, vp) in patches {
-                let eval = state::evaluate(&vp.diff, &text);
-                match state::apply(&vp.diff, &text, &eval) {
-                    Some(next) => text = next,
-                    None => complete = false, // against_upstream reports it
-                }
+    }
+    for (file, patches) in files.iter().filter(|(_, p)| p.len() > 1) {
+        let Some(root) = root_of(patches[0].1.tree) else { continue };
+        let root = root.as_path();
+        let path = root.join(file);
+        let Some(bytes) = read_upstream(root, file)? else { continue };
+        let Ok(mut text) = SourceText::decode(&bytes, &path) else { continue };
+        let mut complete = true;
+        for (_, vp) in patches {
+            let eval = state::evaluate(&vp.diff, &text);
+            match state::apply(&vp.diff, &text, &eval) {
+                Some(next) => text = next,
+                None => complete = false, // against_upstream reports it
             }
-            if !complete {
-                continue;
-            }
-            for (fix, vp) in patches {
-                let state = state::evaluate(&vp.diff, &text).state;
-                if state != FileState::Applied {
-                    report.findings.push(Finding {
-                        file: catalog.files.display(&vp.patch_path),
-                        message: format!(
-                            "profile `{profile}` on {release}: with all its fixes applied, {}'s patch to {file} reads {state:?}, not applied (a later fix edits its context lines): `apply --check` would call it drifted right after `apply`",
-                            fix.manifest.name
-                        ),
-                    });
-                }
+        }
+        if !complete {
+            continue;
+        }
+        for (fix, vp) in patches {
+            let state = state::evaluate(&vp.diff, &text).state;
+            if state != FileState::Applied {
+                report.findings.push(Finding {
+                    file: catalog.files.display(&vp.patch_path),
+                    message: format!(
+                        "profile `{profile}` on {release}: with all its fixes applied, {}'s patch to {file} reads {state:?}, not applied (a later fix edits its context lines): `apply --check` would call it drifted right after `apply`",
+                        fix.manifest.name
+                    ),
+                });
             }
         }
     }
