@@ -347,3 +347,21 @@ fn record_keeps_verified_of_a_release_whatever_its_key_spelling() {
     let y = d.read_string("cat/fixes/fix-a/fix.yaml");
     assert!(y.contains("  v0.27.0:\n    verified: [v0.27.0]\n"), "{y}");
 }
+
+#[test]
+fn port_refuses_a_release_where_the_fix_reads_upstreamed() {
+    // v0.27.0 holds upstream's change (fix-a's `detect:` text) and still fix-a's context: the
+    // patch would port, but `lint --upstream` says the fix would read upstreamed there.
+    let d = fixture();
+    let y = d.read_string("cat/fixes/fix-a/fix.yaml").replace(
+        "releases:\n",
+        "releases:\n  v0.25.0:\n    upstreamed: true\n    detect:\n      - tree: vllm\n        file: vllm/mod.py\n        text: \"def upstream_triple(a):\\n    return a * 3\"\n",
+    );
+    d.write("cat/fixes/fix-a/fix.yaml", y);
+    d.write("new/vllm/__init__.py", "");
+    d.write("new/vllm/mod.py", format!("import sys\n{PRISTINE}\n\ndef upstream_triple(a):\n    return a * 3\n"));
+    let before = d.snapshot("cat");
+    let (_, err) = port(&d, "fix-a", "new", "v0.27.0").expect(3);
+    assert!(err.contains("its detect text is in pristine v0.27.0") && err.contains("nothing was written"), "{err}");
+    assert_eq!(d.snapshot("cat"), before, "a refused port wrote something");
+}
