@@ -319,4 +319,22 @@ mod tests {
         assert!(p.contains("\n q\n"), "the context reaches the unique line: {p}");
         assert!(all_unique(&old, &new));
     }
+
+    #[test]
+    fn a_ported_patch_keeps_each_hunks_width() {
+        // Hunk 1 has three lines of context, hunk 2 none (as bad-words-rows' second hunk).
+        let text = "import os\n\n\ndef f():\n    a = 1\n    b = 2\n    c = 3\n    d = 4\n    e = 5\n    g = 6\n    h = 7\n    i = 8\n    j = 9\n";
+        let old = lines(text);
+        let new = lines(&text.replace("b = 2", "b = 20").replace("i = 8", "i = 80"));
+        let mixed = "--- a/m.py\n+++ b/m.py\n@@ -3,7 +3,7 @@\n \n def f():\n     a = 1\n-    b = 2\n+    b = 20\n     c = 3\n     d = 4\n     e = 5\n@@ -12 +12 @@ def f():\n-    i = 8\n+    i = 80\n";
+        let fp = crate::patch::parse::parse(mixed, std::path::Path::new("m.py")).unwrap().files.remove(0);
+        assert_eq!(context_widths(&fp), [3, 0]);
+        // The same change one line lower (upstream added a line on top): the same widths.
+        let (old2, new2) =
+            ([vec!["import sys".to_string()], old].concat(), [vec!["import sys".to_string()], new].concat());
+        let p = file_patch_keeping("m.py", &old2, &new2, &[3, 0]).unwrap();
+        assert_eq!(p, mixed.replace("@@ -3,7 +3,7 @@", "@@ -4,7 +4,7 @@").replace("@@ -12 +12 @@", "@@ -13 +13 @@"));
+        // Without widths, both get three lines.
+        assert!(file_patch("m.py", &old2, &new2).unwrap().contains("\n     h = 7\n-    i = 8\n"));
+    }
 }
