@@ -4,7 +4,11 @@
 //! new release's pristine file (under `--to`). When the old patch applies exactly to the new
 //! file it is re-written for it; otherwise the change is merged line by line, and when it
 //! touches lines upstream changed too, the conflicting hunks are shown and nothing is written
-//! (exit 2): edit a copy by hand and use `record`.
+//! (exit 2): edit a copy by hand and use `record`. Each new hunk keeps the context width of
+//! the hunk it is ported from (a deliberately zero-context hunk stays so). Before anything is
+//! written, the catalogue with the new variant is checked in memory as `lint --upstream` checks
+//! that release on its pristine trees (`--to`, else the cache); a finding the catalogue did not
+//! have before refuses the port (exit 3, nothing written) and is shown.
 
 use std::path::PathBuf;
 
