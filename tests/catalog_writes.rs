@@ -84,9 +84,15 @@ fn port_builds_on_the_fix_it_comes_after() {
     new_release(&d);
     port(&d, "fix-a", "new", "v0.27.0").expect(0);
     port(&d, "fix-b", "new", "v0.27.0").expect(0);
-    let (out, _) = d.cmd().args(["--catalog", "cat", "lint", "--upstream", "up"]).expect(0);
+    let out = ported_profile_holds(&d);
     assert!(out.contains("fix-b v0.27.0: vllm/mod.py applies to pristine + fix-a"), "{out}");
-    // The ported profile applies exactly to the new tree and reads applied afterwards.
+}
+
+/// After both fixes are ported to v0.27.0: `lint --upstream up` is clean (its output is
+/// returned), and the ported profile applies exactly to the new tree and reads applied, as
+/// v0.27.0, afterwards.
+fn ported_profile_holds(d: &Dir) -> String {
+    let (lint, _) = d.cmd().args(["--catalog", "cat", "lint", "--upstream", "up"]).expect(0);
     d.write("new/vllm/_version.py", "__version__ = version = '0.27.0'\n");
     let args = ["--catalog", "cat", "--root", "new"];
     d.cmd().args(args).args(["apply", "--profile", "performance"]).expect(0);
@@ -95,6 +101,7 @@ fn port_builds_on_the_fix_it_comes_after() {
     for fix in json(&out)["fixes"].as_array().unwrap() {
         assert_eq!((fix["state"].as_str(), fix["variant"].as_str()), (Some("applied"), Some("v0.27.0")), "{out}");
     }
+    lint
 }
 
 #[test]
@@ -257,4 +264,104 @@ fn record_refreshes_a_release_whatever_its_key_spelling_and_keeps_its_comments()
     // What apply chooses is the refreshed variant.
     let (out, _) = d.cmd().args(with_fixture(&["apply", "--check", "fix-a", "--format", "json"])).expect(1);
     assert_eq!(json(&out)["fixes"][0]["variant"], "v0.26.0", "{out}");
+}
+
+/// fix-a changes one line with no context on purpose; fix-b (after it) adds a line below it,
+/// where three lines of context around fix-a's change would be.
+const ZERO_A: &str =
+    "--- a/vllm/mod.py\n+++ b/vllm/mod.py\n@@ -10 +10 @@ def sample(x):\n-    b = a * 2\n+    b = a * 3\n";
+const ABOVE_B: &str = "--- a/vllm/mod.py\n+++ b/vllm/mod.py\n@@ -9,6 +9,7 @@ def sample(x):\n     a = x + 1\n     b = a * 3\n     return b\n+    # fix-b was here\n \n \n def other():\n";
+
+/// The fixture with fix-a's zero-context patch and fix-b's edit next to it; `tail` is added to
+/// the end of `vllm/mod.py` in every release (its trees as [`new_release`] writes them).
+fn zero_context(d: &Dir, tail: &str) {
+    d.write("cat/fixes/fix-a/v0.26.0/mod.patch", ZERO_A);
+    d.write("cat/fixes/fix-b/v0.26.0/mod.patch", ABOVE_B);
+    // Its context holds fix-a's edit: it needs fix-a, not only comes after it.
+    let y = d.read_string("cat/fixes/fix-b/fix.yaml").replace("after: [fix-a]", "requires: [fix-a]");
+    d.write("cat/fixes/fix-b/fix.yaml", y);
+    new_release(d);
+    let (old, new) = (format!("{PRISTINE}{tail}"), format!("import sys\n{PRISTINE}{tail}"));
+    for fix in ["fix-a", "fix-b"] {
+        let y = d.read_string(&format!("cat/fixes/{fix}/fix.yaml"));
+        d.write(&format!("cat/fixes/{fix}/fix.yaml"), y.replace(&sha256(PRISTINE.as_bytes()), &sha256(old.as_bytes())));
+    }
+    for (path, text) in [("root", &old), ("up/v0.26.0", &old), ("new", &new), ("up/v0.27.0", &new)] {
+        d.write(&format!("{path}/vllm/mod.py"), text);
+    }
+}
+
+/// fix-a's line occurs a second time, in another def: inside its header's def it is still found
+/// once, as `lint --upstream` reads it, so it needs no context there either.
+const AGAIN: &str = "\n\ndef again(a):\n    b = a * 2\n    return b\n";
+
+#[test]
+fn port_keeps_a_hunk_without_context_without_context() {
+    for tail in ["", AGAIN] {
+        let d = fixture();
+        zero_context(&d, tail);
+        // The v0.26.0 catalogue is clean: with both applied each reads applied.
+        d.cmd().args(["--catalog", "cat", "lint", "--upstream", "up"]).expect(0);
+        port(&d, "fix-a", "new", "v0.27.0").expect(0);
+        let ported = d.read_string("cat/fixes/fix-a/v0.27.0/mod.patch");
+        assert_eq!(ported, ZERO_A.replace("@@ -10 +10 @@", "@@ -11 +11 @@"), "the hunk's width changed");
+        port(&d, "fix-b", "new", "v0.27.0").expect(0);
+        ported_profile_holds(&d);
+    }
+}
+
+#[test]
+fn port_refuses_a_variant_lint_upstream_rejects() {
+    // fix-b's v0.27.0 is ported first (made on fix-a's v0.27.0, written by hand with three lines
+    // of context, which hold the line fix-b edits): with both applied fix-a reads drifted, and
+    // porting fix-b would write what `lint --upstream` rejects.
+    let d = fixture();
+    zero_context(&d, "");
+    let wide = "--- a/vllm/mod.py\n+++ b/vllm/mod.py\n@@ -8,7 +8,7 @@ def helper():\n \n def sample(x):\n     a = x + 1\n-    b = a * 2\n+    b = a * 3\n     return b\n \n \n";
+    let sha = sha256(d.read("new/vllm/mod.py").as_slice());
+    let y = d.read_string("cat/fixes/fix-a/fix.yaml")
+        + &format!("  v0.27.0:\n    patches:\n      - tree: vllm\n        file: vllm/mod.py\n        patch: v0.27.0/mod.patch\n        pristine_sha256: {sha}\n");
+    d.write("cat/fixes/fix-a/fix.yaml", &y);
+    d.write("cat/fixes/fix-a/v0.27.0/mod.patch", wide);
+    d.cmd().args(["--catalog", "cat", "lint", "--upstream", "up"]).expect(0);
+    let before = d.snapshot("cat");
+    let (_, err) = port(&d, "fix-b", "new", "v0.27.0").expect(3);
+    assert!(err.contains("lint --upstream") && err.contains("nothing was written"), "{err}");
+    assert!(err.contains("fix-a's patch to vllm/mod.py reads Drifted"), "the reason is not named: {err}");
+    assert_eq!(d.snapshot("cat"), before, "a refused port wrote something");
+}
+
+#[test]
+fn record_keeps_verified_of_a_release_whatever_its_key_spelling() {
+    // v0.27.0 is spelled `v0.27:`; recording the same variant again keeps what was verified.
+    let d = fixture();
+    let v27 = format!(
+        "  v0.27:\n    verified: [v0.27.0]\n    patches:\n      - tree: vllm\n        file: vllm/mod.py\n        patch: v0.27.0/mod.patch\n        pristine_sha256: {}\n",
+        sha256(PRISTINE.as_bytes())
+    );
+    d.write("cat/fixes/fix-a/fix.yaml", d.read_string("cat/fixes/fix-a/fix.yaml") + &v27);
+    d.write("cat/fixes/fix-a/v0.27.0/mod.patch", FIX_A_PATCH);
+    d.write("edited/vllm/mod.py", patched_a());
+    let (out, _) = record(&d, "fix-a", "v0.27.0").expect(0);
+    assert!(out.contains("verified: [v0.27.0] kept"), "{out}");
+    let y = d.read_string("cat/fixes/fix-a/fix.yaml");
+    assert!(y.contains("  v0.27.0:\n    verified: [v0.27.0]\n"), "{y}");
+}
+
+#[test]
+fn port_refuses_a_release_where_the_fix_reads_upstreamed() {
+    // v0.27.0 holds upstream's change (fix-a's `detect:` text) and still fix-a's context: the
+    // patch would port, but `lint --upstream` says the fix would read upstreamed there.
+    let d = fixture();
+    let y = d.read_string("cat/fixes/fix-a/fix.yaml").replace(
+        "releases:\n",
+        "releases:\n  v0.25.0:\n    upstreamed: true\n    detect:\n      - tree: vllm\n        file: vllm/mod.py\n        text: \"def upstream_triple(a):\\n    return a * 3\"\n",
+    );
+    d.write("cat/fixes/fix-a/fix.yaml", y);
+    d.write("new/vllm/__init__.py", "");
+    d.write("new/vllm/mod.py", format!("import sys\n{PRISTINE}\n\ndef upstream_triple(a):\n    return a * 3\n"));
+    let before = d.snapshot("cat");
+    let (_, err) = port(&d, "fix-a", "new", "v0.27.0").expect(3);
+    assert!(err.contains("its detect text is in pristine v0.27.0") && err.contains("nothing was written"), "{err}");
+    assert_eq!(d.snapshot("cat"), before, "a refused port wrote something");
 }

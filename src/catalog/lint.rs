@@ -130,47 +130,94 @@ fn profile_against_upstream(catalog: &Catalog, profile: &str, dir: &Path, report
     for release in releases {
         let candidates = [dir.join(release), dir.join(release.trim_start_matches('v'))];
         let Some(root) = candidates.iter().find(|p| p.is_dir()) else { continue };
-        // (file, patches in apply order with their fix's name)
-        let mut files: Vec<(&str, Vec<(&Fix, &crate::catalog::VariantPatch)>)> = Vec::new();
-        for fix in &fixes {
-            let Some(variant) = fix.variants.iter().find(|v| v.release == release && !v.upstreamed) else { continue };
-            for vp in &variant.patches {
-                match files.iter_mut().find(|(f, _)| *f == vp.file) {
-                    Some((_, list)) => list.push((fix, vp)),
-                    None => files.push((vp.file.as_str(), vec![(fix, vp)])),
-                }
+        profile_on_release(catalog, profile, &fixes, release, &|_| Some(root.clone()), report)?;
+    }
+    Ok(())
+}
+
+/// [`profile_against_upstream`] for one release, each tree's pristine root given by `root_of`.
+fn profile_on_release(
+    catalog: &Catalog,
+    profile: &str,
+    fixes: &[&Fix],
+    release: &str,
+    root_of: &dyn Fn(crate::tree::TreeName) -> Option<PathBuf>,
+    report: &mut LintReport,
+) -> Result<()> {
+    // (file, patches in apply order with their fix's name)
+    let mut files: Vec<(&str, Vec<(&Fix, &crate::catalog::VariantPatch)>)> = Vec::new();
+    for fix in fixes {
+        let same = |v: &&super::Variant| super::manifest::same_release(&v.release, release) && !v.upstreamed;
+        let Some(variant) = fix.variants.iter().find(same) else { continue };
+        for vp in &variant.patches {
+            match files.iter_mut().find(|(f, _)| *f == vp.file) {
+                Some((_, list)) => list.push((fix, vp)),
+                None => files.push((vp.file.as_str(), vec![(fix, vp)])),
             }
         }
-        for (file, patches) in files.iter().filter(|(_, p)| p.len() > 1) {
-            let path = root.join(file);
-            let Some(bytes) = read_upstream(root, file)? else { continue };
-            let Ok(mut text) = SourceText::decode(&bytes, &path) else { continue };
-            let mut complete = true;
-            for (_, vp) in patches {
-                let eval = state::evaluate(&vp.diff, &text);
-                match state::apply(&vp.diff, &text, &eval) {
-                    Some(next) => text = next,
-                    None => complete = false, // against_upstream reports it
-                }
+    }
+    for (file, patches) in files.iter().filter(|(_, p)| p.len() > 1) {
+        let Some(root) = root_of(patches[0].1.tree) else { continue };
+        let root = root.as_path();
+        let path = root.join(file);
+        let Some(bytes) = read_upstream(root, file)? else { continue };
+        let Ok(mut text) = SourceText::decode(&bytes, &path) else { continue };
+        let mut complete = true;
+        for (_, vp) in patches {
+            let eval = state::evaluate(&vp.diff, &text);
+            match state::apply(&vp.diff, &text, &eval) {
+                Some(next) => text = next,
+                None => complete = false, // against_upstream reports it
             }
-            if !complete {
-                continue;
-            }
-            for (fix, vp) in patches {
-                let state = state::evaluate(&vp.diff, &text).state;
-                if state != FileState::Applied {
-                    report.findings.push(Finding {
-                        file: catalog.files.display(&vp.patch_path),
-                        message: format!(
-                            "profile `{profile}` on {release}: with all its fixes applied, {}'s patch to {file} reads {state:?}, not applied (a later fix edits its context lines): `apply --check` would call it drifted right after `apply`",
-                            fix.manifest.name
-                        ),
-                    });
-                }
+        }
+        if !complete {
+            continue;
+        }
+        for (fix, vp) in patches {
+            let state = state::evaluate(&vp.diff, &text).state;
+            if state != FileState::Applied {
+                report.findings.push(Finding {
+                    file: catalog.files.display(&vp.patch_path),
+                    message: format!(
+                        "profile `{profile}` on {release}: with all its fixes applied, {}'s patch to {file} reads {state:?}, not applied (a later fix edits its context lines): `apply --check` would call it drifted right after `apply`",
+                        fix.manifest.name
+                    ),
+                });
             }
         }
     }
     Ok(())
+}
+
+/// What `lint --upstream` finds on release `release` alone, with each tree's pristine root
+/// given by `root_of` (a tree it gives none for is not checked): every fix's variant for it
+/// on its pristine files (with the fixes it comes after applied first), its `detect:` text
+/// found there, and every profile's fixes applied in order. `port` checks the catalogue it would write with it, in memory.
+pub fn release_findings(
+    catalog: &Catalog,
+    release: &str,
+    root_of: &dyn Fn(crate::tree::TreeName) -> Option<PathBuf>,
+) -> Result<Vec<Finding>> {
+    let mut report = LintReport::default();
+    for fix in &catalog.fixes {
+        let same = |v: &&super::Variant| super::manifest::same_release(&v.release, release) && !v.upstreamed;
+        if fix.variants.iter().any(|v| same(&v)) {
+            detect_on_release(catalog, fix, release, root_of, &mut report)?;
+        }
+        for variant in fix.variants.iter().filter(same) {
+            for vp in &variant.patches {
+                if let Some(root) = root_of(vp.tree).filter(|r| r.join(vp.tree.as_str()).is_dir()) {
+                    patch_against_upstream(catalog, fix, variant, &root, vp, &mut report)?;
+                }
+            }
+        }
+    }
+    for profile in &catalog.profiles {
+        let names = catalog.profile_fixes(&profile.name).unwrap_or_default();
+        let Ok(fixes) = catalog.order(&names) else { continue };
+        profile_on_release(catalog, &profile.name, &fixes, release, root_of, &mut report)?;
+    }
+    Ok(report.findings)
 }
 
 fn overlaps(catalog: &Catalog, profile: &str, a: &Fix, b: &Fix, report: &mut LintReport) {
@@ -331,34 +378,54 @@ fn detect_covers_the_fix(catalog: &Catalog, fix: &Fix, report: &mut LintReport) 
 /// the fix has a patch variant for would report the fix upstreamed there, and it would never
 /// be applied where it is needed.
 fn detect_against_upstream(catalog: &Catalog, fix: &Fix, dir: &Path, report: &mut LintReport) -> Result<()> {
+    for variant in fix.variants.iter().filter(|v| !v.upstreamed) {
+        let candidates: [PathBuf; 2] = [dir.join(&variant.release), dir.join(variant.release.trim_start_matches('v'))];
+        let Some(root) = candidates.iter().find(|p| p.is_dir()) else { continue };
+        detect_on_release(catalog, fix, &variant.release, &|_| Some(root.clone()), report)?;
+    }
+    Ok(())
+}
+
+/// [`detect_against_upstream`] for the pristine trees of one release the fix has a patch
+/// variant for, each tree's root given by `root_of`.
+fn detect_on_release(
+    catalog: &Catalog,
+    fix: &Fix,
+    release: &str,
+    root_of: &dyn Fn(crate::tree::TreeName) -> Option<PathBuf>,
+    report: &mut LintReport,
+) -> Result<()> {
     for up in fix.variants.iter().filter(|v| !v.detect.is_empty()) {
-        for variant in fix.variants.iter().filter(|v| !v.upstreamed) {
-            let candidates: [PathBuf; 2] =
-                [dir.join(&variant.release), dir.join(variant.release.trim_start_matches('v'))];
-            let Some(root) = candidates.iter().find(|p| p.is_dir()) else { continue };
-            let mut all_found = true;
-            for entry in &up.detect {
-                let found = match read_upstream(root, &entry.file)? {
-                    Some(bytes) => {
-                        let text = SourceText::decode(&bytes, &root.join(&entry.file))?;
-                        crate::patch::locate::contains_code(&text.lines, &entry.text)
-                    }
-                    None => false,
-                };
-                all_found &= found;
+        let mut all_found = true;
+        let mut roots: Vec<String> = Vec::new();
+        for entry in &up.detect {
+            let Some(root) = root_of(entry.tree) else {
+                all_found = false;
+                continue;
+            };
+            let found = match read_upstream(&root, &entry.file)? {
+                Some(bytes) => {
+                    let text = SourceText::decode(&bytes, &root.join(&entry.file))?;
+                    crate::patch::locate::contains_code(&text.lines, &entry.text)
+                }
+                None => false,
+            };
+            all_found &= found;
+            let shown = root.display().to_string();
+            if !roots.contains(&shown) {
+                roots.push(shown);
             }
-            if all_found {
-                report.findings.push(Finding {
-                    file: catalog.files.display(&fix.dir.join("fix.yaml")),
-                    message: format!(
-                        "release {}: its detect text is in pristine {} ({}), which this fix has a variant for: \
-                         the fix would read upstreamed there and never be applied; make the text upstream's change only",
-                        up.release,
-                        variant.release,
-                        root.display()
-                    ),
-                });
-            }
+        }
+        if all_found {
+            report.findings.push(Finding {
+                file: catalog.files.display(&fix.dir.join("fix.yaml")),
+                message: format!(
+                    "release {}: its detect text is in pristine {release} ({}), which this fix has a variant for: \
+                     the fix would read upstreamed there and never be applied; make the text upstream's change only",
+                    up.release,
+                    roots.join(", ")
+                ),
+            });
         }
     }
     Ok(())

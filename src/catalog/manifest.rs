@@ -133,6 +133,12 @@ pub fn canonical_release(name: &str) -> Option<String> {
     Some(tag)
 }
 
+/// Whether fix.yaml key `key` names release `name`, however either is spelled (`v0.26:`,
+/// `0.26.0`, `v0.26.0` are one release): how `record` and `port` find a release.
+pub fn same_release(key: &str, name: &str) -> bool {
+    key == name || canonical_release(key).is_some_and(|k| Some(k) == canonical_release(name))
+}
+
 /// A release's place in [`release_order`]: its numbers, its kind (dev, rc, final, post), its
 /// suffix's number.
 pub type ReleaseOrder = (Vec<u64>, u8, u64);

@@ -169,7 +169,9 @@ fn applied_in_order(
 ) -> Result<(SourceText, Vec<String>), String> {
     let mut applied = Vec::new();
     for other in catalog.order(names).map_err(|e| format!("{e:#}"))? {
-        let Some(variant) = other.variants.iter().find(|v| v.release == release) else { continue };
+        let Some(variant) = other.variants.iter().find(|v| super::manifest::same_release(&v.release, release)) else {
+            continue;
+        };
         for vp in variant.patches.iter().filter(|p| p.file == file) {
             let eval = state::evaluate(&vp.diff, &text);
             text = state::apply(&vp.diff, &text, &eval).ok_or_else(|| {

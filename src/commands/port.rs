@@ -4,12 +4,17 @@
 //! new release's pristine file (under `--to`). When the old patch applies exactly to the new
 //! file it is re-written for it; otherwise the change is merged line by line, and when it
 //! touches lines upstream changed too, the conflicting hunks are shown and nothing is written
-//! (exit 2): edit a copy by hand and use `record`.
+//! (exit 2): edit a copy by hand and use `record`. Each new hunk keeps the context width of
+//! the hunk it is ported from (a deliberately zero-context hunk stays so). Before anything is
+//! written, the catalogue with the new variant is checked in memory as `lint --upstream` checks
+//! that release on its pristine trees (`--to`, else the cache); a finding the catalogue did not
+//! have before refuses the port (exit 3, nothing written) and is shown.
 
 use std::path::PathBuf;
 
 use anyhow::{bail, Context, Result};
 
+use crate::catalog::manifest::same_release;
 use crate::catalog::{Catalog, Fix, Variant, VariantPatch};
 use crate::exit_status::ExitStatus;
 use crate::hash::sha256_hex;
@@ -39,7 +44,7 @@ pub fn run(global: &Settings, args: &PortArgs) -> Result<ExitStatus> {
         }
         None => fix.variants.iter().rev().find(|v| !v.upstreamed).context("the fix has no variant with patches")?,
     };
-    if from.release == release {
+    if same_release(&from.release, &release) {
         bail!(
             "--from {} and --release {release} are the same variant; use `record` to refresh a variant",
             from.release
@@ -60,7 +65,26 @@ pub fn run(global: &Settings, args: &PortArgs) -> Result<ExitStatus> {
         })?;
         return Ok(ExitStatus::Drifted);
     }
-    let written = upkeep::write_variant(&dir, &catalog, fix, &release, &new_files)?;
+    let root_of = |tree: TreeName| pristine_root(args, &release, tree);
+    let before = crate::catalog::lint::release_findings(&catalog, &release, &root_of)?;
+    let check = |planned: &Catalog| -> Result<()> {
+        let found = crate::catalog::lint::release_findings(planned, &release, &root_of)?;
+        let new: Vec<String> = found
+            .iter()
+            .filter(|f| !before.iter().any(|b| b.file == f.file && b.message == f.message))
+            .map(|f| format!("  {}: {}", f.file, f.message))
+            .collect();
+        if !new.is_empty() {
+            bail!(
+                "the ported {release} variant of {} is not what `lint --upstream` accepts on the pristine {release} \
+                 trees; nothing was written (edit a copy by hand and use `record`):\n{}",
+                fix.manifest.name,
+                new.join("\n")
+            );
+        }
+        Ok(())
+    };
+    let written = upkeep::write_variant_checked(&dir, &catalog, fix, &release, &new_files, &check)?;
     upkeep_report::emit_written(
         global.output(),
         global.catalog.as_deref(),
@@ -123,6 +147,7 @@ fn port_file(
             patched: Vec::new(),
             reuse: Some(rel),
             base: None,
+            context: None,
         }));
     }
     let eval = state::evaluate(&vp.diff, &old);
@@ -155,12 +180,18 @@ fn port_file(
         }
     };
     let base = Some(new.encode());
-    Ok(Ported::File(NewFile { tree: vp.tree, file: vp.file.clone(), pristine: new_bytes, patched, reuse: None, base }))
-}
-
-/// Whether `key` (a fix.yaml release) names release `name` (any spelling: `0.26`, `v0.26.0`).
-fn same_release(key: &str, name: &str) -> bool {
-    key == name || crate::catalog::manifest::canonical_release(key) == crate::catalog::manifest::canonical_release(name)
+    // Each hunk keeps the context width of the hunk it is ported from (bad-words-rows' one-line
+    // hunk has none on purpose: three lines there are lines a later fix edits).
+    let context = Some(crate::upkeep::diffgen::context_widths(&vp.diff));
+    Ok(Ported::File(NewFile {
+        tree: vp.tree,
+        file: vp.file.clone(),
+        pristine: new_bytes,
+        patched,
+        reuse: None,
+        base,
+        context,
+    }))
 }
 
 /// The files the fix's patch is made on, in the old and the new release: each pristine file with
@@ -180,7 +211,7 @@ fn on_predecessors(
     let (old, old_on) = with_predecessors_applied(catalog, fix, from, file, old).map_err(anyhow::Error::msg)?;
     let (new, new_on) = with_predecessors_applied(catalog, fix, to, file, new).map_err(anyhow::Error::msg)?;
     for name in old_on.iter().filter(|n| !new_on.contains(n)) {
-        if catalog.fix(name)?.variants.iter().all(|v| v.release != to) {
+        if catalog.fix(name)?.variants.iter().all(|v| !same_release(&v.release, to)) {
             bail!(
                 "{file}: {} comes after {name}, whose {from} patch edits this file (the {from} patch of {} is made \
                  on top of it), and {name} has no {to} variant yet: port {name} to {to} first; nothing was written",
@@ -220,6 +251,18 @@ fn new_root(
             "--to {}: no {tree}/ tree there or in the cache, and {from} patches {file}; give a directory holding both trees",
             args.to.display()
         ),
+    }
+}
+
+/// Where `port` finds the new release's pristine `tree` to check its result on, as `lint
+/// --upstream` would: `--to`, else the cache; `None` when neither has it.
+fn pristine_root(args: &PortArgs, release: &str, tree: TreeName) -> Option<PathBuf> {
+    if args.to.join(tree.as_str()).is_dir() {
+        return Some(args.to.clone());
+    }
+    match tree {
+        TreeName::Vllm => upstream::cached_vllm(release).ok().flatten(),
+        TreeName::VllmGaudi => upstream::gaudi_tree(release).ok().flatten().map(|g| g.root),
     }
 }
 

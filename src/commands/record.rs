@@ -63,7 +63,7 @@ pub fn run(global: &Settings, args: &RecordArgs) -> Result<ExitStatus> {
         refuse_larger_than_apply_reads(&args.edited, &file, "--edited")?;
         let pristine = upkeep::read_in(&args.pristine, &file, "--pristine")?;
         let patched = upkeep::read_in(&args.edited, &file, "--edited")?;
-        new_files.push(NewFile { tree, file, pristine, patched, reuse: None, base: None });
+        new_files.push(NewFile { tree, file, pristine, patched, reuse: None, base: None, context: None });
     }
     if new_files.is_empty() {
         bail!(

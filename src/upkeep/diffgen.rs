@@ -73,10 +73,17 @@ fn hunks(old: &[String], new: &[String], context: usize) -> Vec<Hunk> {
 }
 
 fn occurrences(haystack: &[String], needle: &[&str]) -> usize {
+    places(haystack, needle).len() + usize::from(needle.is_empty())
+}
+
+/// Where (0-based) `needle` starts in `haystack`.
+fn places(haystack: &[String], needle: &[&str]) -> Vec<usize> {
     if needle.is_empty() || needle.len() > haystack.len() {
-        return usize::from(needle.is_empty());
+        return Vec::new();
     }
-    haystack.windows(needle.len()).filter(|w| w.iter().zip(needle).all(|(a, b)| a == b)).count()
+    (0..=haystack.len() - needle.len())
+        .filter(|&s| haystack[s..s + needle.len()].iter().zip(needle).all(|(a, b)| a == b))
+        .collect()
 }
 
 fn unique(h: &Hunk, old: &[String], new: &[String]) -> bool {
@@ -84,6 +91,21 @@ fn unique(h: &Hunk, old: &[String], new: &[String]) -> bool {
     let post: Vec<&str> = h.lines.iter().filter(|(c, _)| *c != '-').map(|(_, l)| l.as_str()).collect();
     // An empty image (a hunk at an empty file's edge) is placed by its header alone.
     (pre.is_empty() || occurrences(old, &pre) == 1) && (post.is_empty() || occurrences(new, &post) == 1)
+}
+
+/// [`unique`] as `lint --upstream` reads it: an image found once in the file, or once among
+/// the places inside the definition the hunk's header names.
+fn unique_in_anchor(h: &Hunk, old: &[String], new: &[String]) -> bool {
+    let header = anchor(old, h.old.0);
+    let once = |text: &[String], image: Vec<&str>| {
+        let mut at = places(text, &image);
+        if let Some(a) = &header {
+            at.retain(|&s| crate::patch::locate::anchor_matches(a, text, s));
+        }
+        image.is_empty() || at.len() == 1
+    };
+    once(old, h.lines.iter().filter(|(c, _)| *c != '+').map(|(_, l)| l.as_str()).collect())
+        && once(new, h.lines.iter().filter(|(c, _)| *c != '-').map(|(_, l)| l.as_str()).collect())
 }
 
 fn range(start: usize, end: usize) -> String {
@@ -113,8 +135,136 @@ pub fn file_patch(path: &str, old: &[String], new: &[String]) -> Option<String> 
         }
     }
     let hs = chosen.expect("at least one try");
+    Some(write(path, old, &hs))
+}
+
+/// The context width of each change (a run of removed and added lines) of `patch`, in order:
+/// each hunk's width (its longer run of leading or trailing context) for every change in it.
+/// What [`file_patch_keeping`] is given to write a ported patch with the widths its author
+/// chose (a deliberately zero-context hunk stays zero-context).
+pub fn context_widths(patch: &crate::patch::FilePatch) -> Vec<usize> {
+    use crate::patch::HunkLine;
+    let mut out = Vec::new();
+    for h in &patch.hunks {
+        let lead = h.lines.iter().take_while(|l| matches!(l, HunkLine::Context(_))).count();
+        let trail = h.lines.iter().rev().take_while(|l| matches!(l, HunkLine::Context(_))).count();
+        let changes = h
+            .lines
+            .iter()
+            .zip(std::iter::once(None).chain(h.lines.iter().map(Some)))
+            .filter(|(l, prev)| {
+                !matches!(l, HunkLine::Context(_)) && prev.is_none_or(|p| matches!(p, HunkLine::Context(_)))
+            })
+            .count();
+        out.extend(std::iter::repeat_n(lead.max(trail), changes));
+    }
+    out
+}
+
+/// One line of a whole-file diff: its mark, text, and the old and new line counts before it.
+struct Line {
+    mark: char,
+    text: String,
+    old: usize,
+    new: usize,
+}
+
+fn diff_lines(old: &[String], new: &[String]) -> Vec<Line> {
+    let mut out = Vec::new();
+    let (mut o, mut n) = (0, 0);
+    for op in capture_diff_slices(Algorithm::Myers, old, new) {
+        for change in op.iter_changes(old, new) {
+            let mark = match change.tag() {
+                similar::ChangeTag::Equal => ' ',
+                similar::ChangeTag::Delete => '-',
+                similar::ChangeTag::Insert => '+',
+            };
+            out.push(Line { mark, text: change.value().clone(), old: o, new: n });
+            match mark {
+                ' ' => (o, n) = (o + 1, n + 1),
+                '-' => o += 1,
+                _ => n += 1,
+            }
+        }
+    }
+    out
+}
+
+/// The hunks of `lines` when change `k` gets `widths[k]` lines of context on each side; two
+/// changes share a hunk when their contexts meet. Each hunk with the changes it holds.
+fn hunks_widths(lines: &[Line], old_len: usize, new_len: usize, widths: &[usize]) -> Vec<(Hunk, Vec<usize>)> {
+    // The changes, as [start, end) in `lines`.
+    let mut changes: Vec<(usize, usize)> = Vec::new();
+    for (i, l) in lines.iter().enumerate() {
+        if l.mark == ' ' {
+            continue;
+        }
+        match changes.last_mut() {
+            Some((_, end)) if *end == i => *end = i + 1,
+            _ => changes.push((i, i + 1)),
+        }
+    }
+    let mut out: Vec<(Hunk, Vec<usize>)> = Vec::new();
+    let mut k = 0;
+    while k < changes.len() {
+        let first = k;
+        while k + 1 < changes.len() && changes[k + 1].0 - changes[k].1 <= widths[k] + widths[k + 1] {
+            k += 1;
+        }
+        let start = changes[first].0.saturating_sub(widths[first]);
+        let end = (changes[k].1 + widths[k]).min(lines.len());
+        let body = &lines[start..end];
+        let pos = |i: usize| lines.get(i).map_or((old_len, new_len), |l| (l.old, l.new));
+        let ((o0, n0), (o1, n1)) = (pos(start), pos(end));
+        let hunk =
+            Hunk { old: (o0, o1), new: (n0, n1), lines: body.iter().map(|l| (l.mark, l.text.clone())).collect() };
+        out.push((hunk, (first..=k).collect()));
+        k += 1;
+    }
+    out
+}
+
+/// As [`file_patch`], but change `k` of the diff gets `widths[k]` lines of context (those of
+/// the patch being ported, [`context_widths`]) instead of three; a hunk whose images are not
+/// unique with its width (as `lint --upstream` reads it: once in the file, or once inside the definition
+/// its header names) is widened alone (3, 5, 8, … lines). When the diff does not have one
+/// change per width (the port changed how the edit falls), every change gets the widths' one
+/// value if they agree, else [`file_patch`]'s widening from three.
+pub fn file_patch_keeping(path: &str, old: &[String], new: &[String], widths: &[usize]) -> Option<String> {
+    if old == new {
+        return None;
+    }
+    let lines = diff_lines(old, new);
+    let count = (0..lines.len()).filter(|&i| lines[i].mark != ' ' && (i == 0 || lines[i - 1].mark == ' ')).count();
+    let mut widths: Vec<usize> = if widths.len() == count {
+        widths.to_vec()
+    } else if let Some(&w) = widths.first().filter(|&&w| widths.iter().all(|x| *x == w)) {
+        vec![w; count]
+    } else {
+        return file_patch(path, old, new);
+    };
+    let mut hs = hunks_widths(&lines, old.len(), new.len(), &widths);
+    for _ in 0..8 {
+        let narrow: Vec<usize> = hs
+            .iter()
+            .filter(|(h, _)| !unique_in_anchor(h, old, new))
+            .flat_map(|(_, changes)| changes.clone())
+            .collect();
+        if narrow.is_empty() {
+            break;
+        }
+        for k in narrow {
+            widths[k] = [3, 5, 8, 12, 20, 40].into_iter().find(|&c| c > widths[k]).unwrap_or(widths[k]);
+        }
+        hs = hunks_widths(&lines, old.len(), new.len(), &widths);
+    }
+    let hs: Vec<Hunk> = hs.into_iter().map(|(h, _)| h).collect();
+    Some(write(path, old, &hs))
+}
+
+fn write(path: &str, old: &[String], hs: &[Hunk]) -> String {
     let mut out = format!("--- a/{path}\n+++ b/{path}\n");
-    for h in &hs {
+    for h in hs {
         let section = anchor(old, h.old.0).map_or(String::new(), |a| format!(" {a}"));
         out.push_str(&format!("@@ -{} +{} @@{section}\n", range(h.old.0, h.old.1), range(h.new.0, h.new.1)));
         for (c, l) in &h.lines {
@@ -123,7 +273,7 @@ pub fn file_patch(path: &str, old: &[String], new: &[String]) -> Option<String> 
             out.push('\n');
         }
     }
-    Some(out)
+    out
 }
 
 /// Whether every hunk of a generated patch has unique images (after the widening tries).
@@ -168,5 +318,23 @@ mod tests {
         let p = file_patch("m.py", &old, &new).unwrap();
         assert!(p.contains("\n q\n"), "the context reaches the unique line: {p}");
         assert!(all_unique(&old, &new));
+    }
+
+    #[test]
+    fn a_ported_patch_keeps_each_hunks_width() {
+        // Hunk 1 has three lines of context, hunk 2 none (as bad-words-rows' second hunk).
+        let text = "import os\n\n\ndef f():\n    a = 1\n    b = 2\n    c = 3\n    d = 4\n    e = 5\n    g = 6\n    h = 7\n    i = 8\n    j = 9\n";
+        let old = lines(text);
+        let new = lines(&text.replace("b = 2", "b = 20").replace("i = 8", "i = 80"));
+        let mixed = "--- a/m.py\n+++ b/m.py\n@@ -3,7 +3,7 @@\n \n def f():\n     a = 1\n-    b = 2\n+    b = 20\n     c = 3\n     d = 4\n     e = 5\n@@ -12 +12 @@ def f():\n-    i = 8\n+    i = 80\n";
+        let fp = crate::patch::parse::parse(mixed, std::path::Path::new("m.py")).unwrap().files.remove(0);
+        assert_eq!(context_widths(&fp), [3, 0]);
+        // The same change one line lower (upstream added a line on top): the same widths.
+        let (old2, new2) =
+            ([vec!["import sys".to_string()], old].concat(), [vec!["import sys".to_string()], new].concat());
+        let p = file_patch_keeping("m.py", &old2, &new2, &[3, 0]).unwrap();
+        assert_eq!(p, mixed.replace("@@ -3,7 +3,7 @@", "@@ -4,7 +4,7 @@").replace("@@ -12 +12 @@", "@@ -13 +13 @@"));
+        // Without widths, both get three lines.
+        assert!(file_patch("m.py", &old2, &new2).unwrap().contains("\n     h = 7\n-    i = 8\n"));
     }
 }

@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use crate::error::FileContext;
 use anyhow::{bail, Context, Result};
 
-use crate::catalog::manifest::PatchEntry;
+use crate::catalog::manifest::{same_release, PatchEntry};
 use crate::catalog::{Catalog, Fix};
 use crate::hash::sha256_hex;
 use crate::patch::{parse, state, SourceText};
@@ -35,6 +35,10 @@ pub struct NewFile {
     /// The file the patch is made on when the caller knows it (`port`: the pristine file with
     /// the fixes this one comes after applied); `None`: found from `patched` ([`patch_base`]).
     pub base: Option<Vec<u8>>,
+    /// The context width of each change of the patch this file's is ported from
+    /// ([`diffgen::context_widths`]): the new patch keeps them. `None`: three lines, widened
+    /// until each hunk is found once.
+    pub context: Option<Vec<usize>>,
 }
 
 /// What was written.
@@ -64,11 +68,16 @@ pub fn writable_catalog(dir: Option<&Path>, command: &str) -> Result<PathBuf> {
 }
 
 /// The patch of one file, checked: it applies exactly to `pristine` and gives `patched`'s bytes.
-pub fn checked_patch(file: &str, pristine: &[u8], patched: &[u8]) -> Result<Option<String>> {
+/// With `context`, each change gets the width given ([`diffgen::file_patch_keeping`]).
+pub fn checked_patch(file: &str, pristine: &[u8], patched: &[u8], context: Option<&[usize]>) -> Result<Option<String>> {
     let shown = Path::new(file);
     let old = SourceText::decode(pristine, shown)?;
     let new = SourceText::decode(patched, shown)?;
-    let Some(text) = diffgen::file_patch(file, &old.lines, &new.lines) else {
+    let made = match context {
+        Some(widths) => diffgen::file_patch_keeping(file, &old.lines, &new.lines, widths),
+        None => diffgen::file_patch(file, &old.lines, &new.lines),
+    };
+    let Some(text) = made else {
         if pristine != patched {
             bail!("{file}: the edited file differs from the pristine one only in line endings, which a patch cannot carry");
         }
@@ -115,7 +124,7 @@ fn patch_base(
         other
             .variants
             .iter()
-            .filter(|v| v.release == release)
+            .filter(|v| same_release(&v.release, release))
             .flat_map(|v| &v.patches)
             .filter(|p| p.file == file)
             .all(|p| state::evaluate(&p.diff, &new).state == crate::patch::FileState::Applied)
@@ -136,7 +145,7 @@ fn patch_name(file: &str, taken: impl Fn(&str) -> bool) -> String {
 /// read, each with those variants: one of them is never rewritten for `release`.
 fn read_by_others(fix: &Fix, release: &str) -> Vec<(String, Vec<String>)> {
     let mut out: Vec<(String, Vec<String>)> = Vec::new();
-    for v in fix.variants.iter().filter(|v| v.release != release) {
+    for v in fix.variants.iter().filter(|v| !same_release(&v.release, release)) {
         for p in &v.patches {
             let rel = p.patch_path.strip_prefix(&fix.dir).unwrap_or(&p.patch_path).display().to_string();
             match out.iter_mut().find(|(r, _)| *r == rel) {
@@ -157,7 +166,7 @@ fn verified_kept(
     release: &str,
     new: &[(PatchEntry, String)],
 ) -> (Vec<String>, Option<String>) {
-    let Some(old) = fix.variants.iter().find(|v| v.release == release) else { return (Vec::new(), None) };
+    let Some(old) = fix.variants.iter().find(|v| same_release(&v.release, release)) else { return (Vec::new(), None) };
     if old.verified.is_empty() {
         return (Vec::new(), None);
     }
@@ -189,6 +198,19 @@ fn verified_kept(
 /// patch gets a file of its own (copy-on-write). The catalogue is loaded again afterwards; if it
 /// does not load, fix.yaml and the patches are put back.
 pub fn write_variant(dir: &Path, catalog: &Catalog, fix: &Fix, release: &str, files: &[NewFile]) -> Result<Written> {
+    write_variant_checked(dir, catalog, fix, release, files, &|_| Ok(()))
+}
+
+/// [`write_variant`], once `check` accepts the catalogue it would write, built in memory (the
+/// new fix.yaml and patches over the loaded files): an error from `check` writes nothing.
+pub fn write_variant_checked(
+    dir: &Path,
+    catalog: &Catalog,
+    fix: &Fix,
+    release: &str,
+    files: &[NewFile],
+    check: &dyn Fn(&Catalog) -> Result<()>,
+) -> Result<Written> {
     let fix_dir = dir.join(&fix.dir);
     let manifest_path = fix_dir.join("fix.yaml");
     let old_manifest = std::fs::read_to_string(&manifest_path)
@@ -218,7 +240,7 @@ pub fn write_variant(dir: &Path, catalog: &Catalog, fix: &Fix, release: &str, fi
             Some(base) => base.clone(),
             None => patch_base(catalog, fix, release, &f.file, &f.pristine, &f.patched)?,
         };
-        let Some(text) = checked_patch(&f.file, &base, &f.patched)? else {
+        let Some(text) = checked_patch(&f.file, &base, &f.patched, f.context.as_deref())? else {
             written.unchanged.push(f.file.clone());
             continue;
         };
@@ -258,6 +280,15 @@ pub fn write_variant(dir: &Path, catalog: &Catalog, fix: &Fix, release: &str, fi
     let entries: Vec<PatchEntry> = made.into_iter().map(|(e, _)| e).collect();
     let new_manifest = yaml_edit::put_release(&old_manifest, release, &entries, &verified)
         .file_context(&manifest_path, || format!("editing {}", manifest_path.display()))?;
+    let mut planned = catalog.files.clone();
+    for (path, text) in &to_write {
+        planned.files.insert(fix.dir.join(path.strip_prefix(&fix_dir).unwrap_or(path)), text.clone().into_bytes());
+    }
+    planned.files.insert(fix.dir.join("fix.yaml"), new_manifest.clone().into_bytes());
+    check(
+        &Catalog::from_files(planned)
+            .context("the catalogue does not load with the new variant; nothing was written")?,
+    )?;
     let mut backups: Vec<(PathBuf, Option<Vec<u8>>)> = Vec::new();
     let result = (|| -> Result<()> {
         for (path, text) in &to_write {

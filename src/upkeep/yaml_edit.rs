@@ -6,7 +6,7 @@
 
 use anyhow::{bail, Result};
 
-use crate::catalog::manifest::{canonical_release, release_order, Manifest, PatchEntry};
+use crate::catalog::manifest::{release_order, same_release, Manifest, PatchEntry};
 
 fn indent(line: &str) -> usize {
     line.len() - line.trim_start_matches(' ').len()
@@ -84,12 +84,6 @@ fn releases_block(lines: &[String]) -> Result<(usize, usize)> {
 /// The indent of the release keys of the block (2 when it has none).
 fn entry_indent(lines: &[String], block: (usize, usize)) -> usize {
     (block.0 + 1..block.1).find(|&i| !content(&lines[i]).is_empty()).map_or(2, |i| indent(&lines[i]))
-}
-
-/// Whether fix.yaml key `key` names release `name`, however either is spelled (`v0.26:`,
-/// `0.26.0`, `v0.26.0` are one release).
-fn same_release(key: &str, name: &str) -> bool {
-    key == name || canonical_release(key).is_some_and(|k| Some(k) == canonical_release(name))
 }
 
 /// The lines [key, end) of release `name` (any spelling) inside the releases block, if present.
