@@ -18,6 +18,7 @@ echo "$FAKE_REPORT"
 
 const DIFFERS: &str = r#"{"root": "r", "schedules": 4, "seed": 7, "seconds": 0.1, "features": [{"name": "min_p", "schedules": 3, "differences": 2, "first": "schedule 7, step 2 (sync, decode call): request r3 asked min_p=0.2; the HPU sampler applied none"}, {"name": "seeds", "schedules": 4, "differences": 0, "first": null}]}"#;
 const CLEAN: &str = r#"{"root": "r", "schedules": 4, "seed": 7, "seconds": 0.1, "features": [{"name": "min_p", "schedules": 3, "differences": 0, "first": null}]}"#;
+const GPU_DISAGREES: &str = r#"{"root": "r", "schedules": 4, "seed": 7, "seconds": 0.1, "reference": "vLLM's GPU path of the tree (gpu_input_batch.InputBatch)", "features": [{"name": "allowed_token_ids", "schedules": 3, "differences": 0, "first": null}], "gpu_disagrees": [{"name": "allowed_token_ids", "count": 5, "first": "schedule 1, step 5 (async, prefill call): request r6 (no allowed_token_ids): the HPU path hands the sampler 'every token' for allowed_token_ids, vLLM's GPU path '[2, 3]'; vLLM's GPU path disagrees with the request"}]}"#;
 const MISSING: &str = r#"{"error": "the suite needs the Python module numpy", "missing": "numpy", "pip": "py -m pip install --no-deps numpy"}"#;
 
 fn with_suite() -> Dir {
@@ -56,6 +57,23 @@ fn differences_are_a_table_with_the_first_as_a_sentence_and_exit_1() {
         .env("FAKE_REPORT", DIFFERS)
         .expect(1);
     assert!(out.starts_with("::error title=conform min_p::2 difference(s)"), "{out}");
+}
+
+#[test]
+fn where_only_vllms_gpu_path_disagrees_with_the_request_it_is_a_note_and_exit_0() {
+    let d = with_suite();
+    let (out, _) =
+        d.cmd().args(with_fixture(&["--python", "./py", "conform"])).env("FAKE_REPORT", GPU_DISAGREES).expect(0);
+    assert!(out.contains("note: allowed_token_ids: vLLM's GPU path disagrees with the request 5 time(s)"), "{out}");
+    assert!(out.contains("conform: no difference"), "{out}");
+    let (out, _) = d
+        .cmd()
+        .args(with_fixture(&["--python", "./py", "--format", "json", "conform"]))
+        .env("FAKE_REPORT", GPU_DISAGREES)
+        .expect(0);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    assert_eq!(v["gpu_disagrees"][0]["count"], 5, "{out}");
+    assert!(v["reference"].as_str().is_some_and(|r| r.contains("gpu_input_batch")), "{out}");
 }
 
 #[test]
@@ -118,5 +136,10 @@ fn the_built_in_suite_finds_the_pristine_trees_bugs() {
     };
     // Pristine 0.30.0: the logits processors never learn about rows (logitsprocs-batch-updates).
     assert!(differs("min_p") && differs("logit_bias"), "{out}");
+    // The differential half ran: vLLM's own GPU path of the tree, compared row by request id
+    // (schedule 0: the HPU rows hand a request that asked no top_k another request's top_k).
+    assert!(v["reference"].as_str().is_some_and(|r| r.contains("gpu_input_batch")), "{out}");
+    let firsts: Vec<&str> = v["features"].as_array().unwrap().iter().filter_map(|f| f["first"].as_str()).collect();
+    assert!(firsts.iter().any(|f| f.contains("vLLM's GPU path")), "{out}");
     assert!(Path::new(root).is_dir());
 }

@@ -18,8 +18,17 @@ prints one JSON object: per feature, the schedules that exercised it, the differ
 one as a sentence; exit 0 when it ran (whatever it found), 3 when it cannot run (the reason, and a
 pip line when a module is missing).
 
-Not covered (yet): vLLM's own GPU path as a second, differential reference (gpu_input_batch with
-``GPUModelRunner._update_states``) and structured-output steps; see the fix pages.
+The differential half: the same schedule drives vLLM's own GPU path of the tree (its
+``vllm/v1/worker/gpu_input_batch.py`` InputBatch, imported for real with the pinned deps of
+requirements.txt; pinned memory off), updated as ``GPUModelRunner._update_states`` does
+(remove_request, add_request, condense, refresh_metadata every step; the runner method itself is not
+lifted), and per HPU sampler call each request's row is compared with its GPU row: sampling
+parameters, generator, output ids, allowed and bad_words masks, the processors' effect on the same
+probe row, logprobs served. A difference where the GPU path itself disagrees with the request is
+listed under ``gpu_disagrees`` ("vLLM's GPU path disagrees with the request") and does not count.
+``--no-reference`` skips it.
+
+Not covered (yet): structured-output steps; see the fix pages.
 """
 
 from __future__ import annotations
@@ -60,6 +69,8 @@ try:
     import torch
 
     import vllm_gaudi_stubs as stubs
+
+    torch.set_num_threads(1)  # tiny tensors: a thread pool only costs time
 except ModuleNotFoundError as e:  # noqa: BLE001 - named in the report
     _cannot_run(f"the suite needs the Python module {e.name}", e.name)
 
@@ -94,6 +105,108 @@ class Hpu:
         runner.max_model_len = 128
         runner.speculative_config = None
         runner.profiler = types.SimpleNamespace(enabled=False, record_event=lambda *a: contextlib.nullcontext())
+
+
+class GpuModules:
+    """vLLM's own GPU-path modules of the tree (vllm/ under the root), imported for real with the
+    pinned pure-Python deps; only what cannot run on CPU is turned off (pinned memory)."""
+
+    _loaded: dict[Path, Any] = {}
+
+    @classmethod
+    def get(cls, root: Path) -> Any:
+        if root not in cls._loaded:
+            if cls._loaded:
+                raise RuntimeError("one vllm tree per process: the GPU reference imports `vllm` by name")
+            sys.path.insert(0, str(root))
+            # Bytecode goes to a cache of ours, never into the tree (it may be shared, read-only).
+            import os
+            if sys.pycache_prefix is None:
+                sys.pycache_prefix = os.path.join(os.path.expanduser("~"), ".cache", "gaudi-fixes", "pycache")
+            import logging
+            logging.disable(logging.WARNING)
+            import warnings
+            warnings.simplefilter("ignore")
+            try:
+                import vllm.v1.worker.gpu_input_batch as gib
+                from vllm.sampling_params import SamplingParams
+                from vllm.v1.sample.logits_processor import build_logitsprocs
+            except ModuleNotFoundError as e:
+                _cannot_run(f"vLLM's GPU path (the differential reference) needs the Python module {e.name}; "
+                            "install fixes/_support/requirements.txt with --no-deps", e.name)
+            for name, module in list(sys.modules.items()):
+                if name.startswith("vllm") and module is not None:
+                    if hasattr(module, "PIN_MEMORY"):
+                        module.PIN_MEMORY = False
+                    if hasattr(module, "is_pin_memory_available"):
+                        module.is_pin_memory_available = lambda: False
+            cls._loaded[root] = types.SimpleNamespace(gib=gib, SamplingParams=SamplingParams,
+                                                      build_logitsprocs=build_logitsprocs,
+                                                      saved={n: m for n, m in sys.modules.items()
+                                                             if n == "vllm" or n.startswith("vllm.")})
+        return cls._loaded[root]
+
+
+class GpuBatch:
+    """vLLM's InputBatch (gpu_input_batch.py of the tree) driven as GPUModelRunner._update_states
+    drives it: remove_request for finished ones, add_request for new ones, condense, then
+    refresh_metadata (every step); sampled ids are appended to the request's output ids
+    as _bookkeeping_sync does."""
+
+    def __init__(self, root: Path):
+        m = self.m = GpuModules.get(root)
+        config = types.SimpleNamespace(scheduler_config=types.SimpleNamespace(max_num_seqs=MAX_REQS),
+                                       speculative_config=None)
+        kw: dict[str, Any] = dict(max_num_reqs=MAX_REQS, max_model_len=128, max_num_batched_tokens=256,
+                                  device=torch.device("cpu"), vocab_size=VOCAB, block_sizes=[128],
+                                  max_num_blocks_per_req=[1],
+                                  logitsprocs=m.build_logitsprocs(config, torch.device("cpu"), False, False, ()))
+        if "kernel_block_sizes" in _parameters(m.gib.InputBatch.__init__):
+            kw["kernel_block_sizes"] = [128]
+        self.batch = m.gib.InputBatch(**kw)
+        self.states: dict[str, Any] = {}
+        self.new: list[Any] = []
+
+    def arrive(self, rid: str, asked: dict[str, Any], prompt: list[int]) -> None:
+        kw = {k: v for k, v in asked.items() if k != "bad_words_token_ids"}
+        params = self.m.SamplingParams(**kw)
+        # What update_from_generation_config / update_from_tokenizer would have set.
+        params._all_stop_token_ids = {EOS}
+        if "bad_words_token_ids" in asked:
+            params._bad_words_token_ids = [list(w) for w in asked["bad_words_token_ids"]]
+        generator = None
+        if params.sampling_type == self.m.gib.SamplingType.RANDOM_SEED:
+            generator = torch.Generator().manual_seed(params.seed)
+        state = self.m.gib.CachedRequestState(req_id=rid, prompt_token_ids=prompt, mm_features=[],
+                                              sampling_params=params, generator=generator, pooling_params=None,
+                                              block_ids=([0], ), num_computed_tokens=0, output_token_ids=[])
+        self.states[rid] = state
+        self.new.append(state)
+
+    def update(self, finished: list[Any], arrived: list[Any], requests: dict[str, Any]) -> None:
+        batch = self.batch
+        removed = [batch.remove_request(r.rid) for r in finished]
+        for r in finished:
+            self.states.pop(r.rid)
+        for rid, state in self.states.items():
+            if rid in batch.req_id_to_index:
+                batch.num_computed_tokens_cpu[batch.req_id_to_index[rid]] = state.num_computed_tokens
+        for state in self.new:
+            batch.add_request(state)
+        self.new = []
+        if removed:
+            batch.condense()
+        batch.refresh_metadata()  # every step, as _update_states; it rebuilds the metadata on a change
+
+
+def _parameters(fn: Any) -> set[str]:
+    import inspect
+    return set(inspect.signature(fn).parameters)
+
+
+def _asked(asked: dict[str, Any], feature: str) -> str:
+    keys = [k for k in asked if _feature(k) == feature]
+    return ", ".join(f"{k}={asked[k]}" for k in keys) or f"no {feature}"
 
 
 class Request:
@@ -140,13 +253,19 @@ def _describe(rid: str, asked: dict[str, Any], key: str) -> str:
 class Schedule:
     """One seeded schedule on one side; `found` collects (feature, sentence)."""
 
-    def __init__(self, root: Path, seed: int, use_async: bool):
+    def __init__(self, root: Path, seed: int, use_async: bool, with_reference: bool = True):
         self.rng = random.Random(seed)
         self.mode = "async" if use_async else "sync"
         self.hpu = Hpu(root, use_async)
         self.requests: dict[str, Request] = {}
         self.next_id = 0
         self.found: list[tuple[str, str]] = []
+        self.sink = self.found
+        self.side = "HPU"
+        self.states = self.hpu.runner.requests
+        # vLLM's GPU path of the same tree, fed the same schedule: the differential reference.
+        self.gpu = GpuBatch(root) if with_reference else None
+        self.gpu_disagrees: list[tuple[str, str]] = []
         self.exercised: set[str] = set()
         self.noise = torch.Generator().manual_seed(seed)
         self.bad_words = bad_words_op(root)
@@ -168,6 +287,8 @@ class Schedule:
         req.state = state
         for key in asked:
             self.exercised.add(_feature(key))
+        if self.gpu is not None:
+            self.gpu.arrive(rid, asked, prompt)
 
     def step(self, number: int) -> None:
         batch, runner = self.hpu.batch, self.hpu.runner
@@ -190,6 +311,8 @@ class Schedule:
             batch.add_request(state, removed.pop() if removed else None)
         if removed:
             batch.condense(removed)
+        if self.gpu is not None:
+            self.gpu.update(finished, self.arrived, self.requests)
         # As _update_states: the device copies are refreshed only when a request came or went.
         self.batch_changed = bool(self.arrived or finished)
         if self.batch_changed:
@@ -207,6 +330,7 @@ class Schedule:
         completes = [rid for rid in prompts
                      if self.requests[rid].computed + scheduled[rid] >= len(self.requests[rid].prompt)]
         logits_reqs = completes
+        runner.invalid_req_indices = []  # sample_tokens' head resets it each step
         if runner.use_async_scheduling:
             # _prepare_inputs: an unfinished chunk still gets one logit under async scheduling, and
             # its row index goes to invalid_req_indices (its token is discarded).
@@ -229,8 +353,12 @@ class Schedule:
         for rid, n in scheduled.items():
             self.requests[rid].computed += n
             runner.requests[rid].num_computed_tokens += n
+            if self.gpu is not None:
+                self.gpu.states[rid].num_computed_tokens += n
         for rid in sampled:
             self.requests[rid].generated.append(self.tokens[rid])
+            if self.gpu is not None:  # _bookkeeping_sync: the sampled id joins the request's output ids
+                self.gpu.states[rid].output_token_ids.append(self.tokens[rid])
 
     def _call(self, number: int, is_prompt: bool, rids: list[str], pad_to: int, logits_reqs) -> torch.Tensor:
         runner = self.hpu.runner
@@ -240,6 +368,8 @@ class Schedule:
         where = f"step {number} ({self.mode}, {'prefill' if is_prompt else 'decode'} call)"
         self._check_metadata(where, rows, md)
         self._check_processors(where, rows, md, probe)
+        if self.gpu is not None:
+            self._differential(where, rows, md, probe)
         self.tokens = getattr(self, "tokens", {})
         out = []
         for i, rid in enumerate(rows):
@@ -251,31 +381,33 @@ class Schedule:
         return torch.tensor(out, dtype=torch.int32)
 
     def _diff(self, feature: str, where: str, sentence: str) -> None:
-        self.found.append((feature, f"{where}: {sentence}"))
+        self.sink.append((feature, f"{where}: {sentence}"))
 
     def _check_metadata(self, where: str, rows: list[str], md: Any) -> None:
         for i, rid in enumerate(rows):
+            if rid is None:  # a reference row the HPU call does not have
+                continue
             r = self.requests[rid]
             a = r.asked
             if rid in rows[:i]:  # a padding row: its token is discarded, it must not draw
-                if "seed" in a and a["temperature"] > 0 and (md.generators or {}).get(i) is r.state.generator:
+                if "seed" in a and a["temperature"] > 0 and (md.generators or {}).get(i) is self.states[rid].generator:
                     self._diff("seeds", where, f"{_describe(rid, a, 'seed')}; a padding row of the decode bucket "
                                "drew from its generator too, so its tokens depend on the bucket's padding")
                 continue
             t = a["temperature"]
             if t > 0 and md.temperature is not None and abs(float(md.temperature[i]) - t) > 1e-6:
                 self._diff("temperature/top_k/top_p", where,
-                           f"{_describe(rid, a, 'temperature')}; the HPU sampler used {float(md.temperature[i]):g}")
+                           f"{_describe(rid, a, 'temperature')}; the {self.side} sampler used {float(md.temperature[i]):g}")
             if "top_k" in a and t > 0 and (md.top_k is None or int(md.top_k[i]) != a["top_k"]):
                 got = "none" if md.top_k is None else int(md.top_k[i])
-                self._diff("temperature/top_k/top_p", where, f"{_describe(rid, a, 'top_k')}; the HPU sampler used {got}")
+                self._diff("temperature/top_k/top_p", where, f"{_describe(rid, a, 'top_k')}; the {self.side} sampler used {got}")
             if "top_p" in a and t > 0 and (md.top_p is None or abs(float(md.top_p[i]) - a["top_p"]) > 1e-6):
                 got = "none" if md.top_p is None else f"{float(md.top_p[i]):g}"
-                self._diff("temperature/top_k/top_p", where, f"{_describe(rid, a, 'top_p')}; the HPU sampler used {got}")
+                self._diff("temperature/top_k/top_p", where, f"{_describe(rid, a, 'top_p')}; the {self.side} sampler used {got}")
             if "seed" in a and t > 0:
                 gen = (md.generators or {}).get(i)
-                if gen is not r.state.generator:
-                    self._diff("seeds", where, f"{_describe(rid, a, 'seed')}; the HPU sampler drew from "
+                if gen is not self.states[rid].generator:
+                    self._diff("seeds", where, f"{_describe(rid, a, 'seed')}; the {self.side} sampler drew from "
                                f"{'no generator' if gen is None else 'another request' + chr(39) + 's generator'}")
             needs_ids = "frequency_penalty" in a or any(len(w) > 1 for w in a.get("bad_words_token_ids", []))
             if needs_ids:
@@ -286,22 +418,22 @@ class Schedule:
                     seen = [t if t >= 0 else g for t, g in zip(seen, r.generated)] + list(seen[len(r.generated):])
                 if seen is None or list(seen) != r.generated:
                     feature = "penalties" if "frequency_penalty" in a else "bad_words"
-                    self._diff(feature, where, f"request {rid} has generated {r.generated}; the HPU sampler saw "
+                    self._diff(feature, where, f"request {rid} has generated {r.generated}; the {self.side} sampler saw "
                                f"{'nothing' if seen is None else list(seen)} for its "
                                f"{'penalties' if feature == 'penalties' else 'multi-token bad_words'}")
             if "frequency_penalty" in a and not md.no_penalties:
                 if abs(float(md.frequency_penalties[i]) - a["frequency_penalty"]) > 1e-6:
-                    self._diff("penalties", where, f"{_describe(rid, a, 'frequency_penalty')}; the HPU sampler "
+                    self._diff("penalties", where, f"{_describe(rid, a, 'frequency_penalty')}; the {self.side} sampler "
                                f"used {float(md.frequency_penalties[i]):g}")
             elif "frequency_penalty" in a:
-                self._diff("penalties", where, f"{_describe(rid, a, 'frequency_penalty')}; the HPU sampler applied "
+                self._diff("penalties", where, f"{_describe(rid, a, 'frequency_penalty')}; the {self.side} sampler applied "
                            "no penalties")
             want = a.get("logprobs")
             if want is not None:
                 need = VOCAB if want == -1 else want
                 got = md.max_num_logprobs
                 if got is None or (got != -1 and got < need):
-                    self._diff("logprobs", where, f"{_describe(rid, a, 'logprobs')}; the HPU sampler serves "
+                    self._diff("logprobs", where, f"{_describe(rid, a, 'logprobs')}; the {self.side} sampler serves "
                                f"{'none' if got is None else got}")
             allowed = a.get("allowed_token_ids")
             mask = md.allowed_token_ids_mask
@@ -311,9 +443,9 @@ class Schedule:
                 want_mask[allowed] = False
                 if row is None or not torch.equal(row[:VOCAB].bool(), want_mask):
                     self._diff("allowed_token_ids", where, f"request {rid} asked allowed_token_ids={allowed}; "
-                               f"the HPU sampler allowed {_allowed(row)}")
+                               f"the {self.side} sampler allowed {_allowed(row)}")
             elif row is not None and bool(row.any()):
-                self._diff("allowed_token_ids", where, f"request {rid} asked no allowed_token_ids; the HPU sampler "
+                self._diff("allowed_token_ids", where, f"request {rid} asked no allowed_token_ids; the {self.side} sampler "
                            f"allowed only {_allowed(row)}")
 
     def _check_processors(self, where: str, rows: list[str], md: Any, probe: torch.Tensor) -> None:
@@ -321,21 +453,23 @@ class Schedule:
         try:
             for proc in md.logitsprocs.non_argmax_invariant:
                 out = proc.apply(out)
+            # A greedy row's token is the argmax before the argmax-invariant ones (min_p) run.
+            greedy = out.clone()
             for proc in md.logitsprocs.argmax_invariant:
                 out = proc.apply(out)
         except Exception as e:  # noqa: BLE001 - the sampler would raise it
-            self._diff("min_p", where, f"the HPU sampler's logits processors raised {type(e).__name__}: {e}")
+            self._diff("min_p", where, f"the {self.side} sampler's logits processors raised {type(e).__name__}: {e}")
             return
         banned = probe.clone()
         try:
             if md.bad_words_token_ids:
                 self.bad_words(banned, md.bad_words_token_ids, md.output_token_ids)
         except Exception as e:  # noqa: BLE001
-            self._diff("bad_words", where, f"the HPU sampler's bad_words step raised {type(e).__name__}: {e}")
+            self._diff("bad_words", where, f"the {self.side} sampler's bad_words step raised {type(e).__name__}: {e}")
             banned = None
         for i, rid in enumerate(rows):
-            if rid in rows[:i]:
-                continue  # a padding row: its token is discarded
+            if rid is None or rid in rows[:i]:
+                continue  # not in the HPU call / a padding row: its token is discarded
             r = self.requests[rid]
             a = r.asked
             x = probe[i].clone()
@@ -343,10 +477,10 @@ class Schedule:
                 x[tok] += b
             if len(r.generated) < a.get("min_tokens", 0):
                 x[EOS] = NEG_INF
-            if "min_p" in a:
+            if "min_p" in a and a["temperature"] > 0:
                 p = torch.softmax(x, -1)
                 x = x.masked_fill(p < a["min_p"] * p.max(), NEG_INF)
-            got = out[i]
+            got = out[i] if a["temperature"] > 0 else greedy[i]
             for tok, b in a.get("logit_bias", {}).items():
                 if torch.isfinite(x[tok]) and abs(float(got[tok] - x[tok])) > 1e-4:
                     self._diff("logit_bias", where, f"request {rid} asked logit_bias={{{tok}: {b:g}}}; the HPU "
@@ -354,15 +488,15 @@ class Schedule:
             if a.get("min_tokens") and (got[EOS] == NEG_INF) != (x[EOS] == NEG_INF):
                 masked = "masked EOS" if got[EOS] == NEG_INF else "allowed EOS"
                 self._diff("min_tokens", where, f"request {rid} asked min_tokens={a['min_tokens']} and has "
-                           f"generated {len(r.generated)}; the HPU sampler {masked}")
+                           f"generated {len(r.generated)}; the {self.side} sampler {masked}")
             # EOS is min_tokens' (checked above); the rest of the mask is min_p's.
             keep = torch.ones(VOCAB, dtype=torch.bool)
             keep[EOS] = not a.get("min_tokens")
             if "min_p" in a and not torch.equal(torch.isinf(got)[keep], torch.isinf(x)[keep]):
                 applied = "none" if not torch.isinf(got).any() else "another mask"
-                self._diff("min_p", where, f"{_describe(rid, a, 'min_p')}; the HPU sampler applied {applied}")
+                self._diff("min_p", where, f"{_describe(rid, a, 'min_p')}; the {self.side} sampler applied {applied}")
             if "min_p" not in a and not a.get("min_tokens") and bool(torch.isinf(got).any()):
-                self._diff("min_p", where, f"request {rid} asked no min_p and no min_tokens; the HPU sampler masked "
+                self._diff("min_p", where, f"request {rid} asked no min_p and no min_tokens; the {self.side} sampler masked "
                            f"{int(torch.isinf(got).sum())} tokens")
             if banned is not None:
                 want = set()
@@ -373,8 +507,102 @@ class Schedule:
                 if want != have:
                     asked = (f"asked bad_words={a['bad_words_token_ids']} after {r.generated[-2:]}"
                              if "bad_words_token_ids" in a else "asked no bad_words")
-                    self._diff("bad_words", where, f"request {rid} {asked}; the HPU sampler blocked "
+                    self._diff("bad_words", where, f"request {rid} {asked}; the {self.side} sampler blocked "
                                f"{sorted(have) or 'nothing'}")
+
+    def _views(self, rows: list, md: Any, probe: torch.Tensor, states: dict) -> dict[str, dict[str, Any]]:
+        """Per request id of the HPU call, what one side hands the sampler, per feature, in terms
+        both sides share (a generator is named by the request that owns it)."""
+        owner = {id(st.generator): rid for rid, st in states.items() if st.generator is not None}
+        out = probe.clone()
+        errors = None
+        try:
+            for proc in md.logitsprocs.non_argmax_invariant:
+                out = proc.apply(out)
+            greedy = out.clone()
+            for proc in md.logitsprocs.argmax_invariant:
+                out = proc.apply(out)
+        except Exception as e:  # noqa: BLE001 - the request checks name it
+            errors = f"{type(e).__name__}"
+        banned = probe.clone()
+        try:
+            if md.bad_words_token_ids:
+                self.bad_words(banned, md.bad_words_token_ids, md.output_token_ids)
+        except Exception:  # noqa: BLE001 - the request checks name it
+            banned = None
+        views: dict[str, dict[str, Any]] = {}
+        for i, rid in enumerate(rows):
+            if rid is None or rid in views:
+                continue
+            r = self.requests[rid]
+            a = r.asked
+            v: dict[str, Any] = {}
+            if a["temperature"] > 0:
+                top_k = None if md.top_k is None else int(md.top_k[i])
+                top_p = None if md.top_p is None else round(float(md.top_p[i]), 5)
+                v["temperature/top_k/top_p"] = (
+                    round(float(md.temperature[i]), 5) if md.temperature is not None else None,
+                    None if top_k is None or top_k <= 0 or top_k >= VOCAB else top_k,
+                    None if top_p is None or top_p >= 1.0 else top_p)
+                if "seed" in a:
+                    v["seeds"] = owner.get(id((md.generators or {}).get(i)), "none")
+            if "frequency_penalty" in a:
+                seen = md.output_token_ids[i] if i < len(md.output_token_ids or []) else None
+                if seen is not None:  # async placeholders (-1) are filled by the next _update_states
+                    seen = [t if t >= 0 else g for t, g in zip(seen, r.generated)] + list(seen[len(r.generated):])
+                v["penalties"] = (md.no_penalties, None if md.no_penalties else
+                                  tuple(round(float(t[i]), 5) for t in (md.frequency_penalties, md.presence_penalties,
+                                                                        md.repetition_penalties)), seen)
+            want = a.get("logprobs")
+            if want is not None:
+                got = md.max_num_logprobs
+                v["logprobs"] = got is not None and (got == -1 or got >= (VOCAB if want == -1 else want))
+            mask = md.allowed_token_ids_mask
+            v["allowed_token_ids"] = _allowed(None if mask is None or i >= mask.shape[0] else mask[i])
+            v["bad_words"] = (None if banned is None else
+                              sorted(int(t) for t in torch.nonzero(torch.isinf(banned[i])).flatten()))
+            if errors is None:
+                got = out[i] if a["temperature"] > 0 else greedy[i]
+                v["min_tokens"] = bool(got[EOS] == NEG_INF)
+                v["logit_bias"] = tuple(round(float(got[t] - probe[i][t]), 3) for t in sorted(a.get("logit_bias", {}))
+                                        if torch.isfinite(got[t]))
+                keep = torch.ones(VOCAB, dtype=torch.bool)
+                keep[EOS] = False
+                v["min_p"] = tuple(int(t) for t in torch.nonzero(torch.isinf(got) & keep).flatten())
+            views[rid] = v
+        return views
+
+    def _differential(self, where: str, rows: list[str], md: Any, probe: torch.Tensor) -> None:
+        """The same requests on vLLM's GPU path: its InputBatch's sampling metadata, rows by request
+        id. A difference counts against HPU unless the GPU path itself disagrees with the request."""
+        gpu = self.gpu
+        gmd = gpu.batch.sampling_metadata
+        grows = [rid if rid in rows else None for rid in gpu.batch.req_ids]
+        gprobe = torch.zeros(len(grows), VOCAB)
+        for j, rid in enumerate(grows):
+            if rid is not None:
+                gprobe[j] = probe[rows.index(rid)]
+        own: list[tuple[str, str]] = []
+        self.sink, self.side, self.states = own, "GPU", gpu.states
+        try:
+            self._check_metadata(where, grows, gmd)
+            self._check_processors(where, grows, gmd, gprobe)
+            theirs = self._views(grows, gmd, gprobe, gpu.states)
+        finally:
+            self.sink, self.side, self.states = self.found, "HPU", self.hpu.runner.requests
+        ours = self._views(rows, md, probe, self.states)
+        for rid, v in ours.items():
+            g = theirs.get(rid, {})
+            for feature, value in v.items():
+                if feature not in g or g[feature] == value:
+                    continue
+                sentence = (f"request {rid} ({_asked(self.requests[rid].asked, feature)}): the HPU path hands the "
+                            f"sampler {value!r} for {feature}, vLLM's GPU path {g[feature]!r}")
+                if any(f == feature and f"request {rid} " in s for f, s in own):
+                    self.gpu_disagrees.append((feature, f"{where}: {sentence}; vLLM's GPU path disagrees with the "
+                                               "request"))
+                else:
+                    self._diff(feature, where, sentence)
 
 
 def _allowed(row) -> str:
@@ -401,13 +629,20 @@ def bad_words_op(root: Path):
     return ns["apply_bad_words"]
 
 
-def run(root: Path, schedules: int, seed: int, first: bool) -> dict[str, Any]:
+def run(root: Path, schedules: int, seed: int, first: bool, reference: bool = True) -> dict[str, Any]:
     features = {f: {"schedules": 0, "differences": 0, "first": None} for f in FEATURES}
+    disagrees: dict[str, dict[str, Any]] = {}
     started = time.monotonic()
+    if reference:
+        # The real vllm package first: loading the HPU side sets some vllm.* names to its own copies,
+        # which are put back afterwards.
+        gpu = GpuModules.get(root)
+        Hpu(root, False)
+        sys.modules.update(gpu.saved)
     done = 0
     for n in range(schedules):
         use_async = n % 2 == 1
-        s = Schedule(root, seed + n, use_async)
+        s = Schedule(root, seed + n, use_async, reference)
         try:
             for number in range(STEPS):
                 s.step(number)
@@ -421,10 +656,16 @@ def run(root: Path, schedules: int, seed: int, first: bool) -> dict[str, Any]:
             features[f]["differences"] += 1
             if features[f]["first"] is None:
                 features[f]["first"] = f"schedule {seed + n}, {sentence}"
+        for f, sentence in s.gpu_disagrees:
+            d = disagrees.setdefault(f, {"name": f, "count": 0, "first": None})
+            d["count"] += 1
+            d["first"] = d["first"] or f"schedule {seed + n}, {sentence}"
         if first and s.found:
             break
     return {"root": str(root), "schedules": done, "seed": seed, "seconds": round(time.monotonic() - started, 3),
-            "features": [{"name": f, **v} for f, v in features.items()]}
+            "reference": "vLLM's GPU path of the tree (gpu_input_batch.InputBatch)" if reference else None,
+            "features": [{"name": f, **v} for f, v in features.items()],
+            "gpu_disagrees": list(disagrees.values())}
 
 
 def main() -> None:
@@ -433,11 +674,13 @@ def main() -> None:
     ap.add_argument("--schedules", type=int, default=200)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--first", action="store_true", help="stop at the first schedule with a difference")
+    ap.add_argument("--no-reference", action="store_true",
+                    help="only the request-parameter checks (vLLM's GPU path not imported)")
     args = ap.parse_args()
     for rel in (stubs.INPUT_BATCH_REL, stubs.RUNNER_REL, stubs.LOGITSPROCS_REL / "builtin.py"):
         if not (args.root / rel).is_file():
             _cannot_run(f"no {rel} under {args.root}: the suite needs a vllm tree and a vllm_gaudi tree")
-    print(json.dumps(run(args.root, args.schedules, args.seed, args.first)))
+    print(json.dumps(run(args.root.resolve(), args.schedules, args.seed, args.first, not args.no_reference)))
 
 
 if __name__ == "__main__":

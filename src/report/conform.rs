@@ -25,6 +25,13 @@ pub struct Conformance {
     /// By feature, in the suite's order.
     #[serde(default)]
     pub features: Vec<Feature>,
+    /// The differential reference the suite drove (vLLM's GPU path), when it drove one.
+    #[serde(default)]
+    pub reference: Option<String>,
+    /// Where HPU and vLLM's GPU path differ but the GPU path disagrees with the request itself:
+    /// listed, never counted against HPU.
+    #[serde(default)]
+    pub gpu_disagrees: Vec<GpuDisagrees>,
     /// Set when the suite cannot run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
@@ -39,6 +46,14 @@ pub struct Feature {
     pub name: String,
     pub schedules: u32,
     pub differences: u32,
+    pub first: Option<String>,
+}
+
+/// One feature in which vLLM's GPU path disagrees with the request.
+#[derive(Debug, Deserialize, Serialize, Clone)]
+pub struct GpuDisagrees {
+    pub name: String,
+    pub count: u32,
     pub first: Option<String>,
 }
 
@@ -64,6 +79,8 @@ pub fn emit(out: &mut dyn Write, format: Format, python: &str, c: &Conformance, 
                 "seconds": c.seconds,
                 "differences": c.differences(),
                 "features": c.features,
+                "reference": c.reference,
+                "gpu_disagrees": c.gpu_disagrees,
             });
             serde_json::to_writer_pretty(&mut *out, &doc)?;
             writeln!(out)?;
@@ -91,6 +108,14 @@ pub fn emit(out: &mut dyn Write, format: Format, python: &str, c: &Conformance, 
                 let diffs = if f.differences > 0 { f.differences.to_string().red().to_string() } else { "0".into() };
                 let pad = 11usize.saturating_sub(f.differences.to_string().len());
                 writeln!(out, "  {:<width$}  {:>9}  {}{diffs}  {first}", f.name, f.schedules, " ".repeat(pad))?;
+            }
+            for g in &c.gpu_disagrees {
+                let first = g.first.as_deref().unwrap_or("-");
+                writeln!(
+                    out,
+                    "  note: {}: vLLM's GPU path disagrees with the request {} time(s) (not counted); first: {first}",
+                    g.name, g.count
+                )?;
             }
             let total = c.differences();
             if total == 0 {
