@@ -131,7 +131,7 @@ for rel in $RELEASES; do
   gf() { "$BIN" --root "$tree" "${only[@]}" "$@"; }
   expect_quiet 1 "$rel: apply --check on pristine" gf apply --check --profile performance
   expect_quiet 1 "$rel: pytest fails on the pristine (unpatched) code" \
-    env PYTHONPATH="$REPO/fixes/_support" GAUDI_FIXES_ROOT="$tree" python -m pytest -q -x -p no:cacheprovider fixes/topk-subset-sampler -k "not mutant"
+    env GAUDI_FIXES_ROOT="$tree" python -m pytest -q -x -p no:cacheprovider fixes/topk-subset-sampler -k "not mutant"
   expect 0 "$rel: apply" gf apply --profile performance
   expect 0 "$rel: apply --check after apply" gf apply --check --profile performance
   before=$(cd "$tree" && find . -type f -print0 | sort -z | xargs -0 sha256sum | sha256sum)
@@ -139,7 +139,7 @@ for rel in $RELEASES; do
   after=$(cd "$tree" && find . -type f -print0 | sort -z | xargs -0 sha256sum | sha256sum)
   if [ "$before" = "$after" ]; then ok "$rel: second apply changed nothing"; else bad "$rel: second apply changed the tree"; fi
   expect 0 "$rel: pytest of the patched real code" \
-    env PYTHONPATH="$REPO/fixes/_support" GAUDI_FIXES_ROOT="$tree" GAUDI_FIXES_VECTORS="$WORK/vectors-$(ref_release "$rel")" python -m pytest -q -p no:cacheprovider fixes/topk-subset-sampler
+    env GAUDI_FIXES_ROOT="$tree" GAUDI_FIXES_VECTORS="$WORK/vectors-$(ref_release "$rel")" python -m pytest -q -p no:cacheprovider fixes/topk-subset-sampler
   # The same pytest must reject a deliberately broken patched file: `<` for `<=` in the
   # subset's top-p mask (the last occurrence in the file; the first is stock's own).
   f=$tree/vllm/v1/sample/ops/topk_topp_sampler.py
@@ -154,7 +154,7 @@ assert src.count(old) == 2, "expected stock's and the subset's top-p mask"
 open(path, "w").write(src[:i] + new + src[i + len(old):])
 PY
   expect_quiet 1 "$rel: pytest rejects a broken patched file (strict top-p mask)" \
-    env PYTHONPATH="$REPO/fixes/_support" GAUDI_FIXES_ROOT="$tree" python -m pytest -q -p no:cacheprovider fixes/topk-subset-sampler -k "not mutant"
+    env GAUDI_FIXES_ROOT="$tree" python -m pytest -q -p no:cacheprovider fixes/topk-subset-sampler -k "not mutant"
   cp -p "$WORK/good.py" "$f"
   expect 0 "$rel: revert" gf revert --profile performance
   if diff -r "$pristine" "$tree" >/dev/null; then ok "$rel: revert restored every byte"; else bad "$rel: tree differs from pristine after revert"; diff -rq "$pristine" "$tree" | head; fi
@@ -192,7 +192,7 @@ for rel in $RELEASES; do
   swt=$WORK/swap-$rel
   cp -a "$swp" "$swt"
   sgf() { "$BIN" --root "$swt" "$@"; }
-  spy() { env PYTHONPATH="$REPO/fixes/_support" GAUDI_FIXES_ROOT="$swt" python -m pytest -q -rs -p no:cacheprovider fixes/swap-states-sampling-params "$@"; }
+  spy() { env GAUDI_FIXES_ROOT="$swt" python -m pytest -q -rs -p no:cacheprovider fixes/swap-states-sampling-params "$@"; }
   expect_quiet 1 "$rel: swap-states pytest fails on pristine vllm_gaudi" spy
   expect_quiet 1 "$rel: apply --check (default profile) on pristine" sgf apply --check
   expect 0 "$rel: apply (default profile)" sgf apply
