@@ -28,6 +28,7 @@ from pathlib import Path
 
 import pytest
 import torch
+import vllm_gaudi_stubs as stubs
 from vllm_gaudi_stubs import (INPUT_BATCH_REL, LOGITSPROCS_REL, RUNNER_REL, UTILS_REL, H2DRecorder, Runner,
                               SamplingParams, SchedulerOutput, load)
 
@@ -49,29 +50,6 @@ PARAMS = {
     "N": SamplingParams(temperature=0.0),
 }
 PROMPT_LEN = 8
-
-
-def _runner_class(path: Path) -> ast.ClassDef:
-    tree = ast.parse(path.read_text(), str(path))
-    return next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "HPUModelRunner")
-
-
-def _tail_of_sample_tokens(cls: ast.ClassDef, path: Path) -> list[ast.stmt]:
-    fn = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "sample_tokens")
-    start = next((i for i, s in enumerate(fn.body) if isinstance(s, ast.If)
-                  and ast.unparse(s.test) == "self.use_async_scheduling or self.use_structured_output"), None)
-    end = next((i for i, s in enumerate(fn.body) if isinstance(s, ast.For)
-                and "postprocessed_sampled_token_ids[:num_reqs]" in ast.unparse(s.iter)), None)
-    if start is None or end is None or end < start:
-        raise LookupError(f"{path}: sample_tokens' async / output-token tail not found (vllm_gaudi changed; update "
-                          "the test)")
-    return fn.body[start:end + 1]
-
-
-def _self_calls(nodes: list[ast.AST]) -> set[str]:
-    return {sub.func.attr for node in nodes for sub in ast.walk(node)
-            if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute)
-            and isinstance(sub.func.value, ast.Name) and sub.func.value.id == "self"}
 
 
 def _no_repeat_plugin(interface: types.ModuleType, builtin: types.ModuleType) -> type:
@@ -116,24 +94,10 @@ class Scenario:
                                             block_sizes=[128], kernel_block_sizes=[128], logitsprocs=logitsprocs)
         runner = self.runner = Runner(ROOT, self.batch, reorder=True)
         path = ROOT / RUNNER_REL
-        cls = _runner_class(path)
-        tail = _tail_of_sample_tokens(cls, path)
+        cls = stubs.runner_class(path)
+        tail = stubs.tail_of_sample_tokens(cls, path)
         self.tail = compile(ast.Module(tail, []), str(path), "exec")
-        defs = {n.name: n for n in cls.body if isinstance(n, ast.FunctionDef)}
-        have = {"_ensure_decodes_first", "_is_prompt", "_generate_req_id_output_token_ids_lst", "_prepare_sampling"}
-        todo = _self_calls([defs[n] for n in have] + tail)
-        lifted: set[str] = set()
-        while todo - have - lifted:
-            name = (todo - have - lifted).pop()
-            if name in defs:
-                lifted.add(name)
-                todo |= _self_calls([defs[name]])
-            else:
-                have.add(name)
-        namespace = {"torch": torch}
-        exec(compile(ast.Module([defs[n] for n in sorted(lifted)], []), str(path), "exec"), namespace)
-        for name in lifted:
-            setattr(runner, name, types.MethodType(namespace[name], runner))
+        stubs.lift_called(runner, cls, path, tail)
         runner.use_async_scheduling = use_async
         runner.use_structured_output = False
         runner.device = torch.device("cpu")
