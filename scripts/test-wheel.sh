@@ -59,6 +59,6 @@ step 0 "apply --profile performance" apply --profile performance
 step 0 "apply --check after apply" apply --check --profile performance
 step 0 "revert --profile performance" revert --profile performance
 if [ "$before" = "$(snap)" ]; then ok "revert left site-packages byte-identical"; else bad "site-packages differs after revert"; fi
-gf completions bash | grep -q "complete -F" && ok "completions bash from the venv" || bad "completions bash"
-gf man | grep -q '^\.TH gaudi-fixes 1' && ok "man from the venv" || bad "man"
+gf completions bash | grep -q -- "-F _clap_complete_gaudi_fixes gaudi-fixes" && ok "completions bash from the venv" || bad "completions bash"
+gf man | grep -q '^\.TH GAUDI-FIXES 1' && ok "man from the venv" || bad "man"
 exit "$failed"
