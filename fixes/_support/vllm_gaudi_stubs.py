@@ -488,6 +488,23 @@ def lift_called(runner: Any, cls: ast.ClassDef, path: Path, code: list[ast.stmt]
     return lifted
 
 
+def lift_sample_tokens_tail(runner: Any, root: Path, use_async: bool, max_model_len: int = 64) -> Any:
+    """Lift onto `runner` what the tail of ``sample_tokens`` calls, set the attributes it reads
+    (async or sync scheduling, no structured output, CPU, no profiler) and return the tail
+    compiled, for the test to ``exec`` with the step's locals."""
+    path = root / RUNNER_REL
+    cls = runner_class(path)
+    tail = tail_of_sample_tokens(cls, path)
+    lift_called(runner, cls, path, tail)
+    runner.use_async_scheduling = use_async
+    runner.use_structured_output = False
+    runner.device = torch.device("cpu")
+    runner.max_model_len = max_model_len
+    runner.speculative_config = None
+    runner.profiler = types.SimpleNamespace(enabled=False, record_event=lambda *a: contextlib.nullcontext())
+    return compile(ast.Module(tail, []), str(path), "exec")
+
+
 def load_hpu_gather_logprobs(root: Path):
     """vllm_gaudi's ``_hpu_gather_logprobs`` (``vllm_gaudi/patches.py``), the ``Sampler.gather_logprobs``
     vllm_gaudi installs, lifted out of the file; the two vLLM modules it imports when called are

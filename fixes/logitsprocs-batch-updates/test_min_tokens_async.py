@@ -20,8 +20,6 @@ Run: ``GAUDI_FIXES_ROOT=<dir holding vllm/ and vllm_gaudi/> pytest fixes/logitsp
 
 from __future__ import annotations
 
-import ast
-import contextlib
 import os
 import types
 from pathlib import Path
@@ -93,17 +91,7 @@ class Scenario:
                                             device=torch.device("cpu"), pin_memory=False, vocab_size=VOCAB,
                                             block_sizes=[128], kernel_block_sizes=[128], logitsprocs=logitsprocs)
         runner = self.runner = Runner(ROOT, self.batch, reorder=True)
-        path = ROOT / RUNNER_REL
-        cls = stubs.runner_class(path)
-        tail = stubs.tail_of_sample_tokens(cls, path)
-        self.tail = compile(ast.Module(tail, []), str(path), "exec")
-        stubs.lift_called(runner, cls, path, tail)
-        runner.use_async_scheduling = use_async
-        runner.use_structured_output = False
-        runner.device = torch.device("cpu")
-        runner.max_model_len = 64
-        runner.speculative_config = None
-        runner.profiler = types.SimpleNamespace(enabled=False, record_event=lambda *a: contextlib.nullcontext())
+        self.tail = stubs.lift_sample_tokens_tail(runner, ROOT, use_async)
         self.said: dict[str, list[int]] = {rid: [] for rid in params}
         self.finished = False
 
