@@ -2,7 +2,10 @@
 # fetch-upstream.sh RELEASE [DEST]
 #
 # Make a pristine upstream tree to apply and test gaudi-fixes on:
-#   DEST/vllm/         the vllm/ package of the vLLM wheel RELEASE (v0.26.0 or 0.26.0)
+#   DEST/vllm/         the vllm/ package of the vLLM wheel RELEASE (v0.26.0 or 0.26.0),
+#                      without its compiled files (ELF: the CUDA extensions, vllm-rs; ~630 MB
+#                      of the ~810 MB): no fix patches them and nothing on CPU loads them.
+#                      GAUDI_FIXES_KEEP_BINARIES=1 keeps them.
 #   DEST/vllm_gaudi/   copied from $GAUDI_FIXES_VLLM_GAUDI_SRC/vllm_gaudi when that is set;
 #                      otherwise extracted from the pristine vllm_gaudi archives in
 #                      $GAUDI_FIXES_VLLM_GAUDI_ARCHIVES (default: ../shared/upstream beside
@@ -21,7 +24,7 @@
 # DEST defaults to ${XDG_CACHE_HOME:-$HOME/.cache}/gaudi-fixes/upstream/vX.Y.Z.
 # The last line on stdout is DEST, e.g.  GAUDI_FIXES_ROOT=$(scripts/fetch-upstream.sh v0.26.0 | tail -n1)
 # Environment: PYTHON (default python3, needs pip), GAUDI_FIXES_VLLM_GAUDI_SRC,
-# GAUDI_FIXES_VLLM_GAUDI_ARCHIVES.
+# GAUDI_FIXES_VLLM_GAUDI_ARCHIVES, GAUDI_FIXES_KEEP_BINARIES.
 set -euo pipefail
 # shellcheck source=heartbeat.sh
 . "$(dirname "$0")/heartbeat.sh"
@@ -93,18 +96,29 @@ trap cleanup EXIT
 import os, sys, zipfile
 
 wheel, out = sys.argv[1], sys.argv[2]
-count = 0
+keep_binaries = os.environ.get("GAUDI_FIXES_KEEP_BINARIES") == "1"
+count = left = left_bytes = 0
 with zipfile.ZipFile(wheel) as zf:
     for info in zf.infolist():
         name = info.filename
         parts = name.split("/")
         if parts[0] != "vllm" or ".." in parts or os.path.isabs(name):
             continue
+        if not keep_binaries and not info.is_dir():
+            with zf.open(info) as f:
+                if f.read(4) == b"\x7fELF":  # a compiled extension or executable
+                    left += 1
+                    left_bytes += info.file_size
+                    continue
         zf.extract(info, out)
         count += 1
 if not os.path.isfile(os.path.join(out, "vllm", "__init__.py")):
     sys.exit(f"{wheel}: no vllm/__init__.py in the wheel")
 print(f"extracted {count} entries of vllm/", file=sys.stderr)
+if left:
+    print(f"left out {left} compiled files of vllm/ ({left_bytes >> 20} MiB: CUDA kernels and"
+          " executables; no fix patches them and nothing on CPU loads them;"
+          " GAUDI_FIXES_KEEP_BINARIES=1 keeps them)", file=sys.stderr)
 PY
 
 if [[ -n $gaudi_src ]]; then
@@ -140,8 +154,9 @@ else
         "directory holding vllm_gaudi/ to include it"
 fi
 
-printf 'release: %s\nwheel: %s\nvllm_gaudi: %s\n' "$release" "$(basename "$wheel")" \
-    "${gaudi_src:-${gaudi_archive:-absent}}" > "$tmp/$marker"
+printf 'release: %s\nwheel: %s\nvllm_gaudi: %s\ncompiled files: %s\n' "$release" "$(basename "$wheel")" \
+    "${gaudi_src:-${gaudi_archive:-absent}}" \
+    "$([[ ${GAUDI_FIXES_KEEP_BINARIES:-} == 1 ]] && echo kept || echo left out)" > "$tmp/$marker"
 
 # rename(2) cannot replace a non-empty directory: move the old tree aside first.
 if [[ -e $dest ]]; then

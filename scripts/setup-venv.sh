@@ -68,7 +68,7 @@ fi
 echo "setup-venv: installing torch==$TORCH_VERSION (CUDA build from the package index: ~2.6 GB download," \
     "~4.7 GB installed, a few minutes), numpy, pytest" >&2
 heartbeat 20 "setup-venv: pip install torch==$TORCH_VERSION numpy pytest" \
-    "$VENV/bin/python" -m pip install --disable-pip-version-check --progress-bar off \
+    "$VENV/bin/python" -m pip install --disable-pip-version-check --progress-bar off --no-cache-dir \
     "torch==$TORCH_VERSION" numpy pytest >&2 \
     || die "pip install torch==$TORCH_VERSION numpy pytest into $VENV failed (network? disk space: ~5 GB needed)"
 

@@ -169,6 +169,7 @@ PY
   expect_quiet 2 "$rel: apply refuses the drifted tree" gf apply --profile performance
   now=$(cd "$tree" && find . -type f -print0 | sort -z | xargs -0 sha256sum | sha256sum)
   if [ "$edited" = "$now" ]; then ok "$rel: refused apply left every byte"; else bad "$rel: refused apply changed the tree"; fi
+  rm -rf "$tree"  # each block frees its trees: a CI machine's disk is not ours to fill
 done
 
 # --- one state per fix on the real trees (tests/real_trees.rs) ------------------------------
@@ -206,6 +207,7 @@ for rel in $RELEASES; do
   expect 0 "$rel: revert --profile performance" sgf revert --profile performance
   if diff -r "$swp" "$swt" >/dev/null; then ok "$rel: revert restored every byte (vllm and vllm_gaudi)"
   else bad "$rel: tree differs from pristine after revert"; diff -rq "$swp" "$swt" | head; fi
+  rm -rf "$swp" "$swt"
 done
 # --- end swap-states-sampling-params ---------------------------------------------------------
 # --- every correctness fix of the default profile (vllm_gaudi) --------------------------------
@@ -239,6 +241,7 @@ for rel in $RELEASES; do
       expect 0 "$rel: every hunk of every default fix is needed (scripts/every-hunk-needed.py)" \
         python scripts/every-hunk-needed.py --bin "$BIN" --tree "$cfp" --python python $DEFAULT_FIXES ;;
   esac
+  rm -rf "$cfp" "$cft"
 done
 # --- end correctness fixes --------------------------------------------------------------------
 # --- conformance suite (gaudi-fixes conform; vllm_gaudi) ---------------------------------------
@@ -348,8 +351,8 @@ for g in json.load(open(sys.argv[1])).get("gpu_disagrees") or []:
     else bad "$rel: default minus $(cat "$mut.dropped"): conform does not name $feature"; fi
   done
   echo "conformance suite on $rel: $((SECONDS - started)) s"
+  rm -rf "$WORK"/conform-*
 done
-rm -rf "$WORK"/conform-*
 # --- end conformance suite --------------------------------------------------------------------
 # Issue 8 (exact placement), its own block: on a copy of each pristine release, reword
 # forward_native's docstring ("may be updated in-place" -> "may be modified in-place"). The
@@ -380,6 +383,7 @@ PY
   else bad "$rel: reworded docstring: --check exit $code"; cat "$WORK/doc.out"; fi
   expect_quiet 2 "$rel: reworded docstring: apply refuses" "$BIN" --root "$doc" --only-tree vllm apply --profile performance
   if [ "$before" = "$(snap)" ]; then ok "$rel: refused apply wrote nothing"; else bad "$rel: refused apply changed the tree"; fi
+  rm -rf "$doc"
 done
 
 step "gaudi-fixes lint --upstream (every variant against its pristine release)"
