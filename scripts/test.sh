@@ -262,8 +262,8 @@ conform_feature() {
     bad-words-rows) echo bad_words ;;
     logitsprocs-batch-updates) echo min_p ;;
     async-penalties-output-tokens) echo "penalties bad_words" ;;  # async: output ids the penalties / bad_words see
-    # structured-output-rows, structured-logprobs-rows, unfinished-prompt-no-token: the suite
-    # drives no structured-output step (grammar bitmask, partial prompt chunks) yet.
+    structured-output-rows) echo structured_output ;;  # a structured step's rows sampled with others' parameters
+    unfinished-prompt-no-token) echo returned_tokens ;;  # sync: a token handed back for a chunk mid-prompt
     *) echo "" ;;
   esac
 }

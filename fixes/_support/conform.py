@@ -2,15 +2,24 @@
 request id, held against what each request asked for (CPU; needs torch and numpy).
 
 Under test is the tree's own code, as it is: vllm_gaudi's ``hpu_input_batch.py``, vLLM's logits
-processors of the tree (``load``), the runner's reorder, ``_prepare_sampling`` and the tail of
-``sample_tokens`` that hands sampled ids back (lifted out of ``hpu_model_runner.py``, never
-rewritten). Seeded random schedules drive it: arrivals with random ``SamplingParams`` (greedy /
-temperature, top_k, top_p, min_p, seed, the three penalties, allowed_token_ids, logit_bias,
-min_tokens, logprobs incl. -1, bad_words incl. multi-token), finishes, chunked prefills and padded
-decode buckets, under sync and async scheduling. Each sampler call is checked per request:
-sampling parameters at its row, its generator, the output ids the penalties / bad_words / min_tokens
-see, the allowed and bad_words masks, the processors' effect on a probe logits tensor, the logprobs
-served.
+processors of the tree (``load``), and of ``hpu_model_runner.py`` (lifted, never rewritten; see
+engine_step.py) the reorder, ``sample_tokens``' head, ``_extract_prefill_batch_contents`` (which
+prompt chunk gets a logits row), the structured-output flag and block, ``apply_grammar_bitmask``
+(with xgrammar's CPU kernel contract), ``_run_sampling`` / ``_prepare_sampling``, the tail that
+hands sampled ids back and ``_build_logprobs_output``. The suite is the forward pass (one logits row
+per request the runner asks for, marked with its request) and the sampler (it checks what it is
+handed and samples each request's own token). Seeded random schedules drive it: arrivals with
+random ``SamplingParams`` (greedy / temperature, top_k, top_p, min_p, seed, the three penalties,
+allowed_token_ids, logit_bias, min_tokens, logprobs incl. -1, bad_words incl. multi-token) and, for
+about a quarter of them, a grammar (structured output: the scheduler's
+``structured_output_request_ids``, shuffled, with their bitmask rows, for the requests that are not
+a prefill chunk), finishes, chunked prefills and padded decode buckets, under sync and async
+scheduling. Each sampler call is checked per request: sampling parameters at its row, its
+generator, the output ids the penalties / bad_words / min_tokens see, the allowed and bad_words
+masks, the grammar bitmask on its row, the processors' effect on a probe logits tensor, the
+logprobs served; each step, the tokens handed back (the sampled one for a decode or a prompt that
+finishes, none for a chunk mid-prompt) and the logprobs each request is served. What goes wrong in
+a structured-output step's one sampler call counts as ``structured_output``.
 
     python conform.py --root DIR --schedules N --seed S [--first]
 
@@ -28,7 +37,7 @@ probe row, logprobs served. A difference where the GPU path itself disagrees wit
 listed under ``gpu_disagrees`` ("vLLM's GPU path disagrees with the request") and does not count.
 ``--no-reference`` skips it.
 
-Not covered (yet): structured-output steps; see the fix pages.
+Not covered (yet): preemption and resume, prompt_logprobs, speculative decoding; see the fix pages.
 """
 
 from __future__ import annotations
@@ -45,8 +54,10 @@ import types
 from pathlib import Path
 from typing import Any, Optional
 
+STRUCTURED = "structured_output"  # what a structured-output step's one sampler call is handed, its bitmask rows
+RETURNED = "returned_tokens"  # the tokens handed back to the scheduler (none for a chunk mid-prompt)
 FEATURES = ("temperature/top_k/top_p", "seeds", "penalties", "min_p", "logit_bias", "min_tokens", "bad_words",
-            "allowed_token_ids", "logprobs")
+            "allowed_token_ids", "logprobs", STRUCTURED, RETURNED)
 
 VOCAB = 64
 EOS = 2
@@ -68,6 +79,9 @@ def _cannot_run(reason: str, module: Optional[str] = None) -> None:
 try:
     import torch
 
+    import numpy as np
+
+    import engine_step
     import vllm_gaudi_stubs as stubs
 
     torch.set_num_threads(1)  # tiny tensors: a thread pool only costs time
@@ -94,17 +108,11 @@ class Hpu:
                                             device=torch.device("cpu"), pin_memory=False, vocab_size=VOCAB,
                                             block_sizes=[128], kernel_block_sizes=[128], logitsprocs=logitsprocs)
         runner = self.runner = stubs.Runner(root, self.batch, reorder=True)
-        path = root / stubs.RUNNER_REL
-        cls = stubs.runner_class(path)
-        tail = stubs.tail_of_sample_tokens(cls, path)
-        self.tail = compile(ast.Module(tail, []), str(path), "exec")
-        stubs.lift_called(runner, cls, path, tail, (*stubs.RUNNER_METHODS, "_sample_tokens_reorder"))
+        # What one engine step runs of sample_tokens (its head, the structured-output flag and
+        # block, the tail), _extract_prefill_batch_contents, _run_sampling, apply_grammar_bitmask,
+        # _build_logprobs_output: lifted from the tree's hpu_model_runner.py.
+        self.code = engine_step.lift_step(runner, root, grammar=True)
         runner.use_async_scheduling = use_async
-        runner.use_structured_output = False
-        runner.device = torch.device("cpu")
-        runner.max_model_len = 128
-        runner.speculative_config = None
-        runner.profiler = types.SimpleNamespace(enabled=False, record_event=lambda *a: contextlib.nullcontext())
 
 
 class GpuModules:
@@ -215,6 +223,7 @@ class Request:
         self.rid, self.params, self.prompt, self.asked = rid, params, prompt, asked
         self.computed = 0
         self.generated: list[int] = []
+        self.grammar: Optional[list[int]] = None
 
 
 def random_params(rng: random.Random) -> dict[str, Any]:
@@ -257,6 +266,7 @@ class Schedule:
         self.rng = random.Random(seed)
         self.mode = "async" if use_async else "sync"
         self.hpu = Hpu(root, use_async)
+        self.number = 0
         self.requests: dict[str, Request] = {}
         self.next_id = 0
         self.found: list[tuple[str, str]] = []
@@ -269,6 +279,9 @@ class Schedule:
         self.exercised: set[str] = set()
         self.noise = torch.Generator().manual_seed(seed)
         self.bad_words = bad_words_op(root)
+        self.hpu.runner.sampler = self
+        self.structured = False
+        self.exercised.add(RETURNED)  # every step hands tokens back
 
     def _arrive(self) -> None:
         rid = f"r{self.next_id}"
@@ -277,6 +290,9 @@ class Schedule:
         params = stubs.SamplingParams(eos_token_id=EOS, **asked)
         prompt = [self.rng.randrange(3, VOCAB) for _ in range(self.rng.randint(2, 20))]
         req = self.requests[rid] = Request(rid, params, prompt, asked)
+        if self.rng.random() < 0.25:  # structured output: the grammar's allowed tokens
+            req.grammar = sorted(self.rng.sample(range(3, VOCAB), 12) + [EOS])
+            self.exercised.add(STRUCTURED)
         state = self.hpu.module.CachedRequestState(req_id=rid, prompt_token_ids=prompt, mm_features=[],
                                                    sampling_params=params, generator=None, block_ids=[[0]],
                                                    num_computed_tokens=0, output_token_ids=[])
@@ -323,62 +339,134 @@ class Schedule:
             scheduled[r.rid] = min(left, rng.randint(1, CHUNK)) if left > 0 else 1
         if not scheduled:
             return
+        completes = {rid for rid, n in scheduled.items() if self.requests[rid].computed + n >= len(self.requests[rid].prompt)}
+        # Scheduler.get_grammar_bitmask: the scheduled structured requests that are not a prefill
+        # chunk, in the scheduler's order, each with its grammar's bitmask row.
+        so_ids = [rid for rid in scheduled if self.requests[rid].grammar is not None and rid in completes]
+        rng.shuffle(so_ids)
+        grammar_output = None
+        if so_ids:
+            words = (VOCAB + 31) // 32
+            bitmask = np.zeros((len(so_ids), words), dtype=np.uint32)
+            for j, rid in enumerate(so_ids):
+                for t in (0, 1, *self.requests[rid].grammar):  # columns 0 and 1 carry the row's mark
+                    bitmask[j, t // 32] |= np.uint32(1 << (t % 32))
+            grammar_output = types.SimpleNamespace(structured_output_request_ids=so_ids,
+                                                   grammar_bitmask=bitmask.view(np.int32))
         sched = stubs.SchedulerOutput(num_scheduled_tokens=scheduled)
+        sched.total_num_scheduled_tokens = sum(scheduled.values())
+        sched.kv_connector_metadata = None
         runner._sample_tokens_reorder(sched)
-        prompts = [rid for i, rid in enumerate(batch.req_ids) if runner._is_prompt(i, sched)]
-        decodes = [rid for rid in batch.req_ids if rid not in prompts]
-        completes = [rid for rid in prompts
-                     if self.requests[rid].computed + scheduled[rid] >= len(self.requests[rid].prompt)]
-        logits_reqs = completes
-        runner.invalid_req_indices = []  # sample_tokens' head resets it each step
-        if runner.use_async_scheduling:
-            # _prepare_inputs: an unfinished chunk still gets one logit under async scheduling, and
-            # its row index goes to invalid_req_indices (its token is discarded).
-            logits_reqs = prompts
-            runner.invalid_req_indices = [batch.req_id_to_index[rid] for rid in prompts if rid not in completes]
-        decode_sampled, prefill_sampled = [], []
-        if decodes:
-            pad_to = 1 << (len(decodes) - 1).bit_length()
-            decode_sampled.append(self._call(number, False, decodes, pad_to, None))
-        if logits_reqs:
-            prefill_sampled.append(self._call(number, True, prompts, len(logits_reqs), logits_reqs))
-        sampled = [*decodes, *completes]
-        namespace = {
-            "self": runner, "torch": torch, "num_reqs": len(batch.req_ids), "num_decodes": len(decodes),
-            "decode_sampled_token_ids": decode_sampled, "prefill_sampled_token_ids": prefill_sampled,
-            "decode_sampled_requests": list(decodes), "prefill_sampled_requests": list(logits_reqs),
-            "spec_decode_num_tokens": None
-        }
-        exec(self.hpu.tail, namespace)
+        pd_info = runner._get_prompts_and_decodes(sched)
+        num_decodes, num_prefills = len(pd_info.decode_req_ids), len(pd_info.prompt_req_ids)
+        self.number, self.so_ids, self.decodes = number, so_ids, set(pd_info.decode_req_ids)
+        self.structured = False
+        ns: dict[str, Any] = {"self": runner, "torch": torch, "num_decodes": num_decodes, "num_prefills": num_prefills,
+                              "num_reqs": num_decodes + num_prefills, "pd_info": pd_info,
+                              "batch_changed": self.batch_changed, "scheduler_output": sched,
+                              "spec_decode_num_tokens": None, "grammar_output": grammar_output}
+        code = self.hpu.code
+        self.sampled: dict[str, int] = {}
+        exec(code["head"], ns)
+        # _prepare_inputs, which reads the structured-output flag before sample_tokens sets it.
+        contents, _ = runner._extract_prefill_batch_contents(num_prefills, num_decodes,
+                                                             [scheduled[rid] for rid in batch.req_ids])
+        exec(code["flag"], ns)
+        self.structured = runner.use_structured_output
+        rows: dict[str, int] = {}
+        engine_step.forward_and_sample(runner, ns, contents, pd_info, num_decodes, self.batch_changed, self._logits,
+                                       rows, lambda n: 1 << (n - 1).bit_length())
+        if self.structured:
+            exec(code["structured"], ns)
+        exec(code["tail"], ns)
+        logprobs = runner._build_logprobs_output(ns["logprobs_segments"], max(batch.req_id_to_index.values()) + 1)
+        got = engine_step.returned(runner, ns)
+        self._check_returned(number, scheduled, completes, got, logprobs)
         for rid, n in scheduled.items():
             self.requests[rid].computed += n
             runner.requests[rid].num_computed_tokens += n
             if self.gpu is not None:
                 self.gpu.states[rid].num_computed_tokens += n
-        for rid in sampled:
-            self.requests[rid].generated.append(self.tokens[rid])
+        for rid in [*pd_info.decode_req_ids, *(r for r in pd_info.prompt_req_ids if r in completes)]:
+            token = self._token(rid)
+            self.requests[rid].generated.append(token)
             if self.gpu is not None:  # _bookkeeping_sync: the sampled id joins the request's output ids
-                self.gpu.states[rid].output_token_ids.append(self.tokens[rid])
+                self.gpu.states[rid].output_token_ids.append(token)
 
-    def _call(self, number: int, is_prompt: bool, rids: list[str], pad_to: int, logits_reqs) -> torch.Tensor:
-        runner = self.hpu.runner
-        rows = [r for r, _ in runner._generate_req_id_output_token_ids_lst(rids, pad_to, logits_reqs)]
-        md = runner._prepare_sampling(self.batch_changed, rids, pad_to, logits_reqs)
+    def _token(self, rid: str) -> int:
+        """The token request `rid` samples at this step: one its grammar and allowed_token_ids allow."""
+        r = self.requests[rid]
+        allowed = set(r.asked.get("allowed_token_ids") or range(3, VOCAB))
+        if r.grammar is not None:
+            allowed &= set(r.grammar)
+        allowed = sorted(allowed) or [EOS]
+        return allowed[(self.number * 7 + int(rid[1:])) % len(allowed)]
+
+    def _logits(self, rids: list[str]) -> torch.Tensor:
+        """The forward pass: a logits row per request id, marked with the request in column 0."""
+        out = torch.zeros(len(rids), VOCAB)
+        for i, rid in enumerate(rids):
+            out[i, 0] = int(rid[1:])
+        return out
+
+    def __call__(self, logits: torch.Tensor, sampling_metadata: Any) -> Any:
+        """The sampler (HPUModelRunner.sampler): checks what it is handed, per row's request, and
+        samples each request's own token."""
+        rows = [f"r{int(v)}" for v in logits[:, 0].tolist()]
+        md = sampling_metadata
+        kind = "structured-output" if self.structured else ("decode" if rows and rows[0] in self.decodes else "prefill")
+        where = f"step {self.number} ({self.mode}, {kind} call)"
         probe = torch.randn(len(rows), VOCAB, generator=self.noise) * 3
-        where = f"step {number} ({self.mode}, {'prefill' if is_prompt else 'decode'} call)"
+        found = len(self.found)
         self._check_metadata(where, rows, md)
         self._check_processors(where, rows, md, probe)
         if self.gpu is not None:
             self._differential(where, rows, md, probe)
-        self.tokens = getattr(self, "tokens", {})
-        out = []
+        if self.structured:
+            self._check_grammar(where, rows, logits)
+            # A structured-output step samples every row in one call: what goes wrong there is
+            # the structured-output path's (the sentence still names the parameter).
+            self.found[found:] = [(STRUCTURED, sentence) for _, sentence in self.found[found:]]
+        tokens = torch.tensor([self._token(rid) for rid in rows], dtype=torch.int32)
+        lp = None if md.max_num_logprobs is None else engine_step._LogprobsTensors(tokens)
+        return types.SimpleNamespace(sampled_token_ids=tokens.view(-1, 1), logprobs_tensors=lp)
+
+    def _check_grammar(self, where: str, rows: list[str], logits: torch.Tensor) -> None:
+        """The grammar bitmask went on each structured request's own row, and on no other."""
         for i, rid in enumerate(rows):
+            if rid in rows[:i]:
+                continue
             r = self.requests[rid]
-            allowed = r.asked.get("allowed_token_ids") or list(range(3, VOCAB))
-            token = allowed[(number * 7 + i) % len(allowed)]
-            self.tokens.setdefault(rid, token) if rid in rows[:i] else self.tokens.__setitem__(rid, token)
-            out.append(token)
-        return torch.tensor(out, dtype=torch.int32)
+            want = set() if rid not in self.so_ids else set(range(2, VOCAB)) - set(r.grammar)
+            have = {t for t in range(2, VOCAB) if logits[i, t] == NEG_INF}
+            if want != have:
+                asked = (f"request {rid} is structured (its grammar allows {r.grammar})" if rid in self.so_ids else
+                         f"request {rid} has no grammar this step")
+                self._diff(STRUCTURED, where, f"{asked}; the grammar bitmask on its row "
+                           f"{'masked nothing' if not have else 'allows ' + str(sorted(set(range(2, VOCAB)) - have))}")
+
+    def _check_returned(self, number: int, scheduled: dict[str, int], completes: set[str], got: dict[str, list[int]],
+                        logprobs: Any) -> None:
+        """What the runner hands back to the scheduler per request: the sampled token for a decode
+        or a prompt that finishes, nothing for a prompt chunk that does not; the logprobs of it."""
+        where = f"step {number} ({self.mode}{', structured-output step' if self.structured else ''})"
+        index = self.hpu.batch.req_id_to_index
+        for rid, n in scheduled.items():
+            r = self.requests[rid]
+            want = [self._token(rid)] if rid in completes else []
+            have = got.get(rid, [])
+            if have != want:
+                what = (f"request {rid} ({r.computed + n} of its {len(r.prompt)} prompt tokens computed)"
+                        if rid not in completes else f"request {rid}")
+                why = ("a token predicted mid-prompt" if rid not in completes else f"it sampled {want}")
+                self._diff(RETURNED, where, f"{what} got {have} back, {why}")
+            elif want and r.asked.get("logprobs") is not None and logprobs is not None:
+                ids = logprobs.logprob_token_ids
+                served = int(ids[index[rid]][0]) if index[rid] < len(ids) else None
+                if served != want[0]:
+                    feature = STRUCTURED if self.structured else "logprobs"
+                    self._diff(feature, where, f"request {rid} sampled {want[0]}; the logprobs it was served are for "
+                               f"token {served}")
 
     def _diff(self, feature: str, where: str, sentence: str) -> None:
         self.sink.append((feature, f"{where}: {sentence}"))
@@ -647,8 +735,12 @@ def run(root: Path, schedules: int, seed: int, first: bool, reference: bool = Tr
             for number in range(STEPS):
                 s.step(number)
         except Exception as e:  # noqa: BLE001 - the HPU path raised: that is a difference too
-            s.found.append(("min_p" if not s.found else s.found[0][0],
-                            f"schedule {seed + n} ({s.mode}): the HPU path raised {type(e).__name__}: {e}"))
+            if s.structured:
+                s.found.append((STRUCTURED, f"step {s.number} ({s.mode}, structured-output step): sample_tokens raised "
+                                f"{type(e).__name__}: {e} (EngineCore ends; every request in flight fails)"))
+            else:
+                s.found.append(("min_p" if not s.found else s.found[0][0],
+                                f"schedule {seed + n} ({s.mode}): the HPU path raised {type(e).__name__}: {e}"))
         done += 1
         for f in s.exercised:
             features[f]["schedules"] += 1

@@ -134,6 +134,95 @@ class StepResult:
     rows: dict[str, int] = field(default_factory=dict)  # logits rows per prompt
 
 
+class _CpuTorch:
+    """torch as the lifted runner code sees it on CPU: pinned memory is turned off (it needs an
+    accelerator), as the GPU reference's PIN_MEMORY; everything else is torch itself."""
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(torch, name)
+
+    @staticmethod
+    def tensor(*args: Any, pin_memory: bool = False, **kwargs: Any) -> torch.Tensor:
+        return torch.tensor(*args, **kwargs)
+
+
+def _apply_token_bitmask_inplace_cpu(logits: torch.Tensor, bitmask: torch.Tensor, indices=None) -> None:
+    """xgrammar's ``apply_token_bitmask_inplace_cpu`` contract: bit ``t % 32`` of word ``t // 32``
+    of a bitmask row is 1 where token ``t`` is allowed; the other tokens of that logits row become
+    -inf; with ``indices``, only those rows (bitmask and logits share the row index)."""
+    rows = range(logits.shape[0]) if indices is None else [int(i) for i in indices]
+    vocab = logits.shape[1]
+    bits = torch.arange(vocab)
+    for r in rows:
+        words = bitmask[r].to(torch.int64)
+        allowed = ((words[bits // 32] >> (bits % 32)) & 1).bool()
+        logits[r][~allowed] = float("-inf")
+
+
+XGR_CPU = types.SimpleNamespace(apply_token_bitmask_inplace_cpu=_apply_token_bitmask_inplace_cpu)
+
+
+def lift_step(runner: Any, root: Path, grammar: bool = False) -> dict[str, Any]:
+    """Lift onto `runner` (a ``vllm_gaudi_stubs.Runner``) what one engine step runs of the tree's
+    ``hpu_model_runner.py`` (see the module's docstring) and set the attributes it reads (sync
+    scheduling, no structured output yet, CPU, no profiler); return the parts of
+    ``sample_tokens`` compiled (``head``, ``flag``, ``structured``, ``tail``) for ``exec`` with the
+    step's locals. With `grammar`, the runner's own ``apply_grammar_bitmask`` is lifted too (with
+    xgrammar's CPU kernel contract, ``XGR_CPU``); without, it is a no-op."""
+    batch = runner.input_batch
+    batch.block_table = _BlockTable()
+    path = root / RUNNER_REL
+    cls = _runner_class(path)
+    parts = _sample_tokens_parts(cls, path)
+    code = {k: compile(ast.Module(v, []), str(path), "exec") for k, v in parts.items()}
+    defs = {n.name: n for n in cls.body if isinstance(n, ast.FunctionDef)}
+    provided = {"_ensure_decodes_first", "_is_prompt", "_generate_req_id_output_token_ids_lst", "_prepare_sampling",
+                "_can_merge_prefill_contents", "_get_attention_group_id_for_hybrid", "get_dp_padding",
+                "_resolve_block"}
+    wanted = {"_get_prompts_and_decodes", "_extract_prefill_batch_contents", "_run_sampling",
+              "_build_logprobs_output"}
+    if grammar:
+        wanted.add("apply_grammar_bitmask")
+    else:
+        provided.add("apply_grammar_bitmask")
+    todo = wanted | _self_calls([n for v in parts.values() for n in v])
+    lifted: set[str] = set()
+    while todo - provided - lifted:
+        name = (todo - provided - lifted).pop()
+        if name in defs:
+            lifted.add(name)
+            todo |= _self_calls([defs[name]])
+        else:
+            provided.add(name)
+    from dataclasses import dataclass as _dataclass
+    namespace: dict[str, Any] = {"torch": _CpuTorch(), "np": np, "xgr_cpu": XGR_CPU, "Optional": Optional, "Union": Union, "fields": fields,
+                                 "field": field, "dataclass": _dataclass, "Callable": Callable,
+                                 "LogprobsLists": LogprobsLists, "LogprobsTensors": _LogprobsTensors,
+                                 "htorch": types.SimpleNamespace(core=types.SimpleNamespace(mark_step=lambda: None)),
+                                 "empty_list": lambda: field(default_factory=list)}
+    exec(compile(ast.Module(_module_defs(path, {"BatchContents", "PromptDecodeInfo", "merge_contents",
+                                                "shallow_tuple", "round_up"}), []), str(path), "exec"),
+         namespace)
+    exec(compile(ast.Module([defs[n] for n in sorted(lifted)], []), str(path), "exec"), namespace)
+    for name in lifted:
+        setattr(runner, name, types.MethodType(namespace[name], runner))
+    runner._can_merge_prefill_contents = lambda lhs, rhs: False  # one prefill batch per prompt
+    runner._get_attention_group_id_for_hybrid = lambda: 0
+    runner.get_dp_padding = lambda n: 0
+    runner._resolve_block = lambda b: b
+    if not grammar:
+        runner.apply_grammar_bitmask = lambda *a: None  # the grammar's row mapping is not these tests' subject
+    runner.attn_block_size = 128
+    runner.use_async_scheduling = False
+    runner.use_structured_output = False
+    runner.device = torch.device("cpu")
+    runner.max_model_len = 128
+    runner.speculative_config = None
+    runner.vllm_config = types.SimpleNamespace(speculative_config=None)
+    runner.profiler = types.SimpleNamespace(enabled=False, record_event=lambda *a: contextlib.nullcontext())
+    return code
+
+
 class Engine:
 
     def __init__(self, root: Path, use_async: bool, params: dict[str, Any], prompt_len: dict[str, int]):
@@ -143,52 +232,9 @@ class Engine:
         batch = self.batch = self.module.InputBatch(max_num_reqs=8, max_model_len=128, max_num_batched_tokens=128,
                                                     device=torch.device("cpu"), pin_memory=False, vocab_size=VOCAB,
                                                     block_sizes=[128], kernel_block_sizes=[128])
-        batch.block_table = _BlockTable()
         runner = self.runner = stubs.Runner(root, batch)
-        path = root / RUNNER_REL
-        cls = _runner_class(path)
-        parts = _sample_tokens_parts(cls, path)
-        self.code = {k: compile(ast.Module(v, []), str(path), "exec") for k, v in parts.items()}
-        defs = {n.name: n for n in cls.body if isinstance(n, ast.FunctionDef)}
-        provided = {"_ensure_decodes_first", "_is_prompt", "_generate_req_id_output_token_ids_lst", "_prepare_sampling",
-                    "_can_merge_prefill_contents", "_get_attention_group_id_for_hybrid", "get_dp_padding",
-                    "_resolve_block", "apply_grammar_bitmask"}
-        wanted = {"_get_prompts_and_decodes", "_extract_prefill_batch_contents", "_run_sampling",
-                  "_build_logprobs_output"}
-        todo = wanted | _self_calls([n for v in parts.values() for n in v])
-        lifted: set[str] = set()
-        while todo - provided - lifted:
-            name = (todo - provided - lifted).pop()
-            if name in defs:
-                lifted.add(name)
-                todo |= _self_calls([defs[name]])
-            else:
-                provided.add(name)
-        from dataclasses import dataclass as _dataclass
-        namespace: dict[str, Any] = {"torch": torch, "np": np, "Optional": Optional, "Union": Union, "fields": fields,
-                                     "field": field, "dataclass": _dataclass, "Callable": Callable,
-                                     "LogprobsLists": LogprobsLists, "LogprobsTensors": _LogprobsTensors,
-                                     "htorch": types.SimpleNamespace(core=types.SimpleNamespace(mark_step=lambda: None)),
-                                     "empty_list": lambda: field(default_factory=list)}
-        exec(compile(ast.Module(_module_defs(path, {"BatchContents", "PromptDecodeInfo", "merge_contents",
-                                                    "shallow_tuple", "round_up"}), []), str(path), "exec"),
-             namespace)
-        exec(compile(ast.Module([defs[n] for n in sorted(lifted)], []), str(path), "exec"), namespace)
-        for name in lifted:
-            setattr(runner, name, types.MethodType(namespace[name], runner))
-        runner._can_merge_prefill_contents = lambda lhs, rhs: False  # one prefill batch per prompt
-        runner._get_attention_group_id_for_hybrid = lambda: 0
-        runner.get_dp_padding = lambda n: 0
-        runner._resolve_block = lambda b: b
-        runner.apply_grammar_bitmask = lambda *a: None  # the grammar's row mapping is not these tests' subject
-        runner.attn_block_size = 128
+        self.code = lift_step(runner, root)
         runner.use_async_scheduling = use_async
-        runner.use_structured_output = False
-        runner.device = torch.device("cpu")
-        runner.max_model_len = 128
-        runner.speculative_config = None
-        runner.vllm_config = types.SimpleNamespace(speculative_config=None)
-        runner.profiler = types.SimpleNamespace(enabled=False, record_event=lambda *a: contextlib.nullcontext())
         runner.sampler = Sampler(self.order)
 
     def logits(self, rows: list[str]) -> torch.Tensor:
@@ -250,44 +296,60 @@ class Engine:
         return result
 
     def _forward_and_sample(self, ns, contents, pd_info, num_decodes, batch_changed, result) -> None:
-        """sample_tokens' prefill loop and decode block, the lines that collect logits, rows and
-        tokens (the forward passes are this test's)."""
-        runner = self.runner
-        ns.update(prefill_sampled_token_ids=[], prefill_sampled_requests=[], decode_sampled_token_ids=[],
-                  decode_sampled_requests=[], logprobs_segments=[], logits_prompt=[], logits_decode=[])
-        for bc in contents:
-            if not bc.req_ids:
-                continue
-            logits_requests = [rid for rid, pos in zip(bc.req_ids, bc.logits_positions) for _ in pos]
-            for rid in bc.req_ids:
-                result.rows[rid] = len(logits_requests)
-            logits = self.logits(logits_requests)
-            if runner.use_structured_output:
-                ns["logits_prompt"].append(logits)
-                ns["prefill_sampled_requests"].extend(logits_requests)
-            elif logits.numel() > 0:
-                out, _ = runner._run_sampling(batch_changed, logits, bc.req_ids, logits.shape[0], logits_requests)
-                ns["prefill_sampled_token_ids"].append(out.sampled_token_ids.flatten())
-                ns["prefill_sampled_requests"].extend(logits_requests)
-                ns["logprobs_segments"].append((list(logits_requests), out.logprobs_tensors))
-        if num_decodes:
-            rows = list(pd_info.decode_req_ids) + [pd_info.decode_req_ids[0]] * (4 - num_decodes)  # a bucket of 4
-            logits = self.logits(rows)
-            if runner.use_structured_output:
-                ns["logits_decode"].append(logits[:num_decodes])
-            else:
-                out, _ = runner._run_sampling(batch_changed, logits, pd_info.decode_req_ids, logits.shape[0])
-                ns["decode_sampled_token_ids"].append(out.sampled_token_ids.flatten())
-                ns["logprobs_segments"].append((list(pd_info.decode_req_ids), out.logprobs_tensors))
-            ns["decode_sampled_requests"].extend(self.batch.req_ids[:num_decodes])
+        forward_and_sample(self.runner, ns, contents, pd_info, num_decodes, batch_changed, self.logits, result.rows,
+                           lambda n: max(n, 4))  # a decode bucket of 4
 
     def _returned(self, ns) -> dict[str, list[int]]:
-        batch, runner = self.batch, self.runner
-        if runner.use_async_scheduling:  # AsyncHPUModelRunnerOutput.get_output
-            rows = ns["sampled_token_ids"].tolist()
-            for i in runner.invalid_req_indices:
-                if i < len(rows):
-                    rows[i].clear()
-            return {rid: rows[i] for i, rid in enumerate(batch.req_ids) if i < len(rows)}
-        post = ns["postprocessed_sampled_token_ids"]
-        return {rid: list(post[batch.req_id_to_index[rid]]) for rid in batch.req_ids}
+        return returned(self.runner, ns)
+
+
+def forward_and_sample(runner: Any, ns: dict[str, Any], contents: Any, pd_info: Any, num_decodes: int,
+                       batch_changed: bool, logits_of: Callable[[list[str]], torch.Tensor], rows: dict[str, int],
+                       bucket: Callable[[int], int]) -> None:
+    """sample_tokens' prefill loop and decode block, the lines that collect logits, rows and
+    tokens (the forward passes are the caller's: ``logits_of(request ids)`` gives one logits row
+    per id; ``bucket(n)`` pads n decodes, with the first decode's row). ``rows`` gets each
+    prompt's number of logits rows."""
+    ns.update(prefill_sampled_token_ids=[], prefill_sampled_requests=[], decode_sampled_token_ids=[],
+              decode_sampled_requests=[], logprobs_segments=[], logits_prompt=[], logits_decode=[])
+    for bc in contents:
+        if not bc.req_ids:
+            continue
+        logits_requests = [rid for rid, pos in zip(bc.req_ids, bc.logits_positions) for _ in pos]
+        for rid in bc.req_ids:
+            rows[rid] = sum(1 for r in logits_requests if r == rid)
+        logits = logits_of(logits_requests)
+        if runner.use_structured_output:
+            ns["logits_prompt"].append(logits)
+            ns["prefill_sampled_requests"].extend(logits_requests)
+        elif logits.numel() > 0:
+            out, _ = runner._run_sampling(batch_changed, logits, bc.req_ids, logits.shape[0], logits_requests)
+            ns["prefill_sampled_token_ids"].append(out.sampled_token_ids.flatten())
+            ns["prefill_sampled_requests"].extend(logits_requests)
+            ns["logprobs_segments"].append((list(logits_requests), out.logprobs_tensors))
+    if num_decodes:
+        decode_rows = list(pd_info.decode_req_ids)
+        decode_rows += [decode_rows[0]] * (bucket(num_decodes) - num_decodes)
+        logits = logits_of(decode_rows)
+        if runner.use_structured_output:
+            ns["logits_decode"].append(logits[:num_decodes])
+        else:
+            out, _ = runner._run_sampling(batch_changed, logits, pd_info.decode_req_ids, logits.shape[0])
+            ns["decode_sampled_token_ids"].append(out.sampled_token_ids.flatten())
+            ns["logprobs_segments"].append((list(pd_info.decode_req_ids), out.logprobs_tensors))
+        ns["decode_sampled_requests"].extend(runner.input_batch.req_ids[:num_decodes])
+
+
+def returned(runner: Any, ns: dict[str, Any]) -> dict[str, list[int]]:
+    """What each request of the step gets back, read as vLLM does: under async scheduling
+    ``AsyncHPUModelRunnerOutput.get_output`` drops the rows of ``invalid_req_indices``; under sync
+    scheduling, ``postprocessed_sampled_token_ids``."""
+    batch = runner.input_batch
+    if runner.use_async_scheduling:
+        rows = ns["sampled_token_ids"].tolist()
+        for i in runner.invalid_req_indices:
+            if i < len(rows):
+                rows[i].clear()
+        return {rid: rows[i] for i, rid in enumerate(batch.req_ids) if i < len(rows)}
+    post = ns["postprocessed_sampled_token_ids"]
+    return {rid: list(post[batch.req_id_to_index[rid]]) for rid in batch.req_ids}

@@ -1,4 +1,5 @@
-"""A prompt chunk that does not finish its prompt returns no token, under sync and async
+"""A prompt chunk that does not finish its prompt returns no token, and on a structured-output
+step has its logits row, so the step's logprobs are keyed by their rows; under sync and async
 scheduling (CPU; needs torch and numpy).
 
 ``_extract_prefill_batch_contents`` forces one logits row for an unfinished prompt chunk when
@@ -11,6 +12,17 @@ and the next chunk was computed after it. vLLM's GPU runner discards such rows.
 The runner's own code runs the steps (see engine_step.py): D0 (JSON-constrained) and D1 decode
 while P1, a 40-token prompt, is prefilled in chunks of 16, 16 and 8 — the first chunk in a
 structured step, the second in the step after D0 finished, the third completes the prompt.
+
+The logprobs: with a structured request in the step, ``sample_tokens`` samples every logits row
+in one call and hands ``_build_logprobs_output`` the ids ``decode_req_ids + prompt_req_ids``, one
+per request. Pristine vllm_gaudi sets ``use_structured_output`` only after ``_prepare_inputs`` read
+it: on the first structured step under sync scheduling an unfinished chunk has no row, the list has
+one id too many, the next prompt's logprobs land on the chunk's request and the last id indexes
+past the rows — an ``IndexError`` in ``sample_tokens``, which ends EngineCore and every request in
+flight (the grammar bitmask, placed by batch index, misses its row the same way: ``gaudi-fixes
+conform`` shows it). Here D0 and D1 decode; P1, a 40-token prompt, arrives with S2, a
+JSON-constrained 8-token prompt, on the first structured step, P1 in chunks of 16, 16 and 8; every
+request that gets a token must get the logprobs of its own row, and no step may raise.
 
 Run: ``GAUDI_FIXES_ROOT=<dir holding vllm_gaudi/> pytest fixes/unfinished-prompt-no-token``
 """
@@ -67,3 +79,36 @@ def test_unfinished_prompt_returns_no_token(use_async: bool):
                              f"{', a structured step' if result.structured else ''}) returned {what}")
     assert not wrong, (f"under {mode} an unfinished prompt chunk returned a sampled token (the user receives a token "
                        "predicted mid-prompt and the next chunk is computed after it):\n" + "\n".join(wrong))
+
+
+LOGPROBS_PARAMS = {rid: SamplingParams(temperature=0.0, logprobs=1) for rid in ("D0", "D1", "P1", "S2")}
+LOGPROBS_PROMPT_LEN = {"D0": 6, "D1": 9, "P1": 40, "S2": 8}
+# (scheduled tokens, a structured request in the step, arrivals, finished)
+LOGPROBS_STEPS = [
+    ({"D0": 6, "D1": 9}, False, ["D0", "D1"], []),
+    ({"D0": 1, "D1": 1, "P1": 16, "S2": 8}, True, ["P1", "S2"], []),  # the first structured step
+    ({"D0": 1, "D1": 1, "P1": 16, "S2": 1}, True, [], []),
+    ({"D0": 1, "D1": 1, "P1": 8, "S2": 1}, True, [], []),
+]
+
+
+@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
+def test_structured_logprobs_follow_their_rows(use_async: bool):
+    engine = Engine(ROOT, use_async, LOGPROBS_PARAMS, LOGPROBS_PROMPT_LEN)
+    mode = "async scheduling" if use_async else "sync scheduling"
+    wrong = []
+    for number, (scheduled, grammar, added, finished) in enumerate(LOGPROBS_STEPS):
+        result = engine.step(scheduled, grammar, added, finished)
+        if result.error is not None:
+            rows = ", ".join(f"{rid} {n} row(s)" for rid, n in result.rows.items())
+            pytest.fail(f"step {number} ({'structured' if result.structured else 'plain'}, prompt chunks: {rows}) "
+                        f"raised in sample_tokens under {mode}: {type(result.error).__name__}: {result.error} — "
+                        "on a server this ends EngineCore and every request in flight")
+        index = engine.batch.req_id_to_index
+        for rid, tokens in result.returned.items():
+            if not tokens:
+                continue
+            got = result.logprobs.logprob_token_ids[index[rid]][0] if result.logprobs is not None else None
+            if got != tokens[0]:
+                wrong.append(f"step {number}: {rid} sampled {tokens[0]}, its logprobs are for token {got}")
+    assert not wrong, f"under {mode} logprobs are given to the wrong requests:\n" + "\n".join(wrong)
