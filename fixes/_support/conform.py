@@ -438,7 +438,7 @@ class Schedule:
                 continue
             r = self.requests[rid]
             want = set() if rid not in self.so_ids else set(range(2, VOCAB)) - set(r.grammar)
-            have = {t for t in range(2, VOCAB) if logits[i, t] == NEG_INF}
+            have = {int(t) + 2 for t in torch.nonzero(torch.isneginf(logits[i, 2:VOCAB])).flatten()}
             if want != have:
                 asked = (f"request {rid} is structured (its grammar allows {r.grammar})" if rid in self.so_ids else
                          f"request {rid} has no grammar this step")
@@ -696,7 +696,7 @@ class Schedule:
 def _allowed(row) -> str:
     if row is None:
         return "every token"
-    ids = [i for i in range(VOCAB) if not bool(row[i])]
+    ids = torch.nonzero(~row[:VOCAB].bool()).flatten().tolist()
     return str(ids) if len(ids) < VOCAB else "every token"
 
 

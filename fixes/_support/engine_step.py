@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import ast
 import contextlib
+import functools
 import types
 from dataclasses import dataclass, field, fields
 from pathlib import Path
@@ -162,16 +163,10 @@ def _apply_token_bitmask_inplace_cpu(logits: torch.Tensor, bitmask: torch.Tensor
 XGR_CPU = types.SimpleNamespace(apply_token_bitmask_inplace_cpu=_apply_token_bitmask_inplace_cpu)
 
 
-def lift_step(runner: Any, root: Path, grammar: bool = False) -> dict[str, Any]:
-    """Lift onto `runner` (a ``vllm_gaudi_stubs.Runner``) what one engine step runs of the tree's
-    ``hpu_model_runner.py`` (see the module's docstring) and set the attributes it reads (sync
-    scheduling, no structured output yet, CPU, no profiler); return the parts of
-    ``sample_tokens`` compiled (``head``, ``flag``, ``structured``, ``tail``) for ``exec`` with the
-    step's locals. With `grammar`, the runner's own ``apply_grammar_bitmask`` is lifted too (with
-    xgrammar's CPU kernel contract, ``XGR_CPU``); without, it is a no-op."""
-    batch = runner.input_batch
-    batch.block_table = _BlockTable()
-    path = root / RUNNER_REL
+@functools.lru_cache(maxsize=8)
+def _lifted(path: Path, mtime_ns: int, grammar: bool) -> tuple[dict[str, Any], dict[str, Any]]:
+    """``lift_step``'s parsing and compiling, once per file version: the parts of ``sample_tokens``
+    compiled and the lifted methods as functions (bound to each runner by ``lift_step``)."""
     cls = _runner_class(path)
     parts = _sample_tokens_parts(cls, path)
     code = {k: compile(ast.Module(v, []), str(path), "exec") for k, v in parts.items()}
@@ -195,8 +190,8 @@ def lift_step(runner: Any, root: Path, grammar: bool = False) -> dict[str, Any]:
         else:
             provided.add(name)
     from dataclasses import dataclass as _dataclass
-    namespace: dict[str, Any] = {"torch": _CpuTorch(), "np": np, "xgr_cpu": XGR_CPU, "Optional": Optional, "Union": Union, "fields": fields,
-                                 "field": field, "dataclass": _dataclass, "Callable": Callable,
+    namespace: dict[str, Any] = {"torch": _CpuTorch(), "np": np, "xgr_cpu": XGR_CPU, "Optional": Optional,
+                                 "Union": Union, "fields": fields, "field": field, "dataclass": _dataclass, "Callable": Callable,
                                  "LogprobsLists": LogprobsLists, "LogprobsTensors": _LogprobsTensors,
                                  "htorch": types.SimpleNamespace(core=types.SimpleNamespace(mark_step=lambda: None)),
                                  "empty_list": lambda: field(default_factory=list)}
@@ -204,8 +199,21 @@ def lift_step(runner: Any, root: Path, grammar: bool = False) -> dict[str, Any]:
                                                 "shallow_tuple", "round_up"}), []), str(path), "exec"),
          namespace)
     exec(compile(ast.Module([defs[n] for n in sorted(lifted)], []), str(path), "exec"), namespace)
-    for name in lifted:
-        setattr(runner, name, types.MethodType(namespace[name], runner))
+    return code, {name: namespace[name] for name in lifted}
+
+
+def lift_step(runner: Any, root: Path, grammar: bool = False) -> dict[str, Any]:
+    """Lift onto `runner` (a ``vllm_gaudi_stubs.Runner``) what one engine step runs of the tree's
+    ``hpu_model_runner.py`` (see the module's docstring) and set the attributes it reads (sync
+    scheduling, no structured output yet, CPU, no profiler); return the parts of
+    ``sample_tokens`` compiled (``head``, ``flag``, ``structured``, ``tail``) for ``exec`` with the
+    step's locals. With `grammar`, the runner's own ``apply_grammar_bitmask`` is lifted too (with
+    xgrammar's CPU kernel contract, ``XGR_CPU``); without, it is a no-op."""
+    runner.input_batch.block_table = _BlockTable()
+    path = root / RUNNER_REL
+    code, functions = _lifted(path, path.stat().st_mtime_ns, grammar)
+    for name, fn in functions.items():
+        setattr(runner, name, types.MethodType(fn, runner))
     runner._can_merge_prefill_contents = lambda lhs, rhs: False  # one prefill batch per prompt
     runner._get_attention_group_id_for_hybrid = lambda: 0
     runner.get_dp_padding = lambda n: 0
