@@ -13,7 +13,9 @@ random ``SamplingParams`` (greedy / temperature, top_k, top_p, min_p, seed, the 
 allowed_token_ids, logit_bias, min_tokens, logprobs incl. -1, bad_words incl. multi-token) and, for
 about a quarter of them, a grammar (structured output: the scheduler's
 ``structured_output_request_ids``, shuffled, with their bitmask rows, for the requests that are not
-a prefill chunk), finishes, chunked prefills and padded decode buckets, under sync and async
+a prefill chunk), finishes, pauses (a running request left out of steps: removed from the batch,
+its state kept, re-added when scheduled again, with its output ids recovered under async as the
+scheduler's ``all_token_ids`` do), chunked prefills and padded decode buckets, under sync and async
 scheduling. Each sampler call is checked per request: sampling parameters at its row, its
 generator, the output ids the penalties / bad_words / min_tokens see, the allowed and bad_words
 masks, the grammar bitmask on its row, the processors' effect on a probe logits tensor, the
@@ -37,7 +39,8 @@ probe row, logprobs served. A difference where the GPU path itself disagrees wit
 listed under ``gpu_disagrees`` ("vLLM's GPU path disagrees with the request") and does not count.
 ``--no-reference`` skips it.
 
-Not covered (yet): preemption and resume, prompt_logprobs, speculative decoding; see the fix pages.
+Not covered (yet): a preempted request's recompute (num_computed_tokens back to 0), prompt_logprobs,
+the generator's state (its owner is checked), speculative decoding; see the fix pages.
 """
 
 from __future__ import annotations
@@ -191,15 +194,18 @@ class GpuBatch:
         self.states[rid] = state
         self.new.append(state)
 
-    def update(self, finished: list[Any], arrived: list[Any], requests: dict[str, Any]) -> None:
+    def update(self, finished: list[Any], pausing: list[Any], resumed: list[Any], use_async: bool) -> None:
         batch = self.batch
-        removed = [batch.remove_request(r.rid) for r in finished]
+        removed = [batch.remove_request(r.rid) for r in finished + pausing]  # finished and unscheduled
         for r in finished:
             self.states.pop(r.rid)
         for rid, state in self.states.items():
             if rid in batch.req_id_to_index:
                 batch.num_computed_tokens_cpu[batch.req_id_to_index[rid]] = state.num_computed_tokens
-        for state in self.new:
+        for r in resumed:
+            if use_async:  # the scheduler's all_token_ids recover the output ids
+                self.states[r.rid].output_token_ids = list(r.generated)
+        for state in [*self.new, *(self.states[r.rid] for r in resumed)]:
             batch.add_request(state)
         self.new = []
         if removed:
@@ -267,6 +273,7 @@ class Schedule:
         self.mode = "async" if use_async else "sync"
         self.hpu = Hpu(root, use_async)
         self.number = 0
+        self.paused: set[str] = set()
         self.requests: dict[str, Request] = {}
         self.next_id = 0
         self.found: list[tuple[str, str]] = []
@@ -309,32 +316,43 @@ class Schedule:
     def step(self, number: int) -> None:
         batch, runner = self.hpu.batch, self.hpu.runner
         rng = self.rng
-        # What the scheduler decides: finishes, arrivals, tokens per request.
-        finished = [r for r in self.requests.values() if r.generated and rng.random() < 0.15]
+        # What the scheduler decides: finishes, pauses (a running request left out of the step:
+        # the token budget, or preempted), resumes, arrivals, tokens per request.
+        running = [r for r in self.requests.values() if r.rid not in self.paused]
+        finished = [r for r in running if r.generated and rng.random() < 0.15]
+        pausing = [r for r in running if r.generated and r not in finished and rng.random() < 0.1]
+        resumed = [self.requests[rid] for rid in sorted(self.paused) if rng.random() < 0.6]
+        self.paused = (self.paused - {r.rid for r in resumed}) | {r.rid for r in pausing}
         self.arrived: list[Any] = []
         free = MAX_REQS - (len(self.requests) - len(finished))
         for _ in range(rng.randint(0, min(2, free))):
             self._arrive()
-        # HPUModelRunner._update_states: removals, arrivals into the freed rows, condense, refresh.
-        removed = sorted((batch.remove_request(r.rid) for r in finished), reverse=True)
+        # HPUModelRunner._update_states: removals (finished and unscheduled requests), new and
+        # resumed requests into the freed rows (the lowest first), condense, refresh.
+        removed = sorted((batch.remove_request(r.rid) for r in finished + pausing), reverse=True)
         for r in finished:
             runner.requests.pop(r.rid)
             del self.requests[r.rid]
         for rid, state in runner.requests.items():
             if rid in batch.req_id_to_index:
                 batch.num_computed_tokens_cpu[batch.req_id_to_index[rid]] = state.num_computed_tokens
-        for state in self.arrived:
+        for r in resumed:
+            if runner.use_async_scheduling:  # the scheduler's all_token_ids recover the output ids
+                r.state.output_token_ids = list(r.generated)
+        for state in [*self.arrived, *(r.state for r in resumed)]:
             batch.add_request(state, removed.pop() if removed else None)
         if removed:
             batch.condense(removed)
         if self.gpu is not None:
-            self.gpu.update(finished, self.arrived, self.requests)
+            self.gpu.update(finished, pausing, resumed, runner.use_async_scheduling)
         # As _update_states: the device copies are refreshed only when a request came or went.
-        self.batch_changed = bool(self.arrived or finished)
+        self.batch_changed = bool(self.arrived or finished or pausing or resumed)
         if self.batch_changed:
             batch.refresh_sampling_metadata()
         scheduled = {}
         for r in self.requests.values():
+            if r.rid in self.paused:
+                continue
             left = len(r.prompt) - r.computed
             scheduled[r.rid] = min(left, rng.randint(1, CHUNK)) if left > 0 else 1
         if not scheduled:
