@@ -46,8 +46,6 @@ the generator's state (its owner is checked), speculative decoding; see the fix 
 from __future__ import annotations
 
 import argparse
-import ast
-import contextlib
 import functools
 import json
 import random

@@ -34,11 +34,6 @@ VOCAB = 256
 TOKEN_BASE = 200  # request n samples token 200 + n
 
 
-def _runner_class(path: Path) -> ast.ClassDef:
-    tree = ast.parse(path.read_text(), str(path))
-    return next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "HPUModelRunner")
-
-
 def _method(cls: ast.ClassDef, name: str) -> ast.FunctionDef:
     return next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == name)
 
@@ -63,22 +58,12 @@ def _sample_tokens_parts(cls: ast.ClassDef, path: Path) -> dict[str, list[ast.st
                        and "logits_combined" in ast.unparse(s)), None)
     if structured is None:
         raise LookupError(f"{path}: no structured-output block joining logits_combined (update the test)")
-    tail_from = _index(body, lambda s: isinstance(s, ast.If) and ast.unparse(s.test) ==
-                       "self.use_async_scheduling or self.use_structured_output", path, "async / structured tail")
-    tail_to = _index(body, lambda s: isinstance(s, ast.For) and "postprocessed_sampled_token_ids[:num_reqs]" in
-                     ast.unparse(s.iter), path, "output-token loop")
     return {"head": body[head_from:head_to], "flag": body[flag_from:flag_to + 1], "structured": structured.body,
-            "tail": body[tail_from:tail_to + 1]}
-
-
-def _self_calls(nodes: list[ast.AST]) -> set[str]:
-    return {sub.func.attr for node in nodes for sub in ast.walk(node)
-            if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute)
-            and isinstance(sub.func.value, ast.Name) and sub.func.value.id == "self"}
+            "tail": stubs.tail_of_sample_tokens(cls, path)}
 
 
 def _module_defs(path: Path, names: set[str]) -> list[ast.stmt]:
-    tree = ast.parse(path.read_text(), str(path))
+    tree = stubs.parse(path)
     found = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef)) and n.name in names]
     if {n.name for n in found} != names:
         raise LookupError(f"{path}: missing {names - {n.name for n in found}} (vllm_gaudi changed; update the test)")
@@ -167,7 +152,7 @@ XGR_CPU = types.SimpleNamespace(apply_token_bitmask_inplace_cpu=_apply_token_bit
 def _lifted(path: Path, mtime_ns: int, grammar: bool) -> tuple[dict[str, Any], dict[str, Any]]:
     """``lift_step``'s parsing and compiling, once per file version: the parts of ``sample_tokens``
     compiled and the lifted methods as functions (bound to each runner by ``lift_step``)."""
-    cls = _runner_class(path)
+    cls = stubs.runner_class(path)
     parts = _sample_tokens_parts(cls, path)
     code = {k: compile(ast.Module(v, []), str(path), "exec") for k, v in parts.items()}
     defs = {n.name: n for n in cls.body if isinstance(n, ast.FunctionDef)}
@@ -180,13 +165,13 @@ def _lifted(path: Path, mtime_ns: int, grammar: bool) -> tuple[dict[str, Any], d
         wanted.add("apply_grammar_bitmask")
     else:
         provided.add("apply_grammar_bitmask")
-    todo = wanted | _self_calls([n for v in parts.values() for n in v])
+    todo = wanted | stubs.self_calls([n for v in parts.values() for n in v])
     lifted: set[str] = set()
     while todo - provided - lifted:
         name = (todo - provided - lifted).pop()
         if name in defs:
             lifted.add(name)
-            todo |= _self_calls([defs[name]])
+            todo |= stubs.self_calls([defs[name]])
         else:
             provided.add(name)
     from dataclasses import dataclass as _dataclass
