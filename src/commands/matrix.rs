@@ -56,14 +56,20 @@ pub fn run(global: &Settings, args: &MatrixArgs) -> Result<ExitStatus> {
 
     // What killed runs left in the cache (patched copies, half-extracted releases) goes first.
     upkeep_report::notes(global.output(), &upstream::remove_stale(&upstream::cache_dir()?));
-    let mut progress = Progress::or_lines(global);
+    let mut progress = Progress::or_lines(global, "matrix");
+    progress.set_total((releases.len() * fixes.len()) as u64, "cells");
     let mut prepared = Vec::new();
     let mut cells = Vec::new();
+    let mut done = 0;
     for (ri, release) in releases.iter().enumerate() {
-        let step = format!("matrix: {release} ({}/{})", ri + 1, releases.len());
+        let step = format!("{release} ({}/{})", ri + 1, releases.len());
         let (trees, mut judged) =
-            matrix::run_release(&catalog, &fixes, release, python, tests_unavailable.as_deref(), &mut |what| {
-                progress.draw(&format!("{step}: {what}"))
+            matrix::run_release(&catalog, &fixes, release, python, tests_unavailable.as_deref(), &mut |s| match s {
+                matrix::Step::Doing(what) => progress.draw(&format!("{step}: {what}")),
+                matrix::Step::CellDone => {
+                    done += 1;
+                    progress.set_done(done, &step, None);
+                }
             });
         prepared.push(trees);
         cells.append(&mut judged);

@@ -1,8 +1,9 @@
 """gaudi-fixes' result plugin for pytest, loaded with `-p gaudi_fixes_pytest` by `gaudi-fixes test`
 and `matrix`. It writes what pytest itself decided, as JSON, to $GAUDI_FIXES_PYTEST_REPORT when
 the session ends (exit status, counts, skip reasons), and the test now running to
-$GAUDI_FIXES_PYTEST_RUNNING, so that gaudi-fixes never reads a verdict from a line of output
-(an atexit handler's line on stderr is not a summary) and can name the test in its heartbeat.
+$GAUDI_FIXES_PYTEST_RUNNING (its node id, then a line "DONE TOTAL": tests finished of those
+collected), so that gaudi-fixes never reads a verdict from a line of output (an atexit handler's
+line on stderr is not a summary) and can say in its heartbeat which test runs and how far along.
 """
 
 import json
@@ -12,6 +13,7 @@ import time
 _COUNTS = {"passed": 0, "failed": 0, "errors": 0, "skipped": 0, "xfailed": 0, "xpassed": 0}
 _SKIPS = []
 _START = [time.time()]
+_PROGRESS = {"done": 0, "total": 0, "running": ""}
 
 
 def _replace(path, text):
@@ -26,10 +28,24 @@ def pytest_sessionstart(session):
     _START[0] = time.time()
 
 
-def pytest_runtest_logstart(nodeid, location):
+def _running():
     path = os.environ.get("GAUDI_FIXES_PYTEST_RUNNING")
     if path:
-        _replace(path, nodeid)
+        _replace(path, "%s\n%d %d\n" % (_PROGRESS["running"], _PROGRESS["done"], _PROGRESS["total"]))
+
+
+def pytest_collection_finish(session):
+    _PROGRESS["total"] = len(session.items)
+
+
+def pytest_runtest_logstart(nodeid, location):
+    _PROGRESS["running"] = nodeid
+    _running()
+
+
+def pytest_runtest_logfinish(nodeid, location):
+    _PROGRESS["done"] += 1
+    _running()
 
 
 def pytest_collectreport(report):

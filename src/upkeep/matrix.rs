@@ -286,6 +286,14 @@ pub fn with_predecessors(catalog: &Catalog, fix: &Fix) -> Vec<String> {
     names.into_iter().collect()
 }
 
+/// What a release's run is doing, for the progress display.
+pub enum Step<'a> {
+    /// A step within the release, in words.
+    Doing(&'a str),
+    /// One more cell (fix × release) is judged.
+    CellDone,
+}
+
 /// One release: prepare its pristine trees (into the cache), then judge every fix on them.
 /// A release that cannot be prepared gives an error cell per fix.
 pub fn run_release(
@@ -294,16 +302,17 @@ pub fn run_release(
     release: &str,
     python: &str,
     tests_unavailable: Option<&str>,
-    progress: &mut dyn FnMut(&str),
+    progress: &mut dyn FnMut(Step<'_>),
 ) -> (ReleaseTrees, Vec<Cell>) {
-    progress("preparing the pristine trees");
-    let vroot = upstream::vllm_tree(python, release, |what| progress(what));
+    progress(Step::Doing("preparing the pristine trees"));
+    let vroot = upstream::vllm_tree(python, release, |what| progress(Step::Doing(what)));
     let gaudi = upstream::gaudi_tree(release);
     let (vroot, gaudi) = match (vroot, gaudi) {
         (Ok(v), Ok(g)) => (v, g),
         (v, g) => {
             let err = format!("{:#}", v.err().or(g.err()).expect("one failed"));
-            let cells = fixes.iter().map(|fix| error_cell(fix, release, &err)).collect();
+            let cells: Vec<Cell> = fixes.iter().map(|fix| error_cell(fix, release, &err)).collect();
+            cells.iter().for_each(|_| progress(Step::CellDone));
             let trees =
                 ReleaseTrees { release: release.to_string(), vllm_root: None, vllm_gaudi: None, error: Some(err) };
             return (trees, cells);
@@ -334,11 +343,12 @@ pub fn run_release(
     let mut cells = Vec::new();
     for fix in fixes {
         let name = &fix.manifest.name;
-        progress(&format!("{name}: checking"));
+        progress(Step::Doing(&format!("{name}: checking")));
         let cell = evaluate_cell(catalog, fix, release, &trees, &only, python, tests_unavailable, |s| {
-            progress(&format!("{name}: {s}"))
+            progress(Step::Doing(&format!("{name}: {s}")))
         });
         cells.push(cell.unwrap_or_else(|e| error_cell(fix, release, &format!("{e:#}"))));
+        progress(Step::CellDone);
     }
     (prepared, cells)
 }

@@ -101,7 +101,7 @@ pub fn resolve_python(python: &str) -> Result<String> {
 
 /// The torch version a pip-installed vLLM pins (`Requires-Dist: torch==X` in the dist-info
 /// beside `vllm/`), with vLLM's version; `None` for a tree without dist-info.
-fn pinned_torch(vllm_root: &Path) -> Option<(String, String)> {
+pub fn pinned_torch(vllm_root: &Path) -> Option<(String, String)> {
     let re = regex::Regex::new(r"(?m)^Requires-Dist: torch==([^\s;]+)\s*$").expect("valid regex");
     std::fs::read_dir(vllm_root).ok()?.flatten().find_map(|e| {
         let name = e.file_name().to_string_lossy().to_string();
@@ -164,9 +164,9 @@ pub enum Talk<'a> {
     Silent,
 }
 
-/// The longest a run may go without a line before it says which test is running: under the
-/// 20 s a build log's reader waits, with room for one slow write.
-pub const HEARTBEAT: std::time::Duration = std::time::Duration::from_secs(15);
+/// The longest a run may go without a line before it says which test is running and how far
+/// along it is: a log is never silent for 10 s, with room for one slow write.
+pub const HEARTBEAT: std::time::Duration = std::time::Duration::from_secs(8);
 
 /// The result plugin loaded into pytest (`-p gaudi_fixes_pytest`): it writes pytest's verdict
 /// as JSON and the test now running to files this run names.
@@ -395,9 +395,7 @@ fn run_pytest(
             Err(mpsc::RecvTimeoutError::Disconnected) => break,
         }
         if last_line.elapsed() >= HEARTBEAT {
-            let running = std::fs::read_to_string(&files.running).ok().filter(|r| !r.trim().is_empty());
-            let now = running.map_or("collecting the tests".to_string(), |r| format!("running {}", r.trim()));
-            let line = format!("{} s: {now}", started.elapsed().as_secs());
+            let line = heartbeat(&std::fs::read_to_string(&files.running).unwrap_or_default(), started.elapsed());
             match &mut talk {
                 Talk::Echo(out) => {
                     let _ = writeln!(out, "{}[gaudi-fixes] {line}", if at_line_start { "" } else { "\n" });
@@ -415,6 +413,30 @@ fn run_pytest(
     }
     let status = child.wait().context("waiting for pytest")?;
     Ok((status, String::from_utf8_lossy(&kept).to_string()))
+}
+
+/// The heartbeat line from what the plugin wrote (the node id running, then "DONE TOTAL"):
+/// `40 s: 12 of 57 tests done, running test_a.py::test_x, about 2 min 30 s left`.
+fn heartbeat(running: &str, elapsed: std::time::Duration) -> String {
+    let mut lines = running.lines();
+    let test = lines.next().map(str::trim).filter(|t| !t.is_empty());
+    let counts: Option<(u64, u64)> = lines.next().and_then(|l| {
+        let (done, total) = l.trim().split_once(' ')?;
+        Some((done.parse().ok()?, total.parse().ok()?))
+    });
+    let mut parts = vec![format!("{} s", elapsed.as_secs())];
+    let now = test.map_or("collecting the tests".to_string(), |t| format!("running {t}"));
+    match counts {
+        Some((done, total)) if total > 0 => {
+            let left = (done > 0 && total >= done).then(|| {
+                let per = elapsed.as_secs_f64() / done as f64;
+                format!(", about {} left", crate::report::progress::duration(per * (total - done) as f64))
+            });
+            parts.push(format!("{done} of {total} tests done, {now}{}", left.unwrap_or_default()));
+        }
+        _ => parts.push(now),
+    }
+    parts.join(": ")
 }
 
 /// Send what `pipe` gives, chunk by chunk, until it closes.
@@ -469,5 +491,17 @@ mod tests {
         assert_eq!(v.skip_reasons(), ["no vllm_gaudi/ in /t (2 tests)", "vectors not set"]);
         assert_eq!(Verdict { errors: 1, ..Verdict::default() }.summary(), "1 error in 0.00s");
         assert_eq!(Verdict::default().summary(), "no tests ran in 0.00s");
+    }
+
+    #[test]
+    fn the_heartbeat_says_how_far_along_the_tests_are() {
+        let at = std::time::Duration::from_secs(40);
+        assert_eq!(heartbeat("t.py::test_x\n10 of 50\n", at), "40 s: running t.py::test_x");
+        assert_eq!(
+            heartbeat("t.py::test_x\n10 50\n", at),
+            "40 s: 10 of 50 tests done, running t.py::test_x, about 2 min 40 s left"
+        );
+        assert_eq!(heartbeat("t.py::test_x\n0 50\n", at), "40 s: 0 of 50 tests done, running t.py::test_x");
+        assert_eq!(heartbeat("", at), "40 s: collecting the tests");
     }
 }
