@@ -201,7 +201,15 @@ impl From<TestFlags> for settings::TestArgs {
 
 impl From<ConformFlags> for settings::ConformArgs {
     fn from(f: ConformFlags) -> settings::ConformArgs {
-        settings::ConformArgs { schedules: f.schedules, seed: f.seed, first: f.first }
+        settings::ConformArgs {
+            schedules: f.schedules,
+            seed: f.seed,
+            first: f.first,
+            replay: f.replay,
+            no_reference: f.no_reference,
+            setup: f.setup,
+            requirements: f.requirements,
+        }
     }
 }
 
@@ -275,7 +283,7 @@ pub enum Command {
     /// Run a fix's tests (built into the binary) against the trees found: 0 pass, 1 fail, 3 error.
     Test(TestFlags),
     /// Drive the trees' HPU sampling path with seeded schedules and hold it against each
-    /// request's parameters: 0 no difference, 1 differences, 3 cannot run.
+    /// request's parameters: 0 no difference, 1 differences, 3 cannot run (--setup first).
     Conform(ConformFlags),
     /// Every fix × release: state, variant, whether the fix's tests pass; `--record` writes `verified:`.
     Matrix(MatrixFlags),
@@ -513,15 +521,32 @@ pub struct TestFlags {
 /// `conform` flags.
 #[derive(Debug, Args)]
 pub struct ConformFlags {
-    /// How many seeded schedules to run (half under sync, half under async scheduling).
-    #[arg(long, default_value_t = 200, value_name = "N")]
+    /// How many seeded schedules to run, at least 1 (half under sync, half under async
+    /// scheduling; about 0.5 s each after a start of 15-60 s).
+    #[arg(long, default_value_t = 200, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub schedules: u32,
     /// The first schedule's seed (schedule n uses seed + n): the same seed, the same schedules.
     #[arg(long, default_value_t = 0, value_name = "S")]
     pub seed: u64,
-    /// Stop at the first schedule that finds a difference.
+    /// Stop at the first schedule that finds a difference and print that schedule as data
+    /// (the last line of the report; `failing_schedule` in JSON), for --replay.
     #[arg(long)]
     pub first: bool,
+    /// Run the one schedule saved in FILE (what --first printed) instead of seeded ones.
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["schedules", "seed", "first"])]
+    pub replay: Option<PathBuf>,
+    /// Only hold each request against its own parameters: vLLM's GPU path is not imported.
+    #[arg(long = "no-reference")]
+    pub no_reference: bool,
+    /// Set up or repair --python's environment for the suite, then exit: write the pinned
+    /// requirements built into gaudi-fixes to the cache and run `PYTHON -m pip install --no-deps
+    /// -r FILE`. torch is never installed (the interpreter's own is used).
+    #[arg(long, conflicts_with_all = ["replay", "first", "requirements", "schedules", "seed", "no_reference"])]
+    pub setup: bool,
+    /// Print the pinned requirements built into gaudi-fixes (a file for `pip install --no-deps
+    /// -r`), then exit.
+    #[arg(long, conflicts_with_all = ["replay", "first", "schedules", "seed", "no_reference"])]
+    pub requirements: bool,
 }
 
 /// `matrix` flags.

@@ -127,8 +127,16 @@ pub struct ConformArgs {
     pub schedules: u32,
     /// The first schedule's seed; schedule n has seed + n.
     pub seed: u64,
-    /// Stop at the first schedule that finds a difference.
+    /// Stop at the first schedule that finds a difference (and print it as data).
     pub first: bool,
+    /// Run the one schedule saved in this file instead of seeded ones.
+    pub replay: Option<PathBuf>,
+    /// Only hold requests against their own parameters (vLLM's GPU path not imported).
+    pub no_reference: bool,
+    /// Install the suite's pinned requirements into `--python`'s environment, then exit.
+    pub setup: bool,
+    /// Print the pinned requirements, then exit.
+    pub requirements: bool,
 }
 
 /// `matrix` flags.

@@ -1,93 +1,337 @@
-//! `conform` through the real binary: the suite's report rendered (table, JSON, GitHub), its exit
-//! codes (0 no difference, 1 differences, 3 cannot run, with the pip line), and the built-in
-//! suite on a real pristine tree when this machine has one and the venv. The catalogue's
-//! `fixes/_support` folder is no fix, and `test` writes it beside every fix's tests.
+//! `conform` through the real binary, with a stand-in suite (a small Python `conform.py` in a
+//! `--catalog` copy, run by `python3` behind a stand-in interpreter that answers the module
+//! probe and pip): the report rendered (table with each feature's fixes, JSON, GitHub), the
+//! verdict's conditions (exit 0 only with the suite's exit 0, a complete report and a schedule;
+//! 3 otherwise, the reason said), every missing module named before the suite runs, `--setup`
+//! and `--requirements` from the built-in requirements, progress lines in a log at least every
+//! 10 s, `--first` and `--replay`. Also the built-in suite on a real pristine tree when this
+//! machine has one and the venv. The catalogue's `fixes/_support` folder is no fix.
 
+use std::io::BufRead;
 use std::os::unix::fs::PermissionsExt;
 use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+use std::time::{Duration, Instant};
 
 use crate::common::{fixture, with_fixture, Dir};
 
-/// A stand-in for python: passes the module probe; run as `conform.py` (which must have been
-/// written into its working directory) it prints `$FAKE_REPORT`.
+/// A stand-in interpreter: answers gaudi-fixes' probe with `$FAKE_PROBE` (default: everything
+/// there), records pip's arguments in `$FAKE_STATE/pip.args`, and runs anything else with the
+/// real `python3` (the stand-in suite).
 const FAKE_PYTHON: &str = r#"#!/bin/sh
-if [ "$1" = "-c" ]; then echo gaudi-fixes-probe-ok; echo; exit 0; fi
-[ "$1" = conform.py ] && [ -f conform.py ] && [ -f vllm_gaudi_stubs.py ] || { echo "not the suite: $*"; exit 4; }
-echo "$FAKE_REPORT"
+if [ "$1" = "-c" ]; then
+  echo gaudi-fixes-probe-ok
+  if [ -e "$FAKE_STATE/installed" ]; then echo "$FAKE_PROBE_AFTER"; else echo "${FAKE_PROBE:-$ALL_THERE}"; fi
+  exit 0
+fi
+if [ "$1" = "-m" ] && [ "$2" = pip ]; then
+  echo "$@" > "$FAKE_STATE/pip.args"; [ -n "$FAKE_PIP_FAILS" ] && exit 1
+  touch "$FAKE_STATE/installed"; exit 0
+fi
+exec python3 "$@"
 "#;
 
-const DIFFERS: &str = r#"{"root": "r", "schedules": 4, "seed": 7, "seconds": 0.1, "features": [{"name": "min_p", "schedules": 3, "differences": 2, "first": "schedule 7, step 2 (sync, decode call): request r3 asked min_p=0.2; the HPU sampler applied none"}, {"name": "seeds", "schedules": 4, "differences": 0, "first": null}]}"#;
-const CLEAN: &str = r#"{"root": "r", "schedules": 4, "seed": 7, "seconds": 0.1, "features": [{"name": "min_p", "schedules": 3, "differences": 0, "first": null}]}"#;
-const GPU_DISAGREES: &str = r#"{"root": "r", "schedules": 4, "seed": 7, "seconds": 0.1, "reference": "vLLM's GPU path of the tree (gpu_input_batch.InputBatch)", "features": [{"name": "allowed_token_ids", "schedules": 3, "differences": 0, "first": null}], "gpu_disagrees": [{"name": "allowed_token_ids", "count": 5, "first": "schedule 1, step 5 (async, prefill call): request r6 (no allowed_token_ids): the HPU path hands the sampler 'every token' for allowed_token_ids, vLLM's GPU path '[2, 3]'; vLLM's GPU path disagrees with the request"}]}"#;
-const MISSING: &str = r#"{"error": "the suite needs the Python module numpy", "missing": "numpy", "pip": "py -m pip install --no-deps numpy"}"#;
+const ALL_THERE: &str =
+    r#"{"missing_modules": [], "dists": {"msgspec": "0.23.0", "pydantic": "2.14.4"}, "torch": "2.13.0"}"#;
 
+const REQUIREMENTS: &str = "# pins for the stand-in suite\nmsgspec==0.23.0\npydantic==2.14.4\n";
+
+/// The stand-in suite: behaves as `$FAKE_MODE` says, records its argv in `$FAKE_STATE/argv.json`.
+const SUITE: &str = r#"
+import argparse, json, os, sys, time
+ap = argparse.ArgumentParser()
+for flag in ("--root", "--replay"):
+    ap.add_argument(flag)
+ap.add_argument("--schedules", type=int)
+ap.add_argument("--seed", type=int)
+for flag in ("--first", "--no-reference", "--progress"):
+    ap.add_argument(flag, action="store_true")
+a = ap.parse_args()
+json.dump(sys.argv[1:], open(os.path.join(os.environ["FAKE_STATE"], "argv.json"), "w"))
+mode = os.environ.get("FAKE_MODE", "clean")
+time.sleep(float(os.environ.get("FAKE_IMPORT", "0")))
+
+def feature(name, n, d=0, first=None):
+    return {"name": name, "schedules": n, "differences": d, "first": first}
+
+def report(**kw):
+    doc = {"root": a.root, "schedules": a.schedules, "requested": a.schedules, "complete": True, "seed": a.seed,
+           "seconds": 0.1, "reference": None, "features": [feature("min_p", a.schedules), feature("seeds", a.schedules)],
+           "gpu_disagrees": [], "reference_errors": []}
+    doc.update(kw)
+    print(json.dumps(doc))
+
+if mode in ("clean", "differs"):
+    for n in range(a.schedules):
+        time.sleep(float(os.environ.get("FAKE_PAUSE", "0")))
+        if a.progress:
+            tick = {"done": n + 1, "total": a.schedules, "differences": 0, "seconds": n + 1}
+            print("conform-progress " + json.dumps(tick), file=sys.stderr, flush=True)
+if mode == "clean":
+    report()
+elif mode == "differs":
+    first = "schedule 7, step 2 (sync, decode call): request r3 asked min_p=0.2; the HPU sampler applied none"
+    report(features=[feature("min_p", 3, 2, first), feature("seeds", 4)])
+elif mode == "crash":
+    print("{}")
+    print("Traceback (most recent call last):\nRuntimeError: boom in step 3", file=sys.stderr)
+    sys.exit(1)
+elif mode == "empty":
+    print("{}")
+elif mode == "report-then-exit-1":
+    report()
+    sys.exit(1)
+elif mode == "incomplete":
+    report(schedules=2, complete=False)
+elif mode == "old-and-short":
+    doc = {"root": a.root, "schedules": a.schedules - 1, "seed": a.seed, "features": [feature("min_p", 1)]}
+    print(json.dumps(doc))
+elif mode == "missing":
+    print(json.dumps({"error": "the suite needs the Python modules numpy and msgspec", "missing": ["numpy", "msgspec"],
+                      "pip": "py -m pip install --no-deps numpy msgspec"}))
+    sys.exit(3)
+elif mode == "first":
+    schedule = {"seed": 7, "async": True, "steps": [{"arrive": ["r0"], "params": {"r0": {"min_p": 0.2}}}]}
+    report(schedules=3, features=[feature("min_p", 3, 1, "schedule 7, step 0: r0 asked min_p=0.2")],
+           failing_schedule=schedule)
+elif mode == "replay":
+    s = json.load(open(a.replay))
+    report(schedules=1, requested=1, features=[feature("min_p", 1, 1, "replayed seed %d" % s["seed"])])
+elif mode == "gpu":
+    report(reference="vLLM's GPU path of the tree (gpu_input_batch.InputBatch)",
+           gpu_disagrees=[{"name": "allowed_token_ids", "count": 5, "first": "schedule 1, step 5: vLLM's GPU path disagrees with the request"}],
+           reference_errors=[{"name": "logprobs", "count": 2, "first": "schedule 3: gpu_input_batch raised KeyError: 'r4'"}])
+"#;
+
+/// The fixture (fix-a names `min_p` in `conform:`), a vllm_gaudi package, the stand-in suite
+/// and interpreter.
 fn with_suite() -> Dir {
     let d = fixture();
+    let manifest = d.read_string("cat/fixes/fix-a/fix.yaml");
+    d.write("cat/fixes/fix-a/fix.yaml", format!("{manifest}conform: [min_p]\n"));
     d.write("root/vllm_gaudi/__init__.py", "");
-    d.write("cat/fixes/_support/conform.py", "# the suite\n");
+    d.write("cat/fixes/_support/conform.py", SUITE);
     d.write("cat/fixes/_support/vllm_gaudi_stubs.py", "# the stubs\n");
+    d.write("cat/fixes/_support/requirements.txt", REQUIREMENTS);
     let py = d.write("py", FAKE_PYTHON);
     std::fs::set_permissions(&py, std::fs::Permissions::from_mode(0o755)).unwrap();
     d
 }
 
+/// `conform` with `args` in `d`, the stand-in suite in `mode`; returns (stdout, stderr).
+fn conform(d: &Dir, mode: &str, args: &[&str], code: i32) -> (String, String) {
+    let mut all = vec!["--python", "./py"];
+    all.extend_from_slice(args);
+    d.cmd()
+        .args(with_fixture(&all))
+        .env("FAKE_MODE", mode)
+        .env("FAKE_STATE", d.path())
+        .env("ALL_THERE", ALL_THERE)
+        .env("GAUDI_FIXES_CACHE", d.path().join("cache"))
+        .expect(code)
+}
+
+fn json(out: &str) -> serde_json::Value {
+    serde_json::from_str(out).unwrap_or_else(|e| panic!("{e}: {out}"))
+}
+
 #[test]
-fn differences_are_a_table_with_the_first_as_a_sentence_and_exit_1() {
+fn differences_are_a_table_naming_each_features_fix_with_the_first_as_a_sentence_and_exit_1() {
     let d = with_suite();
-    let (out, _) = d
-        .cmd()
-        .args(with_fixture(&["--python", "./py", "conform", "--schedules", "4"]))
-        .env("FAKE_REPORT", DIFFERS)
-        .expect(1);
+    let (out, _) = conform(&d, "differs", &["conform", "--schedules", "4"], 1);
     assert!(out.contains("request r3 asked min_p=0.2; the HPU sampler applied none"), "{out}");
     assert!(out.contains("conform: 2 difference(s)"), "{out}");
-    let row = out.lines().find(|l| l.trim_start().starts_with("min_p")).unwrap_or_default();
-    assert!(row.split_whitespace().take(3).eq(["min_p", "3", "2"]), "{out}");
-    let (out, _) = d
-        .cmd()
-        .args(with_fixture(&["--python", "./py", "--format", "json", "conform"]))
-        .env("FAKE_REPORT", DIFFERS)
-        .expect(1);
-    let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
-    assert_eq!((v["differences"].clone(), v["exit_code"].clone()), (2.into(), 1.into()), "{out}");
-    assert_eq!(v["features"][0]["name"], "min_p", "{out}");
-    let (out, _) = d
-        .cmd()
-        .args(with_fixture(&["--python", "./py", "--format", "github", "conform"]))
-        .env("FAKE_REPORT", DIFFERS)
-        .expect(1);
-    assert!(out.starts_with("::error title=conform min_p::2 difference(s)"), "{out}");
-}
-
-#[test]
-fn where_only_vllms_gpu_path_disagrees_with_the_request_it_is_a_note_and_exit_0() {
-    let d = with_suite();
-    let (out, _) =
-        d.cmd().args(with_fixture(&["--python", "./py", "conform"])).env("FAKE_REPORT", GPU_DISAGREES).expect(0);
-    assert!(out.contains("note: allowed_token_ids: vLLM's GPU path disagrees with the request 5 time(s)"), "{out}");
-    assert!(out.contains("conform: no difference"), "{out}");
-    let (out, _) = d
-        .cmd()
-        .args(with_fixture(&["--python", "./py", "--format", "json", "conform"]))
-        .env("FAKE_REPORT", GPU_DISAGREES)
-        .expect(0);
-    let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
-    assert_eq!(v["gpu_disagrees"][0]["count"], 5, "{out}");
-    assert!(v["reference"].as_str().is_some_and(|r| r.contains("gpu_input_batch")), "{out}");
-}
-
-#[test]
-fn no_difference_exits_0_and_a_missing_module_exits_3_with_its_pip_line() {
-    let d = with_suite();
-    let (out, _) = d.cmd().args(with_fixture(&["--python", "./py", "conform"])).env("FAKE_REPORT", CLEAN).expect(0);
-    assert!(out.contains("conform: no difference"), "{out}");
-    let (_, err) = d.cmd().args(with_fixture(&["--python", "./py", "conform"])).env("FAKE_REPORT", MISSING).expect(3);
+    let header = out.lines().find(|l| l.trim_start().starts_with("feature")).unwrap_or_default();
     assert!(
-        err.contains("needs the Python module numpy") && err.contains("`py -m pip install --no-deps numpy`"),
+        header.split_whitespace().eq(["feature", "schedules", "differences", "fix", "first", "difference"]),
+        "{out}"
+    );
+    let row = |name: &str| out.lines().find(|l| l.trim_start().starts_with(name)).unwrap_or_default().to_string();
+    assert!(row("min_p").split_whitespace().take(4).eq(["min_p", "3", "2", "fix-a"]), "{out}");
+    assert!(row("seeds").split_whitespace().take(5).eq(["seeds", "4", "0", "-", "-"]), "{out}");
+    let (out, _) = conform(&d, "differs", &["--format", "json", "conform", "--schedules", "4"], 1);
+    let v = json(&out);
+    assert_eq!((v["differences"].clone(), v["exit_code"].clone()), (2.into(), 1.into()), "{out}");
+    assert_eq!(
+        (v["features"][0]["name"].clone(), v["features"][0]["fixes"].clone()),
+        ("min_p".into(), serde_json::json!(["fix-a"]))
+    );
+    assert_eq!(v["features"][1]["fixes"], serde_json::json!([]), "{out}");
+    let (out, _) = conform(&d, "differs", &["--format", "github", "conform", "--schedules", "4"], 1);
+    assert!(out.starts_with("::error title=conform min_p (fix-a)::2 difference(s)"), "{out}");
+}
+
+#[test]
+fn where_only_vllms_gpu_path_disagrees_or_fails_it_is_a_note_and_exit_0() {
+    let d = with_suite();
+    let (out, _) = conform(&d, "gpu", &["conform", "--schedules", "2"], 0);
+    assert!(out.contains("note: allowed_token_ids: vLLM's GPU path disagrees with the request 5 time(s)"), "{out}");
+    assert!(
+        out.contains("note: vLLM's GPU reference failed (the reference's error, not counted): logprobs: 2 time(s)"),
+        "{out}"
+    );
+    assert!(out.contains("conform: no difference"), "{out}");
+    let (out, _) = conform(&d, "gpu", &["--format", "json", "conform", "--schedules", "2"], 0);
+    let v = json(&out);
+    assert_eq!(v["gpu_disagrees"][0]["count"], 5, "{out}");
+    assert_eq!(v["reference_errors"][0]["name"], "logprobs", "{out}");
+    assert!(v["reference"].as_str().is_some_and(|r| r.contains("gpu_input_batch")), "{out}");
+    let (out, _) = conform(&d, "gpu", &["--format", "github", "conform", "--schedules", "2"], 0);
+    assert!(out.contains("::warning title=conform reference::vLLM's GPU reference failed"), "{out}");
+}
+
+/// Issue 36, finding 4: before, `--schedules 0` exited 0, and a suite that crashed after a `{}`
+/// line was read as a complete report ("0 schedules on ?", exit 0); its exit code never checked.
+#[test]
+fn no_difference_needs_the_suites_exit_0_a_complete_report_and_a_schedule() {
+    let d = with_suite();
+    let (out, _) = conform(&d, "clean", &["conform", "--schedules", "3"], 0);
+    assert!(out.contains("conform: no difference"), "{out}");
+    let (_, err) = conform(&d, "clean", &["conform", "--schedules", "0"], 3);
+    assert!(err.contains("'0' for '--schedules <N>'"), "{err}");
+    let (_, err) = conform(&d, "crash", &["conform", "--schedules", "3"], 3);
+    assert!(err.contains("ended with exit status 1") && err.contains("RuntimeError: boom in step 3"), "{err}");
+    assert!(!err.contains("Some("), "{err}");
+    let (_, err) = conform(&d, "empty", &["conform", "--schedules", "3"], 3);
+    assert!(err.contains("ran no schedule: nothing was checked"), "{err}");
+    let (_, err) = conform(&d, "report-then-exit-1", &["conform", "--schedules", "3"], 3);
+    assert!(err.contains("printed a report but then ended with exit status 1"), "{err}");
+    let (_, err) = conform(&d, "incomplete", &["conform", "--schedules", "4"], 3);
+    assert!(err.contains("ran 2 of the 4 schedule(s) asked for"), "{err}");
+    // A report without `complete`: every schedule asked for must be in it.
+    let (_, err) = conform(&d, "old-and-short", &["conform", "--schedules", "4"], 3);
+    assert!(err.contains("ran 3 of the 4 schedule(s)"), "{err}");
+    let (out, _) = conform(&d, "crash", &["--format", "json", "conform", "--schedules", "3"], 3);
+    assert_eq!(json(&out)["exit_code"], 3, "{out}");
+    let (_, err) = conform(&d, "garbage", &["conform", "--schedules", "3"], 3);
+    assert!(err.contains("ended without a report (exit status 0) (it printed nothing on stderr)"), "{err}");
+}
+
+#[test]
+fn every_missing_module_is_named_at_once_before_the_suite_runs() {
+    let d = with_suite();
+    let probe = r#"{"missing_modules": ["torch"], "dists": {"msgspec": null, "pydantic": null}, "torch": null}"#;
+    let (_, err) = d
+        .cmd()
+        .args(with_fixture(&["--python", "./py", "conform"]))
+        .env("FAKE_STATE", d.path())
+        .env("FAKE_PROBE", probe)
+        .expect(3);
+    assert!(err.contains("/py` has no torch: conform drives vLLM's and vllm_gaudi's sampling code"), "{err}");
+    assert!(!err.contains("the fix's tests"), "{err}");
+    assert!(
+        err.contains("2 of the 2 distributions the suite imports") && err.contains("msgspec==0.23.0, pydantic==2.14.4"),
         "{err}"
     );
-    let (_, err) = d.cmd().args(with_fixture(&["--python", "./py", "conform"])).env("FAKE_REPORT", "garbage").expect(3);
-    assert!(err.contains("the conformance suite did not report"), "{err}");
+    assert!(err.contains("`gaudi-fixes --catalog cat --python ./py conform --setup`"), "{err}");
+    assert!(!d.path().join("argv.json").exists(), "the suite ran");
+    // What the suite itself finds missing is said with its pip line.
+    let (_, err) = conform(&d, "missing", &["conform"], 3);
+    assert!(
+        err.contains("missing: numpy, msgspec") && err.contains("`py -m pip install --no-deps numpy msgspec`"),
+        "{err}"
+    );
+}
+
+#[test]
+fn setup_installs_the_built_in_requirements_without_dependencies_and_requirements_prints_them() {
+    let d = with_suite();
+    let after = ALL_THERE;
+    let probe = r#"{"missing_modules": [], "dists": {"msgspec": null, "pydantic": "2.14.4"}, "torch": "2.13.0"}"#;
+    let run = |extra: &[(&str, &str)], code| {
+        let mut cmd = d
+            .cmd()
+            .args(with_fixture(&["--python", "./py", "conform", "--setup"]))
+            .env("FAKE_STATE", d.path())
+            .env("FAKE_PROBE", probe)
+            .env("FAKE_PROBE_AFTER", after)
+            .env("GAUDI_FIXES_CACHE", d.path().join("cache"));
+        for (k, v) in extra {
+            cmd = cmd.env(k, v);
+        }
+        cmd.expect(code)
+    };
+    let (out, err) = run(&[], 0);
+    let file = d.path().join("cache/conform/requirements.txt");
+    let pip = d.read_string("pip.args");
+    assert_eq!(pip.trim(), format!("-m pip install --no-deps -r {}", file.display()), "{err}");
+    assert_eq!(std::fs::read_to_string(&file).unwrap(), REQUIREMENTS);
+    assert!(err.contains(&format!("running {}/py -m pip install --no-deps -r", d.path().display())), "{err}");
+    assert!(out.contains("ready; run `gaudi-fixes --python"), "{out}");
+    std::fs::remove_file(d.path().join("installed")).unwrap();
+    let (_, err) = run(&[("FAKE_PIP_FAILS", "1")], 3);
+    assert!(err.contains("failed (exit status 1); its output is above"), "{err}");
+    // The pinned file as built in: the catalogue's, byte for byte.
+    let (out, _) = d.cmd().args(["conform", "--requirements"]).expect(0);
+    let shipped =
+        std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("fixes/_support/requirements.txt"));
+    assert_eq!(out, shipped.unwrap());
+    let (out, _) = d.cmd().args(["--catalog", "cat", "--format", "json", "conform", "--requirements"]).expect(0);
+    assert_eq!(json(&out)["requirements"], serde_json::json!(["msgspec==0.23.0", "pydantic==2.14.4"]));
+}
+
+/// Run `args` in `d` and return its exit code, its stderr's lines with the seconds each came at,
+/// and the longest time between two lines (from the start to the end).
+fn timed_stderr(d: &Dir, args: &[&str], env: &[(&str, &str)]) -> (Option<i32>, Vec<(f64, String)>, Duration) {
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_gaudi-fixes"));
+    cmd.current_dir(d.path()).args(args).env("NO_COLOR", "1").env("FAKE_STATE", d.path()).env("ALL_THERE", ALL_THERE);
+    for (k, v) in env {
+        cmd.env(k, v);
+    }
+    let mut child = cmd.stdin(Stdio::null()).stdout(Stdio::null()).stderr(Stdio::piped()).spawn().unwrap();
+    let start = Instant::now();
+    let (mut last, mut gap, mut lines) = (start, Duration::ZERO, Vec::new());
+    for line in std::io::BufReader::new(child.stderr.take().unwrap()).lines() {
+        gap = gap.max(last.elapsed());
+        last = Instant::now();
+        lines.push((start.elapsed().as_secs_f64(), line.unwrap()));
+    }
+    let code = child.wait().unwrap().code();
+    (code, lines, gap.max(last.elapsed()))
+}
+
+/// Before: nothing on stderr until the report (1 min 44 s to 2 min 23 s on real trees).
+#[test]
+fn a_long_run_in_a_log_prints_progress_at_least_every_10_s() {
+    let d = with_suite();
+    let args = with_fixture(&["--python", "./py", "conform", "--schedules", "4"]);
+    let env = [("FAKE_MODE", "clean"), ("FAKE_IMPORT", "11"), ("FAKE_PAUSE", "0.5")];
+    let (code, lines, gap) = timed_stderr(&d, &args, &env);
+    assert_eq!(code, Some(0), "{lines:#?}");
+    assert!(gap < Duration::from_secs(10), "{gap:?} without a line: {lines:#?}");
+    let importing = lines.iter().filter(|(_, l)| l.contains("no schedule done yet")).count();
+    assert!(importing >= 2, "a line at the start and one while importing: {lines:#?}");
+    let counted = lines
+        .iter()
+        .any(|(_, l)| l.starts_with("conform: ") && l.contains("/4 schedules, 0 differences") && l.contains("left)"));
+    assert!(counted, "no line with schedules done of the total and the time left: {lines:#?}");
+}
+
+#[test]
+fn first_prints_the_failing_schedule_and_replay_runs_it() {
+    let d = with_suite();
+    let (out, _) = conform(&d, "first", &["conform", "--first"], 1);
+    assert!(out.contains("to replay it, save it to a file and run `gaudi-fixes conform --replay FILE`"), "{out}");
+    let last = out.lines().last().unwrap_or_default();
+    assert_eq!(json(last)["seed"], 7, "{out}");
+    assert!(d.read_string("argv.json").contains("\"--first\""));
+    let (out, _) = conform(&d, "first", &["--format", "json", "conform", "--first"], 1);
+    assert_eq!(json(&out)["failing_schedule"]["steps"][0]["arrive"][0], "r0", "{out}");
+    d.write("saved.json", format!("{last}\n"));
+    let (out, _) = conform(&d, "replay", &["conform", "--replay", "saved.json", "--no-reference"], 1);
+    assert!(out.contains("replaying saved.json") && out.contains("replayed seed 7"), "{out}");
+    let argv: Vec<String> = serde_json::from_str(&d.read_string("argv.json")).unwrap();
+    let at = argv.iter().position(|a| a == "--replay").expect("--replay passed");
+    assert_eq!(Path::new(&argv[at + 1]), d.path().join("saved.json"), "{argv:?}");
+    assert!(argv.contains(&"--no-reference".to_string()), "{argv:?}");
+    // A file that is no schedule: exit 3 naming it (and the line), the suite not run.
+    std::fs::remove_file(d.path().join("argv.json")).unwrap();
+    d.write("bad.json", "{\"seed\": 7,\n  oops\n");
+    let (_, err) = conform(&d, "replay", &["conform", "--replay", "bad.json"], 3);
+    assert!(err.contains("bad.json:2:") && err.contains("not a schedule"), "{err}");
+    let (_, err) = conform(&d, "replay", &["conform", "--replay", "absent.json"], 3);
+    assert!(err.contains("absent.json"), "{err}");
+    assert!(!d.path().join("argv.json").exists(), "the suite ran");
 }
 
 #[test]
@@ -108,6 +352,26 @@ fn the_support_folder_is_no_fix_but_another_folder_without_a_manifest_is_an_erro
     assert!(err.contains("fixes/typo") && err.contains("fix directory without fix.yaml"), "{err}");
 }
 
+#[test]
+fn lint_refuses_a_default_fix_that_names_no_conformance_feature() {
+    let d = with_suite();
+    let manifest = d.read_string("cat/fixes/fix-a/fix.yaml");
+    d.write("cat/fixes/fix-a/fix.yaml", manifest.replace("conform: [min_p]\n", ""));
+    let (out, _) = d.cmd().args(with_fixture(&["lint"])).expect(1);
+    assert!(out.contains("fix-a is in the default profile but names no conformance feature"), "{out}");
+    assert!(out.contains("cat/fixes/fix-a/fix.yaml:1"), "{out}");
+    // A catalogue without a conformance suite has no feature to name.
+    std::fs::remove_file(d.path().join("cat/fixes/_support/conform.py")).unwrap();
+    d.cmd().args(with_fixture(&["lint"])).expect(0);
+    d.write("cat/fixes/_support/conform.py", SUITE);
+    d.write("cat/fixes/fix-a/fix.yaml", manifest.replace("conform: [min_p]", "conform: [min_p, min_p]"));
+    let (out, _) = d.cmd().args(with_fixture(&["lint"])).expect(1);
+    assert!(out.contains("fix-a: conform: names `min_p` twice"), "{out}");
+    // fix-b is not in the default profile: it may name none.
+    d.write("cat/fixes/fix-a/fix.yaml", &manifest);
+    d.cmd().args(with_fixture(&["lint"])).expect(0);
+}
+
 /// The venv's python with torch, and a pristine v0.30.0 tree with vllm_gaudi, when this machine has both.
 fn real_python_and_tree() -> Option<(PathBuf, PathBuf)> {
     let home = PathBuf::from(std::env::var_os("HOME")?);
@@ -120,7 +384,7 @@ fn real_python_and_tree() -> Option<(PathBuf, PathBuf)> {
 }
 
 #[test]
-fn the_built_in_suite_finds_the_pristine_trees_bugs() {
+fn the_built_in_suite_finds_the_pristine_trees_bugs_and_names_their_fixes() {
     let Some((python, tree)) = real_python_and_tree() else {
         eprintln!("skipped: no venv with torch or no ~/.cache/gaudi-fixes/upstream/v0.30.0 with vllm_gaudi");
         return;
@@ -130,16 +394,14 @@ fn the_built_in_suite_finds_the_pristine_trees_bugs() {
     let root = tree.to_str().expect("utf-8 path");
     let (out, _) =
         d.cmd().args(["--root", root, "--python", python, "--format", "json", "conform", "--schedules", "2"]).expect(1);
-    let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
-    let differs = |name: &str| {
-        v["features"].as_array().unwrap().iter().any(|f| f["name"] == name && f["differences"].as_u64() > Some(0))
-    };
+    let v = json(&out);
+    let feature = |name: &str| v["features"].as_array().unwrap().iter().find(|f| f["name"] == name).cloned();
+    let differs = |name: &str| feature(name).is_some_and(|f| f["differences"].as_u64() > Some(0));
     // Pristine 0.30.0: the logits processors never learn about rows (logitsprocs-batch-updates).
     assert!(differs("min_p") && differs("logit_bias"), "{out}");
-    // The differential half ran: vLLM's own GPU path of the tree, compared row by request id
-    // (schedule 0: the HPU rows hand a request that asked no top_k another request's top_k).
+    assert_eq!(feature("min_p").unwrap()["fixes"], serde_json::json!(["logitsprocs-batch-updates"]), "{out}");
+    // The differential half ran: vLLM's own GPU path of the tree, compared row by request id.
     assert!(v["reference"].as_str().is_some_and(|r| r.contains("gpu_input_batch")), "{out}");
     let firsts: Vec<&str> = v["features"].as_array().unwrap().iter().filter_map(|f| f["first"].as_str()).collect();
     assert!(firsts.iter().any(|f| f.contains("vLLM's GPU path")), "{out}");
-    assert!(Path::new(root).is_dir());
 }

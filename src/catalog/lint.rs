@@ -25,6 +25,7 @@ pub fn lint(catalog: &Catalog, upstream: Option<&Path>) -> Result<LintReport> {
     }
     super::relations::lint(catalog, &mut report);
     release_keys(catalog, &mut report);
+    super::conform_key::lint(catalog, &mut report);
     for fix in &catalog.fixes {
         detect_covers_the_fix(catalog, fix, &mut report);
     }

@@ -31,6 +31,11 @@ pub struct Manifest {
     /// Test files of the fix, relative to its directory.
     #[serde(default)]
     pub tests: Vec<String>,
+    /// The conformance suite's features (`gaudi-fixes conform`'s rows, e.g. `min_p`) that this
+    /// fix's bug shows in: conform's table names the fix beside them. Every fix of the `default`
+    /// profile names at least one (`lint`).
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
+    pub conform: Vec<String>,
 }
 
 /// Why the fix exists.

@@ -1,9 +1,11 @@
 //! The catalogue: fix manifests ([`manifest`]), profiles ([`profile`]), and loading, ordering and
-//! linting them ([`catalog`], [`lint`]); which catalogue it is ([`identity`]); `requires:` and profile `include:` ([`relations`]). The
+//! linting them ([`catalog`], [`lint`]); which catalogue it is ([`identity`]); which
+//! conformance features a fix's bug shows in ([`conform_key`]); `requires:` and profile `include:` ([`relations`]). The
 //! shipped catalogue is built into the binary ([`source`]).
 
 #[allow(clippy::module_inception)]
 pub mod catalog;
+pub mod conform_key;
 pub mod finding;
 pub mod identity;
 pub mod lint;

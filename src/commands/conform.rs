@@ -1,44 +1,65 @@
-//! `gaudi-fixes conform [--schedules N] [--seed S] [--first]`: run the conformance suite
-//! (`fixes/_support/conform.py`, built into the binary with the catalogue) on the trees found,
-//! with the interpreter given by `--python`, as `test` does.
+//! `gaudi-fixes conform [--schedules N] [--seed S] [--first] [--replay FILE] [--no-reference]`:
+//! run the conformance suite (`fixes/_support/conform.py`, built into the binary with the
+//! catalogue) on the trees found, with the interpreter given by `--python`, as `test` does;
+//! `--setup` installs what the suite needs into that interpreter's environment (the pinned
+//! requirements built in, with pip, without their dependencies), `--requirements` prints them.
 //!
 //! The suite drives the trees' own sampling path (vllm_gaudi's InputBatch, vLLM's logits
 //! processors, the runner's functions lifted from `hpu_model_runner.py`) with seeded schedules
 //! under sync and async scheduling, and holds what each sampler call gets against every request's
-//! own parameters. Exit 0 when no schedule found a difference, 1 when one did (a table per
-//! feature, the first difference as a sentence), 3 when it cannot run (no vllm + vllm_gaudi trees,
-//! no torch, or a missing module, named with the pip line that installs it).
+//! own parameters and vLLM's GPU path. Before it runs, the interpreter is checked for torch and
+//! every pinned distribution (all missing ones named at once); while it runs, progress is shown
+//! (a bar on a terminal, a line at least every few seconds in a log). Exit 0 when every schedule
+//! asked for ran and none found a difference, 1 when one did (a table per feature naming the
+//! fixes, the first difference as a sentence), 3 when it cannot run or gives no verdict (no
+//! trees, a missing module, a crash, an incomplete report, no schedule run).
 
 use std::path::Path;
-use std::process::{Command, Stdio};
+use std::time::Duration;
 
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 
-use crate::catalog::{Catalog, SUPPORT_DIR};
+use crate::catalog::{conform_key, Catalog, SUPPORT_DIR};
 use crate::discover::{self, Trees};
 use crate::exit_status::ExitStatus;
-use crate::report::conform::{self as conform_report, Conformance};
+use crate::report::conform::{self as conform_report, Conformance, SetupShown, Shown};
+use crate::report::progress::Progress;
 use crate::settings::{ConformArgs, Settings};
-use crate::upkeep::pytest::{check_python_for, filtered_view, resolve_python, write_folder, Scratch};
-
-/// The suite's script in the test-support folder.
-const SUITE: &str = "conform.py";
+use crate::upkeep::conform::{self as suite, Environment, SuiteArgs};
+use crate::upkeep::pytest::{filtered_view, pinned_torch, resolve_python, write_folder, Scratch};
 
 /// Run `conform`.
 pub fn run(global: &Settings, args: &ConformArgs) -> Result<ExitStatus> {
     let catalog = Catalog::load(global.catalog.as_deref())?;
+    if args.requirements {
+        let (text, pins) = suite::requirements(&catalog)?;
+        let pins: Vec<String> = pins.iter().map(ToString::to_string).collect();
+        crate::report::emit(global.quiet, |w| conform_report::requirements(w, global.format, &text, &pins))?;
+        return Ok(ExitStatus::Applied);
+    }
+    let python = resolve_python(&global.python)?;
+    if args.setup {
+        let (text, pins) = suite::requirements(&catalog)?;
+        return setup(global, &python, &text, &pins);
+    }
+    let replay = args.replay.as_deref().map(suite::replay_file).transpose()?;
     let trees: Trees = discover::discover(&global.trees.clone())?;
     let (Some(vllm), Some(gaudi)) = (&trees.vllm, &trees.vllm_gaudi) else {
         let notes = trees.notes.join("; ");
         bail!("conform needs a vllm tree and a vllm_gaudi tree ({notes}); give --root DIR holding both");
     };
-    let python = resolve_python(&global.python)?;
-    check_python_for(&python, Some(&vllm.root))?;
+    let (_, pins) = suite::requirements(&catalog)?;
+    let env = suite::probe(&python, &pins)?;
+    let setup_line = setup_command(global);
+    if !env.ready() {
+        bail!(suite::not_ready(&python, &env, &setup_line, pinned_torch(&vllm.root)));
+    }
+    let mut notes = version_notes(&env, &setup_line);
     let scratch = Scratch::new("conform")?;
     let suite_dir = scratch.0.join("support");
     write_folder(&catalog, Path::new(SUPPORT_DIR), &suite_dir)?;
-    if !suite_dir.join(SUITE).is_file() {
-        bail!("catalogue {} has no {SUPPORT_DIR}/{SUITE}", catalog.files.origin);
+    if !suite_dir.join(suite::SUITE).is_file() {
+        bail!("catalogue {} has no {SUPPORT_DIR}/{}", catalog.files.origin, suite::SUITE);
     }
     // The suite reads both packages under one root.
     let root = if vllm.root == gaudi.root {
@@ -46,33 +67,128 @@ pub fn run(global: &Settings, args: &ConformArgs) -> Result<ExitStatus> {
     } else {
         filtered_view(&scratch.0, &[("vllm", &vllm.root), ("vllm_gaudi", &gaudi.root)])?
     };
-    let mut cmd = Command::new(&python);
-    cmd.current_dir(&suite_dir)
-        .arg(SUITE)
-        .arg("--root")
-        .arg(&root)
-        .args(["--schedules", &args.schedules.to_string(), "--seed", &args.seed.to_string()])
-        .env("PYTHONDONTWRITEBYTECODE", "1")
-        .stdin(Stdio::null())
-        .stderr(Stdio::piped());
-    if args.first {
-        cmd.arg("--first");
+    let suite_args = SuiteArgs {
+        root: root.clone(),
+        schedules: if replay.is_some() { 1 } else { args.schedules },
+        seed: args.seed,
+        first: args.first,
+        replay,
+        no_reference: args.no_reference,
+    };
+    let run = run_with_progress(global, &python, &suite_dir, &suite_args)?;
+    suite::judge(&run, &suite_args, &setup_line)?;
+    let mut report = run.report.expect("judged: there is a report");
+    notes.extend(name_fixes(&catalog, &mut report));
+    let status = if report.differences() == 0 { ExitStatus::Applied } else { ExitStatus::NotApplied };
+    let replay = args.replay.as_ref().map(|p| p.display().to_string());
+    let shown = Shown { python: &python, report: &report, status, notes: &notes, replay: replay.as_deref() };
+    crate::report::emit(global.quiet, |w| conform_report::emit(w, global.format, &shown))?;
+    Ok(status)
+}
+
+/// Run the suite with a progress display: before the first schedule ends (the suite imports the
+/// trees' vLLM first), a step line; then schedules done of the total, differences so far and
+/// the time left.
+fn run_with_progress(global: &Settings, python: &str, dir: &Path, args: &SuiteArgs) -> Result<suite::SuiteRun> {
+    let mut progress = Progress::or_lines(global, "conform");
+    progress.draw(&format!("importing vLLM and vllm_gaudi from {}; no schedule done yet", args.root.display()));
+    let mut counting = false;
+    let run = suite::run_suite(python, dir, args, &mut |tick| {
+        let Some(t) = tick else { return };
+        if !counting {
+            progress.set_total(t.total, "schedules");
+            counting = true;
+        }
+        let s = if t.differences == 1 { "" } else { "s" };
+        // The suite's own clock: its schedules' time so far, not the import before them.
+        let left = (t.done > 0 && t.total >= t.done)
+            .then(|| Duration::from_secs_f64(t.seconds.max(0.0) / t.done as f64 * (t.total - t.done) as f64));
+        progress.set_done(t.done, &format!("{} difference{s}", t.differences), left);
+    });
+    progress.clear();
+    run
+}
+
+/// The command that installs the pinned requirements, with this run's `--python` (and
+/// `--catalog`, whose requirements they are).
+fn setup_command(global: &Settings) -> String {
+    let mut words = vec!["gaudi-fixes".to_string()];
+    if let Some(dir) = &global.catalog {
+        words.push(format!("--catalog {}", dir.display()));
     }
-    let out = cmd.output().with_context(|| format!("running `{python} {SUITE}`"))?;
-    let stdout = String::from_utf8_lossy(&out.stdout);
-    let last = stdout.lines().rev().find(|l| l.trim_start().starts_with('{')).unwrap_or("");
-    let result: Conformance = serde_json::from_str(last).with_context(|| {
-        let stderr = String::from_utf8_lossy(&out.stderr);
-        let tail: Vec<&str> = stderr.lines().rev().take(12).collect::<Vec<_>>().into_iter().rev().collect();
-        format!("the conformance suite did not report (exit {:?}):\n{}", out.status.code(), tail.join("\n"))
-    })?;
-    if let Some(error) = &result.error {
-        match &result.pip {
-            Some(pip) => bail!("the conformance suite cannot run: {error}; install it with `{pip}`"),
-            None => bail!("the conformance suite cannot run: {error}"),
+    if global.python != "python3" {
+        words.push(format!("--python {}", global.python));
+    }
+    words.push("conform --setup".into());
+    words.join(" ")
+}
+
+/// Pins installed at another version: the suite may still run; say so once.
+fn version_notes(env: &Environment, setup: &str) -> Vec<String> {
+    if env.other_versions.is_empty() {
+        return Vec::new();
+    }
+    let list: Vec<String> =
+        env.other_versions.iter().map(|(pin, v)| format!("{} {v} (pinned {})", pin.name, pin.version)).collect();
+    vec![format!(
+        "{} distribution(s) are installed at other versions than the pinned ones, which were measured to work: {}; `{setup}` installs the pinned ones",
+        list.len(),
+        list.join(", ")
+    )]
+}
+
+/// Fill in each feature's fixes from the catalogue's `conform:` keys; a note for every feature a
+/// fix names that the suite did not report.
+fn name_fixes(catalog: &Catalog, report: &mut Conformance) -> Vec<String> {
+    for feature in &mut report.features {
+        feature.fixes = conform_key::fixes_for(catalog, &feature.name).into_iter().map(String::from).collect();
+    }
+    let mut notes = Vec::new();
+    for fix in &catalog.fixes {
+        for name in &fix.manifest.conform {
+            if !report.features.iter().any(|f| &f.name == name) {
+                notes.push(format!(
+                    "{}'s conform: names `{name}`, which this suite does not report (a misspelling, or a feature not driven yet)",
+                    fix.manifest.name
+                ));
+            }
         }
     }
-    let status = if result.differences() == 0 { ExitStatus::Applied } else { ExitStatus::NotApplied };
-    crate::report::emit(global.quiet, |w| conform_report::emit(w, global.format, &python, &result, status))?;
+    notes
+}
+
+/// `conform --setup`: write the pinned requirements into the cache, run pip on them without
+/// their dependencies into `python`'s environment, then check again.
+fn setup(global: &Settings, python: &str, text: &str, pins: &[suite::Pin]) -> Result<ExitStatus> {
+    let file = suite::write_requirements(text)?;
+    let words = suite::pip_words(python, &file);
+    let pip = words.join(" ");
+    if !global.quiet {
+        eprintln!("conform --setup: running {pip}");
+    }
+    suite::run_pip(&words)?;
+    let env = suite::probe(python, pins)?;
+    let mut missing: Vec<String> = env.missing_modules.clone();
+    missing.extend(env.missing.iter().map(ToString::to_string));
+    let status = if env.ready() { ExitStatus::Applied } else { ExitStatus::Error };
+    let other_versions =
+        env.other_versions.iter().map(|(pin, v)| format!("{} is at {v}, pinned {}", pin.name, pin.version)).collect();
+    let file = file.display().to_string();
+    let shown = SetupShown {
+        python,
+        file: &file,
+        pip: &pip,
+        torch: env.torch.as_deref(),
+        pinned: env.pinned,
+        missing,
+        other_versions,
+        status,
+    };
+    crate::report::emit(global.quiet, |w| conform_report::setup(w, global.format, &shown))?;
+    if !env.ready() {
+        let vllm_root = discover::discover(&global.trees.clone()).ok().and_then(|t| t.vllm.map(|v| v.root));
+        let why = suite::not_ready(python, &env, &setup_command(global), vllm_root.as_deref().and_then(pinned_torch));
+        bail!("{why}\n(pip installed the pinned distributions it could; torch is never installed by gaudi-fixes)");
+    }
     Ok(status)
 }

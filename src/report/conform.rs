@@ -1,5 +1,7 @@
-//! Output of `conform`: a table per feature (schedules that exercised it, differences, the first
-//! one as a sentence), as JSON, or as GitHub annotations (one error per feature that differs).
+//! Output of `conform`: a table per feature (schedules that exercised it, differences, the fixes
+//! whose bug shows there, the first difference as a sentence), as JSON, or as GitHub annotations
+//! (one error per feature that differs); the failing schedule of `--first`; `--setup`'s and
+//! `--requirements`' output.
 
 use std::io::Write;
 
@@ -11,13 +13,20 @@ use super::json::SCHEMA;
 use super::Format;
 use crate::exit_status::ExitStatus;
 
-/// What the suite printed (its one JSON line).
-#[derive(Debug, Deserialize, Serialize)]
+/// What the suite printed (its one JSON line), and the fixes `conform` names per feature.
+#[derive(Debug, Default, Deserialize, Serialize)]
 pub struct Conformance {
     #[serde(default)]
     pub root: Option<String>,
+    /// Schedules run.
     #[serde(default)]
     pub schedules: u32,
+    /// Schedules asked for, as the suite understood the request.
+    #[serde(default)]
+    pub requested: Option<u32>,
+    /// Whether every schedule asked for ran (or, with `--first`, it stopped at a difference).
+    #[serde(default)]
+    pub complete: Option<bool>,
     #[serde(default)]
     pub seed: u64,
     #[serde(default)]
@@ -32,9 +41,18 @@ pub struct Conformance {
     /// listed, never counted against HPU.
     #[serde(default)]
     pub gpu_disagrees: Vec<GpuDisagrees>,
+    /// Failures of vLLM's own GPU reference: the reference's, never counted as HPU differences.
+    #[serde(default)]
+    pub reference_errors: Vec<serde_json::Value>,
+    /// With `--first`, the schedule that found the difference, as data (`--replay` takes it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failing_schedule: Option<serde_json::Value>,
     /// Set when the suite cannot run.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub error: Option<String>,
+    /// The modules it lacks (a list; one name from older suites).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub missing: Option<serde_json::Value>,
     /// The pip line that installs a missing module.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub pip: Option<String>,
@@ -47,6 +65,9 @@ pub struct Feature {
     pub schedules: u32,
     pub differences: u32,
     pub first: Option<String>,
+    /// The catalogue's fixes whose `conform:` names this feature (filled in by `conform`).
+    #[serde(default)]
+    pub fixes: Vec<String>,
 }
 
 /// One feature in which vLLM's GPU path disagrees with the request.
@@ -62,69 +83,219 @@ impl Conformance {
     pub fn differences(&self) -> u32 {
         self.features.iter().map(|f| f.differences).sum()
     }
+
+    /// The modules the suite said it lacks.
+    pub fn missing_names(&self) -> Vec<String> {
+        match &self.missing {
+            Some(serde_json::Value::String(s)) => vec![s.clone()],
+            Some(serde_json::Value::Array(a)) => {
+                a.iter().map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_string)).collect()
+            }
+            _ => Vec::new(),
+        }
+    }
+}
+
+/// A run to print: the report, how it ended, and what `conform` adds.
+pub struct Shown<'a> {
+    pub python: &'a str,
+    pub report: &'a Conformance,
+    pub status: ExitStatus,
+    /// Sentences about the run (pins at other versions, features no fix names…).
+    pub notes: &'a [String],
+    /// The schedule file replayed, if one was.
+    pub replay: Option<&'a str>,
+}
+
+/// One reference error in words: its `first`/`message` when it has one, else its JSON.
+fn reference_error(v: &serde_json::Value) -> String {
+    let text = ["first", "message", "error"].iter().find_map(|k| v.get(*k).and_then(|t| t.as_str()));
+    let text = text.map_or_else(|| v.to_string(), str::to_string);
+    match (v.get("name").and_then(|n| n.as_str()), v.get("count").and_then(|c| c.as_u64())) {
+        (Some(name), Some(count)) => format!("{name}: {count} time(s); first: {text}"),
+        (Some(name), None) => format!("{name}: {text}"),
+        _ => text,
+    }
+}
+
+/// The fixes column: `-` when none names the feature.
+fn fixes_cell(f: &Feature) -> String {
+    if f.fixes.is_empty() {
+        "-".to_string()
+    } else {
+        f.fixes.join(", ")
+    }
 }
 
 /// Print the result in `format`.
-pub fn emit(out: &mut dyn Write, format: Format, python: &str, c: &Conformance, status: ExitStatus) -> Result<()> {
+pub fn emit(out: &mut dyn Write, format: Format, shown: &Shown<'_>) -> Result<()> {
+    match format {
+        Format::Json => json(out, shown),
+        Format::Github => github(out, shown),
+        Format::Human => human(out, shown),
+    }
+}
+
+fn json(out: &mut dyn Write, shown: &Shown<'_>) -> Result<()> {
+    let c = shown.report;
+    let doc = serde_json::json!({
+        "schema": SCHEMA,
+        "command": "conform",
+        "exit_code": shown.status.code(),
+        "python": shown.python,
+        "root": c.root,
+        "schedules": c.schedules,
+        "requested": c.requested,
+        "complete": c.complete,
+        "seed": c.seed,
+        "seconds": c.seconds,
+        "replay": shown.replay,
+        "differences": c.differences(),
+        "features": c.features,
+        "reference": c.reference,
+        "gpu_disagrees": c.gpu_disagrees,
+        "reference_errors": c.reference_errors,
+        "failing_schedule": c.failing_schedule,
+        "notes": shown.notes,
+    });
+    serde_json::to_writer_pretty(&mut *out, &doc)?;
+    writeln!(out)?;
+    Ok(())
+}
+
+fn github(out: &mut dyn Write, shown: &Shown<'_>) -> Result<()> {
+    let c = shown.report;
+    for f in c.features.iter().filter(|f| f.differences > 0) {
+        let first = f.first.as_deref().unwrap_or("");
+        let fixes = if f.fixes.is_empty() { String::new() } else { format!(" ({})", f.fixes.join(", ")) };
+        writeln!(
+            out,
+            "::error title=conform {}{fixes}::{} difference(s) in {} schedule(s); first: {first}",
+            f.name, f.differences, f.schedules
+        )?;
+    }
+    for e in &c.reference_errors {
+        writeln!(
+            out,
+            "::warning title=conform reference::vLLM's GPU reference failed (not counted): {}",
+            reference_error(e)
+        )?;
+    }
+    if c.differences() == 0 {
+        writeln!(out, "::notice::conform: {} schedules, no difference", c.schedules)?;
+    }
+    Ok(())
+}
+
+fn human(out: &mut dyn Write, shown: &Shown<'_>) -> Result<()> {
+    let c = shown.report;
+    let root = c.root.as_deref().unwrap_or("?");
+    let replayed = shown.replay.map_or(String::new(), |f| format!(", replaying {f}"));
+    writeln!(out, "conform: {} schedules (seed {}) on {root}{replayed}, {:.1}s", c.schedules, c.seed, c.seconds)?;
+    let width = c.features.iter().map(|f| f.name.len()).max().unwrap_or(7).max(7);
+    let fixes_width = c.features.iter().map(|f| fixes_cell(f).len()).max().unwrap_or(3).max(3);
+    writeln!(out, "  {:<width$}  schedules  differences  {:<fixes_width$}  first difference", "feature", "fix")?;
+    for f in &c.features {
+        let first = f.first.as_deref().unwrap_or("-");
+        let diffs = if f.differences > 0 { f.differences.to_string().red().to_string() } else { "0".into() };
+        let pad = 11usize.saturating_sub(f.differences.to_string().len());
+        writeln!(
+            out,
+            "  {:<width$}  {:>9}  {}{diffs}  {:<fixes_width$}  {first}",
+            f.name,
+            f.schedules,
+            " ".repeat(pad),
+            fixes_cell(f)
+        )?;
+    }
+    for g in &c.gpu_disagrees {
+        let first = g.first.as_deref().unwrap_or("-");
+        writeln!(
+            out,
+            "  note: {}: vLLM's GPU path disagrees with the request {} time(s) (not counted); first: {first}",
+            g.name, g.count
+        )?;
+    }
+    for e in &c.reference_errors {
+        writeln!(
+            out,
+            "  note: vLLM's GPU reference failed (the reference's error, not counted): {}",
+            reference_error(e)
+        )?;
+    }
+    for note in shown.notes {
+        writeln!(out, "  note: {note}")?;
+    }
+    let total = c.differences();
+    if total == 0 {
+        writeln!(out, "conform: no difference")?;
+    } else {
+        writeln!(out, "conform: {total} difference(s): the HPU sampling path does not do what the requests asked")?;
+    }
+    if let Some(schedule) = &c.failing_schedule {
+        writeln!(
+            out,
+            "the failing schedule is the next line; to replay it, save it to a file and run `gaudi-fixes conform --replay \
+             FILE` with the same --root and --python (e.g. `… conform --first | tail -n 1 > schedule.json`):"
+        )?;
+        writeln!(out, "{}", serde_json::to_string(schedule)?)?;
+    }
+    Ok(())
+}
+
+/// `conform --requirements`: the pinned requirements file as it is built in (human), or its
+/// pins as a document.
+pub fn requirements(out: &mut dyn Write, format: Format, text: &str, pins: &[String]) -> Result<()> {
+    match format {
+        Format::Json => {
+            let doc = serde_json::json!({"schema": SCHEMA, "command": "conform", "requirements": pins});
+            serde_json::to_writer_pretty(&mut *out, &doc)?;
+            writeln!(out)?;
+        }
+        _ => write!(out, "{text}")?,
+    }
+    Ok(())
+}
+
+/// What `conform --setup` did and found afterwards.
+pub struct SetupShown<'a> {
+    pub python: &'a str,
+    /// The requirements file written, and the pip line run.
+    pub file: &'a str,
+    pub pip: &'a str,
+    pub torch: Option<&'a str>,
+    pub pinned: usize,
+    /// What is still missing (modules and pins), as words.
+    pub missing: Vec<String>,
+    /// Pins at another version after the install (name==pin, installed version).
+    pub other_versions: Vec<String>,
+    pub status: ExitStatus,
+}
+
+/// `conform --setup`'s report.
+pub fn setup(out: &mut dyn Write, format: Format, s: &SetupShown<'_>) -> Result<()> {
     match format {
         Format::Json => {
             let doc = serde_json::json!({
-                "schema": SCHEMA,
-                "command": "conform",
-                "exit_code": status.code(),
-                "python": python,
-                "root": c.root,
-                "schedules": c.schedules,
-                "seed": c.seed,
-                "seconds": c.seconds,
-                "differences": c.differences(),
-                "features": c.features,
-                "reference": c.reference,
-                "gpu_disagrees": c.gpu_disagrees,
+                "schema": SCHEMA, "command": "conform", "setup": true, "exit_code": s.status.code(),
+                "python": s.python, "requirements_file": s.file, "pip": s.pip, "torch": s.torch,
+                "pinned": s.pinned, "missing": s.missing, "other_versions": s.other_versions,
             });
             serde_json::to_writer_pretty(&mut *out, &doc)?;
             writeln!(out)?;
         }
-        Format::Github => {
-            for f in c.features.iter().filter(|f| f.differences > 0) {
-                let first = f.first.as_deref().unwrap_or("");
-                writeln!(
-                    out,
-                    "::error title=conform {}::{} difference(s) in {} schedule(s); first: {first}",
-                    f.name, f.differences, f.schedules
-                )?;
+        Format::Github | Format::Human => {
+            let torch = s.torch.map_or("no torch".to_string(), |v| format!("torch {v}"));
+            let have = s.pinned - s.missing.iter().filter(|m| m.contains("==")).count();
+            writeln!(out, "conform --setup: {} has {torch}, {have} of {} pinned distributions", s.python, s.pinned)?;
+            writeln!(out, "  ran: {}", s.pip)?;
+            for v in &s.other_versions {
+                writeln!(out, "  note: {v}")?;
             }
-            if c.differences() == 0 {
-                writeln!(out, "::notice::conform: {} schedules, no difference", c.schedules)?;
-            }
-        }
-        Format::Human => {
-            let root = c.root.as_deref().unwrap_or("?");
-            writeln!(out, "conform: {} schedules (seed {}) on {root}, {:.1}s", c.schedules, c.seed, c.seconds)?;
-            let width = c.features.iter().map(|f| f.name.len()).max().unwrap_or(7).max(7);
-            writeln!(out, "  {:<width$}  schedules  differences  first difference", "feature")?;
-            for f in &c.features {
-                let first = f.first.as_deref().unwrap_or("-");
-                let diffs = if f.differences > 0 { f.differences.to_string().red().to_string() } else { "0".into() };
-                let pad = 11usize.saturating_sub(f.differences.to_string().len());
-                writeln!(out, "  {:<width$}  {:>9}  {}{diffs}  {first}", f.name, f.schedules, " ".repeat(pad))?;
-            }
-            for g in &c.gpu_disagrees {
-                let first = g.first.as_deref().unwrap_or("-");
-                writeln!(
-                    out,
-                    "  note: {}: vLLM's GPU path disagrees with the request {} time(s) (not counted); first: {first}",
-                    g.name, g.count
-                )?;
-            }
-            let total = c.differences();
-            if total == 0 {
-                writeln!(out, "conform: no difference")?;
+            if s.missing.is_empty() {
+                writeln!(out, "conform --setup: ready; run `gaudi-fixes --python {} conform`", s.python)?;
             } else {
-                writeln!(
-                    out,
-                    "conform: {total} difference(s): the HPU sampling path does not do what the requests asked"
-                )?;
+                writeln!(out, "conform --setup: still missing: {}", s.missing.join(", "))?;
             }
         }
     }

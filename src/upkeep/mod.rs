@@ -1,8 +1,10 @@
 //! Catalogue upkeep: making variants for new releases (`port`, `record`), checking every fix
 //! on every release (`matrix`), and the pieces they share: pristine upstream trees in the
 //! cache ([`upstream`]), patch writing with anchors ([`diffgen`]), a three-way merge
-//! ([`merge`]), and text edits of fix.yaml that keep its layout ([`yaml_edit`]).
+//! ([`merge`]), and text edits of fix.yaml that keep its layout ([`yaml_edit`]); the runners of the
+//! catalogue's Python: a fix's tests ([`pytest`]) and the conformance suite ([`conform`]).
 
+pub mod conform;
 pub mod diffgen;
 pub mod matrix;
 pub mod merge;

@@ -1,0 +1,416 @@
+//! The conformance suite's runner, behind `gaudi-fixes conform`: the pinned requirements built
+//! into the binary (the catalogue's `fixes/_support/requirements.txt`), the check of an
+//! interpreter against them (every missing distribution at once, before anything runs), the
+//! `--setup` that installs them, and the suite's run: its progress lines read as they come, its
+//! report (the last line of stdout) and its exit code judged together — a verdict needs the
+//! suite's exit 0, a complete report and at least one schedule.
+//!
+//! The suite's side of the contract (`conform.py`): `--root DIR --schedules N --seed S [--first]
+//! [--replay FILE] [--no-reference] [--progress]`, run in the support folder; stdout's last line
+//! is one JSON object (the report, or `error`/`missing`/`pip` with exit 3); with `--progress`
+//! stderr has one `conform-progress {"done": n, "total": N, "differences": d, "seconds": t}` line
+//! per finished schedule; any other stderr line is free text, kept for error messages.
+
+use std::collections::VecDeque;
+use std::path::{Path, PathBuf};
+use std::process::{Command, Stdio};
+
+use anyhow::{bail, Context, Result};
+use serde::Deserialize;
+
+use crate::catalog::{Catalog, SUPPORT_DIR};
+use crate::error::{FileContext, Located};
+use crate::report::conform::Conformance;
+
+/// The suite's script in the test-support folder.
+pub const SUITE: &str = "conform.py";
+
+/// The pinned requirements' file in the test-support folder.
+pub const REQUIREMENTS: &str = "requirements.txt";
+
+/// The prefix of the suite's progress lines on stderr.
+const PROGRESS: &str = "conform-progress ";
+
+/// How many of the suite's last free-text stderr lines an error shows.
+const TAIL: usize = 15;
+
+/// One pinned distribution (`name==version`).
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Pin {
+    pub name: String,
+    pub version: String,
+}
+
+impl std::fmt::Display for Pin {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}=={}", self.name, self.version)
+    }
+}
+
+/// The catalogue's pinned requirements: the file's text (what `--setup` hands pip) and its pins.
+pub fn requirements(catalog: &Catalog) -> Result<(String, Vec<Pin>)> {
+    let rel = Path::new(SUPPORT_DIR).join(REQUIREMENTS);
+    let shown = catalog.files.display(&rel);
+    if !catalog.files.files.contains_key(&rel) {
+        bail!("the catalogue has no {shown}: the conformance suite's requirements are unknown");
+    }
+    let text = catalog.files.text(&rel)?;
+    let mut pins = Vec::new();
+    for (i, line) in text.lines().enumerate() {
+        let line = line.split('#').next().unwrap_or("").trim();
+        if line.is_empty() {
+            continue;
+        }
+        let Some((name, version)) = line.split_once("==").filter(|(n, v)| !n.trim().is_empty() && !v.trim().is_empty())
+        else {
+            return Err(Located::at(&shown, i + 1, format!("`{line}` is not a pin (`name==version`)")).into());
+        };
+        pins.push(Pin { name: name.trim().to_string(), version: version.trim().to_string() });
+    }
+    Ok((text.to_string(), pins))
+}
+
+/// What an interpreter has of what the suite needs.
+#[derive(Debug, Clone, Default)]
+pub struct Environment {
+    /// torch's version, when it is there.
+    pub torch: Option<String>,
+    /// Modules that are not there (torch, numpy).
+    pub missing_modules: Vec<String>,
+    /// Pinned distributions that are not installed.
+    pub missing: Vec<Pin>,
+    /// Pinned distributions installed at another version (a note, not an error).
+    pub other_versions: Vec<(Pin, String)>,
+    /// How many pins there are.
+    pub pinned: usize,
+}
+
+impl Environment {
+    /// Whether the suite can run here.
+    pub fn ready(&self) -> bool {
+        self.missing_modules.is_empty() && self.missing.is_empty()
+    }
+}
+
+/// The modules the suite imports besides the pinned distributions: never installed by
+/// gaudi-fixes (torch is the interpreter's own).
+const MODULES: [&str; 2] = ["torch", "numpy"];
+
+/// What the probe prints first, so an interpreter that runs nothing (`/bin/true`) is caught.
+const PROBE_OK: &str = "gaudi-fixes-probe-ok";
+
+#[derive(Deserialize)]
+struct ProbeAnswer {
+    missing_modules: Vec<String>,
+    dists: std::collections::BTreeMap<String, Option<String>>,
+    torch: Option<String>,
+}
+
+/// Ask `python` (from a neutral directory, so no checkout there shadows what is installed)
+/// which of the suite's modules and pinned distributions it has, all in one run.
+pub fn probe(python: &str, pins: &[Pin]) -> Result<Environment> {
+    let code = format!(
+        "import importlib.util, importlib.metadata as md, json, sys\n\
+         print({PROBE_OK:?})\n\
+         mods = [m for m in {MODULES:?} if importlib.util.find_spec(m) is None]\n\
+         def version(name):\n    \
+             try:\n        return md.version(name)\n    \
+             except md.PackageNotFoundError:\n        return None\n\
+         print(json.dumps({{'missing_modules': mods, 'dists': {{n: version(n) for n in sys.argv[1:]}}, \
+         'torch': None if 'torch' in mods else version('torch')}}))"
+    );
+    let neutral = super::pytest::Scratch::new("conform-probe")?;
+    let out = Command::new(python)
+        .current_dir(&neutral.0)
+        .arg("-c")
+        .arg(code)
+        .args(pins.iter().map(|p| &p.name))
+        .stdin(Stdio::null())
+        .output()
+        .with_context(|| format!("cannot run `{python}` for the conformance suite (give --python PATH)"))?;
+    let stdout = String::from_utf8_lossy(&out.stdout);
+    let mut lines = stdout.lines();
+    if !out.status.success() || lines.next().map(str::trim) != Some(PROBE_OK) {
+        let err = String::from_utf8_lossy(&out.stderr);
+        bail!(
+            "`{python}` is not a Python interpreter that runs a one-line probe ({}); give --python PATH",
+            err.trim().lines().last().unwrap_or("it printed nothing")
+        );
+    }
+    let answer: ProbeAnswer = serde_json::from_str(lines.next().unwrap_or(""))
+        .with_context(|| format!("`{python}` answered the probe with something that is not its JSON"))?;
+    let mut env = Environment {
+        torch: answer.torch,
+        missing_modules: answer.missing_modules,
+        pinned: pins.len(),
+        ..Environment::default()
+    };
+    for pin in pins {
+        match answer.dists.get(&pin.name).cloned().flatten() {
+            None => env.missing.push(pin.clone()),
+            Some(v) if v != pin.version => env.other_versions.push((pin.clone(), v)),
+            Some(_) => {}
+        }
+    }
+    Ok(env)
+}
+
+/// Why the suite cannot run on `env`, in conform's words, with what to do: every missing module
+/// and distribution at once. `setup` is the command that installs the pinned ones.
+pub fn not_ready(python: &str, env: &Environment, setup: &str, torch_pin: Option<(String, String)>) -> String {
+    let mut parts = Vec::new();
+    if env.missing_modules.iter().any(|m| m == "torch") {
+        let (version, from) = match &torch_pin {
+            Some((v, vllm)) => (v.clone(), format!(" (vLLM {vllm} pins torch=={v})")),
+            None => ("<the version your vLLM pins>".to_string(), String::new()),
+        };
+        parts.push(format!(
+            "`{python}` has no torch: conform drives vLLM's and vllm_gaudi's sampling code on CPU with the \
+             interpreter's own torch, and gaudi-fixes never installs one. In a Gaudi image give --python the \
+             image's interpreter; on a CPU-only machine first `{python} -m pip install torch=={version} \
+             --index-url https://download.pytorch.org/whl/cpu`{from}"
+        ));
+    }
+    if env.missing_modules.iter().any(|m| m == "numpy") {
+        parts.push(format!("`{python}` has no numpy (`{python} -m pip install numpy`)"));
+    }
+    if !env.missing.is_empty() {
+        let names: Vec<String> = env.missing.iter().map(Pin::to_string).collect();
+        parts.push(format!(
+            "{} of the {} distributions the suite imports (pinned, installed without their dependencies) \
+             are missing: {}. Install them with `{setup}`",
+            env.missing.len(),
+            env.pinned,
+            names.join(", ")
+        ));
+    }
+    format!("the conformance suite cannot run with `{python}`:\n  - {}", parts.join("\n  - "))
+}
+
+/// Write the pinned requirements to `<cache>/conform/requirements.txt` for pip; its path.
+pub fn write_requirements(text: &str) -> Result<PathBuf> {
+    let dir = super::upstream::cache_dir()?.join("conform");
+    std::fs::create_dir_all(&dir).file_context(&dir, || format!("creating {}", dir.display()))?;
+    let path = dir.join(REQUIREMENTS);
+    std::fs::write(&path, text).file_context(&path, || format!("writing {}", path.display()))?;
+    Ok(path)
+}
+
+/// The pip command `--setup` runs, as words.
+pub fn pip_words(python: &str, file: &Path) -> Vec<String> {
+    let mut words = vec![python.to_string()];
+    words.extend(["-m", "pip", "install", "--no-deps", "-r"].map(String::from));
+    words.push(file.display().to_string());
+    words
+}
+
+/// Run pip (its output on our stderr, so stdout stays the report's); an error when it fails.
+pub fn run_pip(words: &[String]) -> Result<()> {
+    let status = Command::new(&words[0])
+        .args(&words[1..])
+        .stdin(Stdio::null())
+        .stdout(std::io::stderr())
+        .stderr(std::io::stderr())
+        .status()
+        .with_context(|| format!("running `{}`", words.join(" ")))?;
+    if !status.success() {
+        bail!("`{}` failed ({}); its output is above", words.join(" "), ended(status));
+    }
+    Ok(())
+}
+
+/// How a process ended, in words: `exit status 1`, `killed by signal 9`.
+pub fn ended(status: std::process::ExitStatus) -> String {
+    use std::os::unix::process::ExitStatusExt;
+    match (status.code(), status.signal()) {
+        (Some(code), _) => format!("exit status {code}"),
+        (None, Some(signal)) => format!("killed by signal {signal}"),
+        (None, None) => "ended without an exit status".to_string(),
+    }
+}
+
+/// What the suite is asked.
+#[derive(Debug, Clone)]
+pub struct SuiteArgs {
+    pub root: PathBuf,
+    pub schedules: u32,
+    pub seed: u64,
+    pub first: bool,
+    /// An absolute path to a schedule to replay.
+    pub replay: Option<PathBuf>,
+    pub no_reference: bool,
+}
+
+/// One of the suite's progress lines.
+#[derive(Debug, Clone, Copy, Deserialize)]
+pub struct Tick {
+    pub done: u64,
+    pub total: u64,
+    #[serde(default)]
+    pub differences: u64,
+    #[serde(default)]
+    pub seconds: f64,
+}
+
+/// How the suite's run ended: its exit, the report it printed (if its last line was one), the
+/// last free-text lines of its stderr.
+pub struct SuiteRun {
+    pub status: std::process::ExitStatus,
+    pub report: Option<Conformance>,
+    pub tail: Vec<String>,
+}
+
+/// Run the suite in `suite_dir` with `python`; `tick` is called with each progress line, and
+/// with `None` about twice a second while it runs (so a caller can keep time).
+pub fn run_suite(
+    python: &str,
+    suite_dir: &Path,
+    args: &SuiteArgs,
+    tick: &mut dyn FnMut(Option<Tick>),
+) -> Result<SuiteRun> {
+    let mut cmd = Command::new(python);
+    cmd.current_dir(suite_dir)
+        .arg(SUITE)
+        .arg("--root")
+        .arg(&args.root)
+        .args(["--schedules", &args.schedules.to_string(), "--seed", &args.seed.to_string()])
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .env("PYTHONUNBUFFERED", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped());
+    // A suite from before the progress lines refuses the flag; it then runs without them.
+    let suite = std::fs::read_to_string(suite_dir.join(SUITE)).unwrap_or_default();
+    if suite.contains("\"--progress\"") {
+        cmd.arg("--progress");
+    }
+    if args.first {
+        cmd.arg("--first");
+    }
+    if let Some(file) = &args.replay {
+        cmd.arg("--replay").arg(file);
+    }
+    if args.no_reference {
+        cmd.arg("--no-reference");
+    }
+    let mut child = cmd.spawn().with_context(|| format!("running `{python} {SUITE}`"))?;
+    let mut stdout = child.stdout.take().expect("piped");
+    let stderr = child.stderr.take().expect("piped");
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = std::io::Read::read_to_string(&mut stdout, &mut text);
+        text
+    });
+    let (tx, rx) = std::sync::mpsc::channel::<String>();
+    let lines = std::thread::spawn(move || {
+        for line in std::io::BufRead::lines(std::io::BufReader::new(stderr)).map_while(Result::ok) {
+            if tx.send(line).is_err() {
+                return;
+            }
+        }
+    });
+    let mut tail: VecDeque<String> = VecDeque::new();
+    loop {
+        match rx.recv_timeout(std::time::Duration::from_millis(500)) {
+            Ok(line) => match line.strip_prefix(PROGRESS).and_then(|json| serde_json::from_str::<Tick>(json).ok()) {
+                Some(t) => tick(Some(t)),
+                None => {
+                    tail.push_back(line);
+                    if tail.len() > TAIL {
+                        tail.pop_front();
+                    }
+                }
+            },
+            Err(std::sync::mpsc::RecvTimeoutError::Timeout) => tick(None),
+            Err(std::sync::mpsc::RecvTimeoutError::Disconnected) => break,
+        }
+    }
+    let _ = lines.join();
+    let status = child.wait().context("waiting for the conformance suite")?;
+    let stdout = reader.join().unwrap_or_default();
+    // The report is the last line, and only that: a line a tree prints while it is imported
+    // (`{}`) is no report.
+    let last = stdout.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("");
+    let report = serde_json::from_str::<serde_json::Value>(last)
+        .ok()
+        .filter(serde_json::Value::is_object)
+        .and_then(|v| serde_json::from_value::<Conformance>(v).ok());
+    Ok(SuiteRun { status, report, tail: tail.into() })
+}
+
+/// The verdict of a run: `Ok(differences)` when it may be trusted — the suite exited 0 and
+/// reported every schedule asked (or, with `--first`, stopped at a difference), at least one —
+/// else the reason there is none, in words. `setup` is the command that installs what is missing.
+pub fn judge(run: &SuiteRun, args: &SuiteArgs, setup: &str) -> Result<u32> {
+    let tail = || {
+        if run.tail.is_empty() {
+            " (it printed nothing on stderr)".to_string()
+        } else {
+            format!("; the last lines it printed on stderr:\n{}", run.tail.join("\n"))
+        }
+    };
+    let Some(report) = &run.report else {
+        bail!("the conformance suite ended without a report ({}){}", ended(run.status), tail());
+    };
+    if let Some(error) = &report.error {
+        let missing = report.missing_names();
+        let mut message = format!("the conformance suite cannot run: {error}");
+        if !missing.is_empty() {
+            message.push_str(&format!("; missing: {}", missing.join(", ")));
+        }
+        match &report.pip {
+            Some(pip) => message.push_str(&format!("; install with `{pip}` (or all pinned ones: `{setup}`)")),
+            None if !missing.is_empty() => message.push_str(&format!("; install with `{setup}`")),
+            None => {}
+        }
+        bail!(message);
+    }
+    if !run.status.success() {
+        bail!(
+            "the conformance suite printed a report but then ended with {}: a run that did not end cleanly \
+             gives no verdict{}",
+            ended(run.status),
+            tail()
+        );
+    }
+    let asked = if args.replay.is_some() { 1 } else { args.schedules };
+    if report.schedules == 0 {
+        bail!("the conformance suite ran no schedule: nothing was checked, so there is no verdict");
+    }
+    if let Some(requested) = report.requested.filter(|&r| r != asked) {
+        bail!("the conformance suite reports {requested} schedule(s) asked for, but {asked} were: no verdict");
+    }
+    let differences = report.differences();
+    let stopped_at_one = args.first && differences > 0;
+    let complete = report.complete.unwrap_or(report.schedules >= asked || stopped_at_one);
+    if !complete {
+        bail!(
+            "the conformance suite ran {} of the {asked} schedule(s) asked for and says its report is not \
+             complete: no verdict{}",
+            report.schedules,
+            tail()
+        );
+    }
+    Ok(differences)
+}
+
+/// Read a schedule saved from `--first` (`failing_schedule`): it must be one JSON object. Its
+/// absolute path, to hand to the suite (which runs in another directory).
+pub fn replay_file(path: &Path) -> Result<PathBuf> {
+    let text = std::fs::read_to_string(path)
+        .file_context(path, || format!("reading the schedule to replay, {}", path.display()))?;
+    match serde_json::from_str::<serde_json::Value>(&text) {
+        Ok(v) if v.is_object() => {}
+        Ok(_) => {
+            return Err(Located::in_file(
+                path,
+                "not a schedule: expected one JSON object (the `failing_schedule` of `conform --first --format json`)",
+            )
+            .into())
+        }
+        Err(e) => {
+            return Err(Located::at(path, e.line(), format!("not a schedule: {e}")).column(e.column()).into());
+        }
+    }
+    std::path::absolute(path).with_context(|| format!("resolving {}", path.display()))
+}
