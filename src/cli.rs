@@ -54,6 +54,10 @@ pub struct GlobalFlags {
     /// code tells the rest.
     #[arg(short, long, global = true)]
     pub quiet: bool,
+    /// Show more: `apply --check` lists every fix and the hunks found away from their line
+    /// numbers even when everything is applied (it is one line per tree and the verdict then).
+    #[arg(short, long, global = true)]
+    pub verbose: bool,
     /// Give up (exit 3) after waiting this long for another run's lock on a tree. Default:
     /// writers wait as long as it takes, readers (`--check`, `status`, …) 30 s.
     #[arg(long = "lock-timeout", global = true, value_name = "SECONDS", value_parser = parse_seconds)]
@@ -84,6 +88,7 @@ impl GlobalFlags {
             format: self.format.into(),
             color: self.color.into(),
             quiet: self.quiet,
+            verbose: self.verbose,
             lock_timeout: self.lock_timeout,
         }
     }
@@ -262,7 +267,8 @@ pub enum Command {
     },
     /// Apply fixes (default: the `default` profile); with --check only report.
     Apply(SelectFlags),
-    /// Revert fixes back to byte-identical pristine sources.
+    /// Undo fixes, back to the bytes the files had: without FIX or --profile, every fix apply
+    /// recorded in the trees found.
     Revert(RevertFlags),
     /// What a fix changes, or why it drifted.
     Diff {
@@ -322,7 +328,7 @@ pub struct SelectFlags {
     /// Only report: exit 0 applied, 1 not applied, 2 drifted, 3 error. Writes nothing.
     #[arg(long)]
     pub check: bool,
-    /// Plan and report what would change, write nothing.
+    /// Plan and report what would change, write nothing (exit 0 whatever would change).
     #[arg(long = "dry-run")]
     pub dry_run: bool,
 }
@@ -331,13 +337,14 @@ pub struct SelectFlags {
 /// revert; `apply --check` reports the state.
 #[derive(Debug, Args)]
 pub struct RevertFlags {
-    /// Fixes by name (reverted in reverse `after:` order).
+    /// Fixes by name (reverted in reverse `after:` order). Neither FIX nor --profile: every fix
+    /// the trees' provenance records as applied (and any that reads applied without a record).
     #[arg(value_name = "FIX", add = complete::fixes())]
     pub fixes: Vec<String>,
     /// A profile's fixes (combined with any FIX given).
     #[arg(long, value_name = "NAME", add = complete::profiles())]
     pub profile: Option<String>,
-    /// Plan and report what would change, write nothing.
+    /// Plan and report what would change, write nothing (exit 0 whatever would change).
     #[arg(long = "dry-run")]
     pub dry_run: bool,
 }

@@ -113,7 +113,7 @@ pub fn disagreements(reports: &[FixReport], records: &BTreeMap<PathBuf, Option<P
                     root.display(),
                     r.name,
                     p.variant,
-                    state.as_str()
+                    state.words()
                 )),
                 (None, FixState::Applied) => notes.push(format!(
                     "{} is applied in {} but gaudi-fixes has no record of applying it",

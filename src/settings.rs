@@ -24,6 +24,8 @@ pub struct Settings {
     pub color: ColorChoice,
     /// `--quiet`: print nothing, the exit code tells.
     pub quiet: bool,
+    /// `-v`: show every fix even where a short report says it all (`apply --check`).
+    pub verbose: bool,
     /// `--lock-timeout SECONDS`.
     pub lock_timeout: Option<f64>,
 }

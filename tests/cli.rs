@@ -77,7 +77,10 @@ fn one_line_edit_inside_a_hunk_is_drift_with_a_diff_and_apply_refuses() {
     assert!(out.contains("drift:") && out.contains("-    a = x + 1") && out.contains("+    a = x + 42"), "{out}");
     let (out, _) = d.cmd().args(with_fixture(&["apply"])).expect(2);
     assert!(out.contains("nothing was written"), "{out}");
-    d.cmd().args(with_fixture(&["revert"])).expect(2);
+    d.cmd().args(with_fixture(&["revert", "fix-a"])).expect(2);
+    // Plain revert undoes what apply did, which was nothing here.
+    let (out, _) = d.cmd().args(with_fixture(&["revert"])).expect(0);
+    assert!(out.contains("nothing to revert"), "{out}");
     assert_eq!(d.snapshot(""), before);
     let (out, _) = d.cmd().args(with_fixture(&["diff", "fix-a"])).expect(2);
     assert!(out.contains("nearest lines at 7"), "{out}");
@@ -295,7 +298,7 @@ fn status_and_list_show_state_and_provenance() {
     // Hand-reverting the file: the files win, and status says the record disagrees.
     d.write("root/vllm/mod.py", PRISTINE);
     let (out, _) = d.cmd().args(with_fixture(&["status"])).expect(0);
-    assert!(out.contains("says fix-a (v0.26.0) is applied, but the files say not-applied"), "{out}");
+    assert!(out.contains("says fix-a (v0.26.0) is applied, but the files say not applied"), "{out}");
 }
 
 #[test]

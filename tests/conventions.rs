@@ -131,6 +131,43 @@ fn human_output_glitches_are_gone() {
     assert!(!out.contains("nothing was written"), "{out}");
 }
 
+/// Issue 37: `apply --check` on a fully applied tree printed every fix's block and a two-line
+/// note about offsets per fix; now one line per tree and the verdict, the rest under `-v` and
+/// in JSON.
+#[test]
+fn a_check_that_finds_everything_applied_is_one_line_per_tree_and_the_verdict() {
+    let d = fixture();
+    for fix in ["fix-a", "fix-b"] {
+        let manifest = d.read_string(&format!("cat/fixes/{fix}/fix.yaml"));
+        let verified = manifest.replace("  v0.26.0:\n", "  v0.26.0:\n    verified: [v0.26.0]\n");
+        d.write(&format!("cat/fixes/{fix}/fix.yaml"), verified);
+    }
+    d.cmd().args(with_fixture(&["apply", "--profile", "performance"])).expect(0);
+    // A line above the fixes' hunks: each is found one line away from its patch's numbers.
+    let text = d.read_string("root/vllm/mod.py");
+    d.write("root/vllm/mod.py", format!("# a local comment\n{text}"));
+    let args = with_fixture(&["apply", "--check", "--profile", "performance"]);
+    let (out, _) = d.cmd().args(&args).expect(0);
+    let lines: Vec<&str> = out.lines().collect();
+    assert!(lines.len() <= 3, "{out}");
+    assert_eq!(lines.last(), Some(&"check: everything applied: 2 fixes (2 applied); -v shows each"), "{out}");
+    assert!(lines[0].starts_with("vllm ") && !out.contains("hunk"), "{out}");
+    let mut verbose = args.clone();
+    verbose.insert(0, "-v");
+    let (out, _) = d.cmd().args(&verbose).expect(0);
+    assert!(out.contains("fix-a  applied") && out.contains("fix-b  applied"), "{out}");
+    assert!(out.contains("hunk 1 found at line 8 (offset +1)"), "{out}");
+    let mut json = args.clone();
+    json.extend(["--format", "json"]);
+    let (out, _) = d.cmd().args(&json).expect(0);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["fixes"][0]["files"][0]["hunks"][0]["offset"], 1, "{out}");
+    // Anything not applied: every fix is shown, as before.
+    d.write("root/vllm/mod.py", text.replace("    # fix-b was here\n", ""));
+    let (out, _) = d.cmd().args(&args).expect(1);
+    assert!(out.contains("fix-a  applied") && out.contains("fix-b  not applied"), "{out}");
+}
+
 /// A stand-in python: passes the probe; as pytest prints what `$FAKE_PYTEST` says, leaves the
 /// verdict `verdict $FAKE_VERDICT` writes and exits with `$FAKE_EXIT`; records the trees it was
 /// shown in `seen`.
@@ -194,7 +231,7 @@ fn test_honours_only_tree_and_says_not_applied() {
             .expect(code)
     };
     let (out, err) = run(&[], 1);
-    assert!(err.contains("fix-a is not-applied on these trees"), "{err}");
+    assert!(err.contains("fix-a is not applied on these trees"), "{err}");
     assert!(out.contains("FAILED (1 failed in 0.01s) — fix-a is not applied"), "{out}");
     assert_eq!(d.read_string("seen"), "vllm\nvllm_gaudi\n");
     run(&["--only-tree", "vllm"], 1);

@@ -17,8 +17,8 @@ fn last_line(d: &Dir, args: &[&str], code: i32) -> String {
 fn the_github_summary_says_what_each_mode_did() {
     let d = fixture();
     for (args, want) in [
-        (&["diff", "fix-a"][..], "::warning::gaudi-fixes: diff: fix-a not-applied"),
-        (&["status"], "::warning::gaudi-fixes: status: fix-a not-applied, fix-b not-applied"),
+        (&["diff", "fix-a"][..], "::warning::gaudi-fixes: diff: fix-a not applied"),
+        (&["status"], "::warning::gaudi-fixes: status: fix-a not applied, fix-b not applied"),
         (
             &["apply", "--dry-run", "fix-a"],
             "::notice::gaudi-fixes: dry run: 1 file(s) would be written: fix-a would be applied",

@@ -47,7 +47,7 @@ fn a_required_fix_is_not_reverted_while_its_dependant_is_applied() {
     );
     assert_eq!(d.snapshot("root"), before, "a refused revert wrote something");
     // The default profile holds fix-a only: refused the same way; --dry-run too.
-    d.cmd().args(with_fixture(&["revert"])).expect(3);
+    d.cmd().args(with_fixture(&["revert", "--profile", "default"])).expect(3);
     d.cmd().args(with_fixture(&["revert", "--dry-run", "fix-a"])).expect(3);
     assert_eq!(d.snapshot("root"), before);
     // Reverting the dependant alone keeps what it required; then the required one goes.
@@ -59,6 +59,37 @@ fn a_required_fix_is_not_reverted_while_its_dependant_is_applied() {
     d.cmd().args(with_fixture(&["apply", "fix-b"])).expect(0);
     let (out, _) = d.cmd().args(with_fixture(&["revert", "fix-a", "fix-b", "--format", "json"])).expect(0);
     assert_eq!(names(&out), ["fix-a", "fix-b"], "{out}");
+    assert_eq!(d.read_string("root/vllm/mod.py"), PRISTINE);
+}
+
+/// Issue 37: after `apply --profile performance`, plain `revert` exited 3 with a command to type
+/// (it reverted `default`, whose fix the performance fix requires); it undoes what apply did.
+#[test]
+fn plain_revert_undoes_what_apply_recorded_in_dependency_order() {
+    let d = requiring_fixture();
+    let pristine = d.snapshot("root");
+    d.cmd().args(with_fixture(&["apply", "--profile", "performance"])).expect(0);
+    let (out, _) = d.cmd().args(with_fixture(&["revert", "--dry-run", "--format", "json"])).expect(0);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let actions: Vec<&str> =
+        v["fixes"].as_array().unwrap().iter().map(|f| f["action"].as_str().unwrap_or("-")).collect();
+    assert_eq!((names(&out), actions), (vec!["fix-a".to_string(), "fix-b".to_string()], vec!["revert", "revert"]));
+    let (out, _) = d.cmd().args(with_fixture(&["revert"])).expect(0);
+    assert!(out.contains("wrote 1 file(s)"), "{out}");
+    let mut now = d.snapshot("root");
+    now.retain(|k, _| !k.starts_with(".gaudi-fixes"));
+    crate::common::assert_same(&now, &pristine, "after apply --profile performance and revert");
+    // Nothing left to undo: a no-op.
+    let (out, _) = d.cmd().args(with_fixture(&["revert"])).expect(0);
+    assert!(out.contains("nothing to revert"), "{out}");
+    // A fix applied without a record (by hand, or by an older gaudi-fixes) is undone too, said so.
+    d.write(
+        "root/vllm/mod.py",
+        d.read_string("root/vllm/mod.py")
+            .replace("    b = a * 2\n", "    # fix-a: triple instead of double\n    b = a * 3\n"),
+    );
+    let (out, _) = d.cmd().args(with_fixture(&["revert"])).expect(0);
+    assert!(out.contains("fix-a reads applied but no provenance record says gaudi-fixes applied it"), "{out}");
     assert_eq!(d.read_string("root/vllm/mod.py"), PRISTINE);
 }
 

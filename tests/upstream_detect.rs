@@ -35,6 +35,8 @@ fn a_tree_with_upstreams_text_is_upstreamed_whatever_its_version() {
     let d = detecting_fixture();
     d.write("root/vllm/mod.py", upstream_file());
     let (out, _) = d.cmd().args(with_fixture(&["apply", "--check", "fix-a"])).expect(0);
+    assert!(out.contains("check: everything applied: 1 fix (1 upstreamed)"), "{out}");
+    let (out, _) = d.cmd().args(with_fixture(&["-v", "apply", "--check", "fix-a"])).expect(0);
     assert!(out.contains("upstreamed") && out.contains("the tree carries the upstream fix"), "{out}");
     let before = d.snapshot("root");
     let (out, _) = d.cmd().args(with_fixture(&["apply", "fix-a", "--format", "json"])).expect(0);

@@ -51,6 +51,7 @@ pub fn run(global: &Settings, name: &str) -> Result<ExitStatus> {
         would_write: 0,
         notes,
         nothing_selected: false,
+        verbose: global.verbose,
     };
     let mut patches = Vec::new();
     for v in variants {

@@ -1,5 +1,6 @@
-//! `gaudi-fixes revert [FIX…] [--profile NAME]`: back to byte-identical pristine sources, in
-//! reverse `after:` order.
+//! `gaudi-fixes revert [FIX…] [--profile NAME]`: back to the bytes the files had, in reverse
+//! `after:` order. Without FIX or `--profile` it undoes what `apply` did to the trees found
+//! (their provenance records, and any fix that reads applied without one).
 
 use anyhow::Result;
 

@@ -30,10 +30,13 @@ pub fn selection(catalog: &Catalog, args: &SelectArgs) -> Result<Vec<String>> {
     Ok(names)
 }
 
-/// Select, discover, lock, recover, plan, write (unless `op` only checks) and report.
+/// Select, discover, lock, recover, plan, write (unless `op` only checks) and report. A plain
+/// `revert` (no FIX, no `--profile`) selects what apply did to the trees found, once they are
+/// locked: [`what_apply_did`].
 pub fn run_select(global: &Settings, args: &SelectArgs, op: Op, command: &'static str) -> Result<ExitStatus> {
     let catalog = Catalog::load(global.catalog.as_deref())?;
-    let mut names = selection(&catalog, args)?;
+    let undo_apply = op == Op::Revert && args.fixes.is_empty() && args.profile.is_none();
+    let mut names = if undo_apply { Vec::new() } else { selection(&catalog, args)? };
     let mut notes = Vec::new();
     if op != Op::Revert {
         // A fix is only sound with what it requires: select that too (applied first).
@@ -43,7 +46,6 @@ pub fn run_select(global: &Settings, args: &SelectArgs, op: Op, command: &'stati
         }
         names = closure.names;
     }
-    let fixes: Vec<&Fix> = catalog.order(&names)?;
     let writes = matches!(op, Op::Apply | Op::Revert) && !args.dry_run && !args.check;
     let session = Session::open(global, if writes { Access::Write } else { Access::Read })?;
     if writes {
@@ -57,6 +59,12 @@ pub fn run_select(global: &Settings, args: &SelectArgs, op: Op, command: &'stati
         }
     }
     notes.extend(session.remove_stale_temp_files(&catalog)?);
+    if undo_apply {
+        let (did, said) = what_apply_did(&catalog, &session)?;
+        names = did;
+        notes.extend(said);
+    }
+    let fixes: Vec<&Fix> = catalog.order(&names)?;
     if op == Op::Revert {
         refuse_reverting_what_applied_fixes_require(&catalog, &names, &session, &invocation(global))?;
     }
@@ -91,10 +99,48 @@ pub fn run_select(global: &Settings, args: &SelectArgs, op: Op, command: &'stati
         reports: plan.reports,
         written,
         notes,
-        nothing_selected: names.is_empty(),
+        nothing_selected: names.is_empty() && !undo_apply,
+        verbose: global.verbose,
     };
     report::emit(global.quiet, |out| report::outcome::render(out, global.format, &outcome))?;
     Ok(status)
+}
+
+/// What a plain `revert` undoes: every catalogue fix that a tree's provenance record says apply
+/// wrote, and any fix that reads applied without a record (the files decide; a note says so).
+/// [`plan::plan`] reverts them in reverse dependency order.
+fn what_apply_did(catalog: &Catalog, session: &Session) -> Result<(Vec<String>, Vec<String>)> {
+    let recorded = session.recorded()?;
+    let mut notes = Vec::new();
+    let mut names: Vec<String> = Vec::new();
+    for name in recorded.keys() {
+        if catalog.fix(name).is_ok() {
+            names.push(name.clone());
+        } else {
+            notes
+                .push(format!("the provenance record names {name}, which this catalogue does not have: left as it is"));
+        }
+    }
+    let all: Vec<&Fix> = catalog.fixes.iter().collect();
+    let reports = plan::plan(catalog, &all, &session.trees, &session.filter, &recorded, Op::Status)?.reports;
+    let unrecorded: Vec<String> = reports
+        .iter()
+        .filter(|r| r.state == FixState::Applied && !names.contains(&r.name))
+        .map(|r| r.name.clone())
+        .collect();
+    for name in unrecorded {
+        notes.push(format!(
+            "{name} reads applied but no provenance record says gaudi-fixes applied it: reverting it too"
+        ));
+        names.push(name);
+    }
+    if names.is_empty() {
+        notes.push(
+            "no fix is recorded as applied (provenance) or reads applied in the trees found: nothing to revert".into(),
+        );
+    }
+    names.sort();
+    Ok((names, notes))
 }
 
 /// A revert of a fix that a fix outside the selection requires is an error (exit 3, nothing
@@ -133,10 +179,7 @@ fn refuse_reverting_what_applied_fixes_require(
             FixState::Error => {
                 format!("{dep}, which requires {needed}, could not be judged (a tree it needs was not found)")
             }
-            _ => format!(
-                "{dep} is {} (not known to be unapplied) and requires {needed}",
-                state.as_str().replace('-', " ")
-            ),
+            _ => format!("{dep} is {} (not known to be unapplied) and requires {needed}", state.words()),
         })
         .collect();
     let mut both: Vec<&str> = applied.iter().map(|(dep, _, _)| *dep).collect();

@@ -47,6 +47,7 @@ pub fn run(global: &Settings) -> Result<ExitStatus> {
         would_write: 0,
         notes,
         nothing_selected: false,
+        verbose: global.verbose,
     };
     report::emit(global.quiet, |out| report::outcome::render(out, global.format, &outcome))?;
     Ok(ExitStatus::Applied)

@@ -41,6 +41,14 @@ impl FixState {
         }
     }
 
+    /// The words human text uses (`not applied`; JSON's `not-applied` is [`FixState::as_str`]).
+    pub fn words(self) -> &'static str {
+        match self {
+            FixState::NotApplied => "not applied",
+            other => other.as_str(),
+        }
+    }
+
     /// The exit status this state asks for under `--check`.
     pub fn check_status(self) -> ExitStatus {
         match self {

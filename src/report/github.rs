@@ -94,7 +94,7 @@ pub fn summary(
         (Mode::Revert, FixState::Applied) => "reverted now",
         (Mode::Revert, FixState::NotApplied) => "already not applied",
         (Mode::DryRun, FixState::NotApplied) => "would be applied",
-        (_, state) => state.as_str(),
+        (_, state) => state.words(),
     };
     let names: Vec<String> = reports.iter().map(|r| format!("{} {}", r.name, word(r.state))).collect();
     let (kind, what) = match mode {

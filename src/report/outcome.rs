@@ -11,7 +11,7 @@ pub use super::Mode;
 use super::{github, human, json, Format};
 use crate::discover::Trees;
 use crate::exit_status::ExitStatus;
-use crate::plan::FixReport;
+use crate::plan::{FixReport, FixState};
 
 /// One run's findings and writes.
 #[derive(Debug)]
@@ -30,6 +30,8 @@ pub struct RunOutcome {
     pub notes: Vec<String>,
     /// The selection was empty (a profile without fixes).
     pub nothing_selected: bool,
+    /// `-v`: every fix's block even when a check finds everything applied.
+    pub verbose: bool,
 }
 
 /// Render `outcome` in `format`.
@@ -75,10 +77,37 @@ fn notes(out: &mut dyn Write, notes: &[String]) -> Result<()> {
     Ok(())
 }
 
-/// `apply`, `revert`, `--check`, `--dry-run`: every fix's block, then what was done.
+/// `apply`, `revert`, `--check`, `--dry-run`: every fix's block, then what was done. A check that
+/// finds everything applied is one line per tree and the verdict (`-v`: every block, with the
+/// hunks found away from their line numbers).
 fn human_select(out: &mut dyn Write, o: &RunOutcome) -> Result<()> {
     human::trees(out, &o.trees)?;
     notes(out, &o.notes)?;
+    if o.mode == Mode::Check && o.status == ExitStatus::Applied && !o.verbose && !o.nothing_selected {
+        let count = |state: FixState| o.reports.iter().filter(|r| r.state == state).count();
+        let mut states: Vec<String> = [
+            (FixState::Applied, "applied"),
+            (FixState::Upstreamed, "upstreamed"),
+            (FixState::Skipped, "skipped by --only-tree"),
+        ]
+        .into_iter()
+        .filter(|&(s, _)| count(s) > 0)
+        .map(|(s, words)| format!("{} {words}", count(s)))
+        .collect();
+        let unverified = o.reports.iter().filter(|r| r.reason.as_ref().is_some_and(|x| x.note)).count();
+        if unverified > 0 {
+            states.push(format!("{unverified} on a release its variant was not verified on"));
+        }
+        let n = o.reports.len();
+        writeln!(
+            out,
+            "check: {}: {n} fix{} ({}); -v shows each",
+            "everything applied".green(),
+            if n == 1 { "" } else { "es" },
+            states.join(", ")
+        )?;
+        return Ok(());
+    }
     if o.nothing_selected {
         writeln!(out, "nothing selected (the profile has no fixes); nothing to do")?;
     }
@@ -126,10 +155,16 @@ fn human_status(out: &mut dyn Write, o: &RunOutcome) -> Result<()> {
     let shown = Trees { notes: Vec::new(), ..o.trees.clone() };
     human::trees(out, &shown)?;
     notes(out, &o.notes)?;
+    // Columns as wide as their longest entry (a name of 29 characters pushed the rest right).
+    let name_width = o.reports.iter().map(|r| r.name.len()).max().unwrap_or(0);
+    let state_width = o.reports.iter().map(|r| human::state_word(r.state).chars().count()).max().unwrap_or(0);
+    let variant_width = o.reports.iter().map(|r| r.variant.as_deref().unwrap_or("-").len()).max().unwrap_or(0);
     for r in &o.reports {
         let variant = r.variant.as_deref().unwrap_or("-");
         let why = r.reason.as_ref().map_or(String::new(), |x| format!("  ({})", human::reason_word(x.code)));
-        writeln!(out, "  {:<28} {:<12} {:<9} {}{why}", r.name, human::state_word(r.state), variant, r.kind)?;
+        let state = human::state_word(r.state);
+        let pad = " ".repeat(state_width - state.chars().count());
+        writeln!(out, "  {:<name_width$}  {state}{pad}  {variant:<variant_width$}  {}{why}", r.name, r.kind)?;
     }
     Ok(())
 }

@@ -146,7 +146,7 @@ pub fn test_start(output: super::Output, about: &TestAbout<'_>) {
         err,
         "gaudi-fixes test: {} ({} [{}]) on {} with {}",
         about.fix,
-        about.state.as_str(),
+        about.state.words(),
         about.variant.unwrap_or("-"),
         about.root.display(),
         about.python
@@ -163,7 +163,7 @@ pub fn test_start(output: super::Output, about: &TestAbout<'_>) {
             "gaudi-fixes test: {} is {} on these trees: its tests check the patched code and are expected to fail \
              (`gaudi-fixes apply {}` first)",
             about.fix,
-            about.state.as_str(),
+            about.state.words(),
             about.fix
         );
     }
@@ -180,7 +180,7 @@ pub fn test_run(
 ) -> Result<()> {
     let why_failed = if !run.passed && about.not_applied {
         let state =
-            if about.state == FixState::NotApplied { String::new() } else { format!(": {}", about.state.as_str()) };
+            if about.state == FixState::NotApplied { String::new() } else { format!(": {}", about.state.words()) };
         format!(" — {} is not applied on these trees{state}", run.fix)
     } else {
         String::new()
