@@ -24,6 +24,11 @@ wheel=$(bash scripts/build-wheel.sh | tail -n 1) || { bad "scripts/build-wheel.s
 ok "built $(basename "$wheel") ($(du -k "$wheel" | cut -f1) KiB)"
 case $(basename "$wheel") in *py3-none-manylinux2014_x86_64*) ok "tagged py3-none-manylinux2014 (glibc ≥ 2.17)" ;;
   *) bad "unexpected tag: $(basename "$wheel")" ;; esac
+# README's sizes line against this build's dist/sizes.json (tests/docs.rs; without a build it
+# checks only that the figures are marked).
+if cargo test --quiet --test main docs::readme_sizes_are_build_wheels_within_5_percent_of_the_last_build >/dev/null 2>&1; then
+  ok "README's sizes are within 5% of this build ($(tr -d '\n ' < dist/sizes.json))"
+else bad "README's sizes are more than 5% off this build: copy build-wheel.sh's sizes line (dist/sizes.json) into README"; fi
 
 # Its own DEST: the shared cache of pristine trees is never rewritten by this script.
 pristine=$(bash scripts/fetch-upstream.sh "$REL" "$WORK/pristine" | tail -n 1) || { bad "fetch vLLM $REL"; exit 1; }

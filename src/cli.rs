@@ -11,6 +11,8 @@ use crate::settings::{self, Settings};
 use crate::tree::{TreeFilter, TreeName};
 
 pub mod complete;
+pub mod examples;
+pub mod exit_codes;
 pub mod man;
 
 /// Apply a catalogue of vLLM / vllm_gaudi fixes to installed trees, with drift detection.
@@ -488,24 +490,22 @@ pub fn command() -> clap::Command {
         }
         None => (env!("CARGO_PKG_VERSION").to_string(), env!("CARGO_PKG_VERSION").to_string(), String::new()),
     };
-    let examples = [
-        ("gaudi-fixes apply", "apply the `default` profile to the trees python3 finds"),
-        ("gaudi-fixes apply --check --profile performance", "only check: 0 applied, 1 not applied, 2 drifted, 3 error"),
-        (
-            "gaudi-fixes apply --dry-run topk-subset-sampler",
-            "what would change (with what it requires); nothing written",
-        ),
-        ("gaudi-fixes --python /opt/venv/bin/python apply --profile performance", "the trees that interpreter imports"),
-        ("gaudi-fixes --root /usr/lib/python3/dist-packages apply --check --format github", "a CI step"),
-    ];
-    let examples: String = examples.iter().map(|(cmd, what)| format!("\n  {cmd}\n      {what}")).collect();
-    let apply_help = format!(
-        "Profiles (built-in catalogue; `gaudi-fixes list` shows a --catalog's):\n{profiles}\n\nExamples:{examples}"
-    );
-    Cli::command()
-        .version(version)
-        .long_version(long_version)
-        .mut_subcommand("apply", |apply| apply.after_help(apply_help))
+    let mut cli = Cli::command().version(version).long_version(long_version);
+    let names: Vec<String> = cli.get_subcommands().map(|s| s.get_name().to_string()).collect();
+    for name in names {
+        let mut after = Vec::new();
+        if name == "apply" {
+            after.push(format!("Profiles (built-in catalogue; `gaudi-fixes list` shows a --catalog's):\n{profiles}"));
+        }
+        let examples: String =
+            examples::examples(Some(&name)).iter().map(|(cmd, what)| format!("\n  {cmd}\n      {what}")).collect();
+        if !examples.is_empty() {
+            after.push(format!("Examples:{examples}"));
+        }
+        after.push(exit_codes::help(&name));
+        cli = cli.mut_subcommand(&name, |sub| sub.after_help(after.join("\n\n")));
+    }
+    cli
 }
 
 /// `gaudi-fixes completions SHELL`: the completion script on stdout.

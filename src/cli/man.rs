@@ -107,7 +107,7 @@ fn render(main: &clap::Command, sub: Option<&clap::Command>, out: &mut dyn Write
     }
     let name = sub.map(|s| s.get_name());
     writeln!(out, ".SH EXIT STATUS")?;
-    for (code, what) in exit_status(name) {
+    for (code, what) in super::exit_codes::codes(name) {
         writeln!(out, ".TP\n.B {code}\n{}", roff(what))?;
     }
     if sub.is_none() {
@@ -130,7 +130,7 @@ fn render(main: &clap::Command, sub: Option<&clap::Command>, out: &mut dyn Write
         writeln!(out, "{}", roff("<root>/.gaudi-fixes/ in each tree written, and the cache; see gaudi-fixes(1)."))?;
     }
     writeln!(out, ".SH EXAMPLES")?;
-    for (example, what) in examples(name) {
+    for (example, what) in super::examples::examples(name) {
         writeln!(out, ".TP\n.B {}\n{}", roff(example), roff(what))?;
     }
     writeln!(out, ".SH SEE ALSO")?;
@@ -205,7 +205,7 @@ fn roff(s: &str) -> String {
 
 const DESCRIPTION: &[&str] = &[
     "gaudi-fixes carries a catalogue of fixes (patches, with their tests) for the vLLM and vllm_gaudi Python sources and applies them to installed trees: the directories holding vllm/ and vllm_gaudi/, found by --root, --vllm, --vllm-gaudi, GAUDI_FIXES_ROOT or by asking the Python interpreter (--python) where they are installed.",
-    "Every hunk is placed by its exact context, never by fuzz. A file that is neither the fix's pristine release nor patched as the fix leaves it is drift: nothing is written and the exit status is 2. Writes are all-or-nothing under a lock per tree; revert gives back the bytes the tree had.",
+    "Every hunk is placed by its exact context, never by fuzz. A file that is neither the fix's pristine release nor patched as the fix leaves it is drift: nothing is written and the exit status is 2. Writes are all-or-nothing under a lock per tree; revert gives back the bytes the tree had (plain revert: every fix apply recorded).",
     "Fixes are named one by one or by profile: default (correctness fixes) and performance (default plus the faster sampler). The catalogue is built into the binary; --catalog DIR uses a directory instead.",
 ];
 
@@ -224,102 +224,6 @@ const FILES: &[(&str, &str)] = &[
     ("<root>/.gaudi-fixes/", "In each tree root written: provenance.json (what was applied, and from which catalogue), and while a write runs the journal and saved copies (txn/) and the bytecode kept for an exact revert (bytecode/). A killed run's transaction is finished by the next run. Removed when empty."),
     ("~/.cache/gaudi-fixes/", "The cache: upstream/<release>/ pristine trees, wheels/ fetched from the package index, scratch/ copies that matrix patches and tests."),
 ];
-
-fn exit_status(cmd: Option<&str>) -> Vec<(&'static str, &'static str)> {
-    let error = ("3", "Error: bad input or usage (nothing written), a tree that cannot be found or locked, a failed write (rolled back).");
-    let rollback = ("4", "A write failed and putting the files back failed too: the journal stays, and the next run finishes the transaction.");
-    match cmd {
-        None | Some("apply") => vec![
-            ("0", "Applied: every selected fix is applied (or upstreamed, or skipped by --only-tree)."),
-            ("1", "Not applied (only with --check or --dry-run: something would change)."),
-            ("2", "Drifted: a file is neither pristine nor patched as the fix leaves it; nothing was written."),
-            error,
-            rollback,
-        ],
-        Some("revert") => vec![
-            ("0", "Reverted: every selected fix is off the tree (with --dry-run: nothing to do)."),
-            ("1", "With --dry-run: something would change."),
-            ("2", "Drifted: a file is neither pristine nor patched as the fix leaves it; nothing was written."),
-            error,
-            rollback,
-        ],
-        Some("test") => vec![("0", "The fix's tests passed."), ("1", "A test failed."), error],
-        Some("lint") => {
-            vec![("0", "The catalogue is consistent."), ("1", "Findings (each printed with its file)."), error]
-        }
-        Some("matrix") => vec![
-            ("0", "Every release could be prepared (a cell that drifts or fails its tests is reported, not an error)."),
-            ("3", "A release could not be prepared, merged results disagree, or bad input."),
-        ],
-        Some("diff") => vec![("0", "Shown (applied or not applied)."), ("2", "The fix drifted."), error],
-        Some("status") => vec![("0", "Every tree found was reported, whatever its fixes' states."), error],
-        _ => vec![("0", "Done."), error],
-    }
-}
-
-fn examples(cmd: Option<&str>) -> Vec<(&'static str, &'static str)> {
-    match cmd {
-        None => vec![
-            ("gaudi-fixes apply", "Apply the default profile to the trees python3 imports."),
-            ("gaudi-fixes apply --check --format github", "A CI step: 0 applied, 1 not applied, 2 drifted, 3 error."),
-            (
-                "gaudi-fixes --python /opt/venv/bin/python apply --profile performance",
-                "The trees that interpreter imports.",
-            ),
-            ("gaudi-fixes revert", "Back to byte-identical pristine sources."),
-            ("gaudi-fixes man --dir /usr/local/share/man/man1", "Install these pages."),
-        ],
-        Some("apply") => vec![
-            ("gaudi-fixes apply", "The default profile."),
-            ("gaudi-fixes apply --check --profile performance", "Only check; writes nothing."),
-            ("gaudi-fixes apply --dry-run topk-subset-sampler", "What would change, with what it requires."),
-        ],
-        Some("revert") => vec![
-            ("gaudi-fixes revert", "Revert the default profile's fixes."),
-            ("gaudi-fixes revert --dry-run --profile performance", "What a revert would change."),
-        ],
-        Some("test") => vec![
-            ("gaudi-fixes test topk-subset-sampler", "Run the fix's tests against the trees found."),
-            ("gaudi-fixes test topk-subset-sampler -- -k \"not mutant\" -x", "With extra pytest arguments."),
-        ],
-        Some("matrix") => vec![
-            ("gaudi-fixes matrix --releases v0.26.0,v0.30.0", "Every fix on two releases' pristine trees."),
-            ("gaudi-fixes --catalog . matrix --record", "Record verified: for the cells that applied and passed."),
-            ("gaudi-fixes matrix --plan --format github", "The job list for a CI strategy.matrix."),
-            (
-                "gaudi-fixes --catalog . matrix --merge results/*.json --record",
-                "Merge the jobs' results and record verified:.",
-            ),
-        ],
-        Some("completions") => vec![
-            ("gaudi-fixes completions bash > /etc/bash_completion.d/gaudi-fixes", "Bash completion for every user."),
-            ("gaudi-fixes completions fish > ~/.config/fish/completions/gaudi-fixes.fish", "Fish."),
-        ],
-        Some("man") => vec![("gaudi-fixes man --dir /usr/local/share/man/man1", "Write every page.")],
-        Some("show") => vec![("gaudi-fixes show topk-subset-sampler --readme", "The fix's README.")],
-        Some("diff") => vec![(
-            "gaudi-fixes diff topk-subset-sampler",
-            "What the fix changes in the trees found, or where it drifted.",
-        )],
-        Some("status") => {
-            vec![("gaudi-fixes --root /usr/lib/python3/dist-packages status", "Every fix's state in that tree.")]
-        }
-        Some("list") => vec![("gaudi-fixes list --format json", "The catalogue as JSON.")],
-        Some("lint") => vec![(
-            "gaudi-fixes --catalog . lint --upstream ~/.cache/gaudi-fixes/upstream",
-            "Every variant against its pristine release.",
-        )],
-        Some("port") => vec![(
-            "gaudi-fixes --catalog . port topk-subset-sampler --to /tmp/v0.34.0 --release v0.34.0",
-            "A new release's variant, three-way.",
-        )],
-        Some("record") => vec![(
-            "gaudi-fixes --catalog . record my-fix --release v0.33.0 --pristine /tmp/p --edited /tmp/e",
-            "A variant from a hand edit.",
-        )],
-        Some(_) => vec![],
-    }
-}
 
 /// The pages a subcommand's SEE ALSO names besides gaudi-fixes(1).
 fn related(cmd: &str) -> &'static [&'static str] {

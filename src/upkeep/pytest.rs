@@ -427,6 +427,11 @@ fn heartbeat(running: &str, elapsed: std::time::Duration) -> String {
     let mut parts = vec![format!("{} s", elapsed.as_secs())];
     let now = test.map_or("collecting the tests".to_string(), |t| format!("running {t}"));
     match counts {
+        // pytest has printed its summary; the interpreter may take a while to exit (measured:
+        // 27 s after bad-words-rows' summary, on a loaded machine).
+        Some((done, total)) if total > 0 && done >= total => {
+            parts.push(format!("all {total} tests done, waiting for the interpreter to exit"))
+        }
         Some((done, total)) if total > 0 => {
             let left = (done > 0 && total >= done).then(|| {
                 let per = elapsed.as_secs_f64() / done as f64;
@@ -502,6 +507,10 @@ mod tests {
             "40 s: 10 of 50 tests done, running t.py::test_x, about 2 min 40 s left"
         );
         assert_eq!(heartbeat("t.py::test_x\n0 50\n", at), "40 s: 0 of 50 tests done, running t.py::test_x");
+        assert_eq!(
+            heartbeat("t.py::test_x\n50 50\n", at),
+            "40 s: all 50 tests done, waiting for the interpreter to exit"
+        );
         assert_eq!(heartbeat("", at), "40 s: collecting the tests");
     }
 }
