@@ -155,3 +155,44 @@ fn lint_upstream_reports_a_detect_text_found_in_a_pristine_release_the_fix_cover
     let (out, _) = d.cmd().args(["--catalog", "cat", "lint", "--upstream", "up"]).expect(1);
     assert!(out.contains("release v0.25.0: its detect text is in pristine v0.26.0"), "{out}");
 }
+
+#[test]
+fn detect_reads_strings_as_pythons_tokenizer_does_and_matches_whole_lines() {
+    let d = detecting_fixture();
+    for (mention, why) in [
+        // A one-quote string continued with backslashes: its later lines are the string's.
+        ("\nNOTE = \"see: \\\ndef upstream_triple(a):\\\n    return a * 3\"\n", "a backslash-continued string"),
+        // PEP 701: the field's '"""' does not close the f-string; the lines below are its text.
+        ("\nNOTE = f\"\"\"{'\"\"\"'}\ndef upstream_triple(a):\n    return a * 3\n\"\"\"\n", "an f-string"),
+        // A longer line holding the text is another line.
+        ("\n\ndef upstream_triple(a):\n    return a * 3 + 1\n", "a longer line"),
+    ] {
+        d.write("root/vllm/mod.py", format!("{PRISTINE}{mention}"));
+        let (out, _) = d.cmd().args(with_fixture(&["apply", "--check", "fix-a", "--format", "json"])).expect(1);
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        assert_eq!(v["fixes"][0]["state"], "not-applied", "{why} counted as upstream's change: {out}");
+    }
+}
+
+#[test]
+fn detect_text_with_a_comment_line_is_found_and_lint_refuses_text_that_never_matches() {
+    let d = detecting_fixture();
+    let y = d.read_string("cat/fixes/fix-a/fix.yaml").replace(
+        "text: \"def upstream_triple(a):\\n    return a * 3\"",
+        "text: \"def upstream_triple(a):\\n    # triple it\\n    return a * 3\"",
+    );
+    d.write("cat/fixes/fix-a/fix.yaml", &y);
+    d.cmd().args(["--catalog", "cat", "lint"]).expect(0);
+    d.write("root/vllm/mod.py", format!("{PRISTINE}\n\ndef upstream_triple(a):\n    # triple it\n    return a * 3\n"));
+    let (out, _) = d.cmd().args(with_fixture(&["apply", "--check", "fix-a", "--format", "json"])).expect(0);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["fixes"][0]["state"], "upstreamed", "{out}");
+    // Text that is only a docstring is never found: lint says so rather than calling it clean.
+    let doc = y.replace(
+        "text: \"def upstream_triple(a):\\n    # triple it\\n    return a * 3\"",
+        "text: \"\\\"\\\"\\\"def upstream_triple(a):\\\"\\\"\\\"\"",
+    );
+    d.write("cat/fixes/fix-a/fix.yaml", doc);
+    let (out, _) = d.cmd().args(["--catalog", "cat", "lint"]).expect(1);
+    assert!(out.contains("has no line of code") && out.contains("fix-a/fix.yaml"), "{out}");
+}

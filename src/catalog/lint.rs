@@ -329,8 +329,8 @@ fn changed_lines(hunk: &crate::patch::Hunk) -> std::ops::Range<usize> {
 
 /// A `detect:` must recognise upstream's change where this fix would go: an entry in each file
 /// the fix's variants patch (else half of upstream's change, or a line elsewhere, turns the fix
-/// off while the file it patches stays unfixed), each with a line of code (text only in a
-/// comment never matches: detection reads code only).
+/// off while the file it patches stays unfixed), each one detection can find (text with no
+/// code — only comments, strings, blank lines — never matches).
 fn detect_covers_the_fix(catalog: &Catalog, fix: &Fix, report: &mut LintReport) {
     let patched: Vec<&str> = {
         let mut v: Vec<&str> = fix
@@ -358,7 +358,10 @@ fn detect_covers_the_fix(catalog: &Catalog, fix: &Fix, report: &mut LintReport) 
             });
         }
         for entry in &variant.detect {
-            if entry.text.lines().all(|l| l.trim().is_empty() || l.trim().starts_with('#')) {
+            // Detection's own test, on a file holding exactly the text: what fails there can
+            // never match anywhere.
+            let itself: Vec<String> = entry.text.lines().map(str::to_string).collect();
+            if !crate::patch::locate::contains_code(&itself, &entry.text) {
                 clean = false;
                 report.findings.push(Finding {
                     file: file.clone(),

@@ -10,6 +10,7 @@
 use std::collections::HashMap;
 
 use super::parse::Hunk;
+use super::pytoken::{tokenize, LineStart};
 use super::text::SourceText;
 
 /// One side of a hunk as the file must show it.
@@ -95,130 +96,31 @@ fn indent(line: &str) -> usize {
 /// a bracket, or after a backslash continuation. Only such a line can open a definition or
 /// say what scope the code is in; a docstring line that reads `def forward_native(` is text.
 fn statement_starts(lines: &[String]) -> Vec<bool> {
-    let mut out = Vec::with_capacity(lines.len());
-    // The open triple-quoted string's quote, if any; bracket depth; a trailing backslash.
-    let mut triple: Option<char> = None;
-    let mut depth = 0usize;
-    let mut continued = false;
-    for line in lines {
-        out.push(triple.is_none() && depth == 0 && !continued);
-        continued = false;
-        let chars: Vec<char> = line.chars().collect();
-        let mut i = 0;
-        while i < chars.len() {
-            let c = chars[i];
-            if let Some(q) = triple {
-                if c == '\\' {
-                    i += 2;
-                    continue;
-                }
-                if c == q && chars.get(i + 1) == Some(&q) && chars.get(i + 2) == Some(&q) {
-                    triple = None;
-                    i += 3;
-                    continue;
-                }
-                i += 1;
-                continue;
-            }
-            match c {
-                '#' => break,
-                '(' | '[' | '{' => depth += 1,
-                ')' | ']' | '}' => depth = depth.saturating_sub(1),
-                '\\' if i + 1 == chars.len() => continued = true,
-                '"' | '\'' => {
-                    if chars.get(i + 1) == Some(&c) && chars.get(i + 2) == Some(&c) {
-                        triple = Some(c);
-                        i += 3;
-                        continue;
-                    }
-                    // A one-line string: skip to its closing quote (or the line's end).
-                    i += 1;
-                    while i < chars.len() && chars[i] != c {
-                        i += if chars[i] == '\\' { 2 } else { 1 };
-                    }
-                }
-                _ => {}
-            }
-            i += 1;
-        }
-    }
-    out
+    tokenize(lines).iter().map(|t| t.start == LineStart::Code && t.depth == 0).collect()
 }
 
-/// Whether `text`'s lines are in `lines` as code: consecutive lines, each of `text`'s lines
-/// (trimmed; a blank one matches a blank line) found in its file line's code, with at least
-/// one character outside a string's contents, and never inside a comment or a line that lies
-/// wholly in a (doc)string. How upstream's change is recognised (`detect:`): text in a comment
-/// or a string is not code. `false` for a text with no code line at all.
+/// Whether `text`'s lines are in `lines` as code: consecutive whole lines, each equal to its
+/// file line (both trimmed), and the tokenizer (Python's rules, [`super::pytoken`]) at the
+/// same place at the start of each — so a line of `text` that is code is code in the file,
+/// and a comment line in `text` is a comment there; a mention inside a string (triple-quoted,
+/// or continued with a backslash) or a comment is not upstream's change, nor is a longer line
+/// that contains it. How upstream's change is recognised (`detect:`). `false` for a text
+/// with no code at all (only comments, strings or blank lines): that would match a mention.
 pub fn contains_code(lines: &[String], text: &str) -> bool {
-    let wanted: Vec<&str> = text.lines().map(str::trim).collect();
-    if wanted.iter().all(|w| w.is_empty() || w.starts_with('#')) {
+    let wanted: Vec<&str> = text.lines().collect();
+    let want = tokenize(&wanted);
+    if !want.iter().any(|t| t.has_code) {
         return false;
     }
-    let code = code_parts(lines);
-    (0..code.len()).any(|j| {
-        j + wanted.len() <= code.len()
-            && wanted.iter().enumerate().all(|(i, w)| {
-                let (line, in_string) = &code[j + i];
-                if w.is_empty() {
-                    return lines[j + i].trim().is_empty();
-                }
-                line.match_indices(w).any(|(at, m)| {
-                    let start = line[..at].chars().count();
-                    (start..start + m.chars().count()).any(|c| !in_string[c])
-                })
-            })
+    let have = tokenize(lines);
+    let n = wanted.len();
+    (0..(lines.len() + 1).saturating_sub(n)).any(|j| {
+        wanted
+            .iter()
+            .zip(&want)
+            .enumerate()
+            .all(|(i, (w, t))| lines[j + i].trim() == w.trim() && have[j + i].start == t.start)
     })
-}
-
-/// Each line's code: the line without its comment (empty for a line wholly inside a
-/// triple-quoted string), with, per character, whether it is a string's contents.
-fn code_parts(lines: &[String]) -> Vec<(String, Vec<bool>)> {
-    let mut triple: Option<char> = None;
-    let mut out = Vec::with_capacity(lines.len());
-    for line in lines {
-        let chars: Vec<char> = line.chars().collect();
-        let mut mask = Vec::with_capacity(chars.len());
-        let mut end = chars.len();
-        let mut single: Option<char> = None;
-        let mut i = 0;
-        while i < chars.len() {
-            let c = chars[i];
-            // Inside a string: its closing quote(s) end it; everything else is its contents.
-            if let Some((q, n)) = triple.map(|q| (q, 3)).or(single.map(|q| (q, 1))) {
-                if i + n <= chars.len() && chars[i..i + n].iter().all(|&x| x == q) {
-                    (triple, single) = (None, None);
-                    mask.extend(std::iter::repeat_n(false, n));
-                    i += n;
-                    continue;
-                }
-                let step = if c == '\\' { 2.min(chars.len() - i) } else { 1 };
-                mask.extend(std::iter::repeat_n(true, step));
-                i += step;
-                continue;
-            }
-            match c {
-                '#' => {
-                    end = i;
-                    break;
-                }
-                '"' | '\'' if chars.get(i + 1) == Some(&c) && chars.get(i + 2) == Some(&c) => {
-                    triple = Some(c);
-                    mask.extend([false; 3]);
-                    i += 3;
-                    continue;
-                }
-                '"' | '\'' => single = Some(c),
-                _ => {}
-            }
-            mask.push(false);
-            i += 1;
-        }
-        mask.truncate(end);
-        let code: String = chars[..end.min(chars.len())].iter().collect();
-        out.push((code, mask));
-    }
-    out
 }
 
 /// The definitions that can anchor a hunk whose image starts at `start`, trimmed: the enclosing

@@ -3,6 +3,7 @@
 
 pub mod locate;
 pub mod parse;
+pub mod pytoken;
 pub mod state;
 pub mod text;
 
