@@ -1,0 +1,364 @@
+"""One engine step of vllm_gaudi on CPU, through the runner's own state update and sampling.
+
+What runs is the trees' code:
+
+- vllm_gaudi's ``InputBatch`` (``hpu_input_batch.py``, with vLLM's logits-processor package of the
+  tree: ``vllm_gaudi_stubs.load``);
+- vllm_gaudi's **real** ``HPUModelRunner._update_states``, lifted out of ``hpu_model_runner.py`` and
+  bound to a small stand-in runner (``vllm_gaudi_stubs.Runner``) carrying only what it reads;
+- driven by vLLM's **real** ``SchedulerOutput`` / ``NewRequestData`` / ``CachedRequestData`` (imported
+  from the tree's ``vllm/``), filled as vLLM's scheduler fills them (``Scheduler`` below: new
+  requests, running and resumed ones with ``resumed_req_ids``, ``num_computed_tokens``,
+  ``new_block_ids``, ``num_output_tokens`` and ``all_token_ids`` for those not scheduled on the
+  previous step, finished and unscheduled ids); vLLM's real ``SamplingParams``;
+- then ``sample_tokens``' reordering, its head, ``_extract_prefill_batch_contents`` (how many logits
+  rows each prompt chunk gets), ``_run_sampling`` / ``_prepare_sampling`` for every sampler call, and
+  its tail up to the loop extending ``output_token_ids`` (``engine_step.lift_step``);
+- the sampler: vLLM's ``TopKTopPSampler.forward_native`` (the branch Gaudi runs; its
+  ``random_sample`` draws each seeded row from the generator it is handed) for random rows,
+  argmax for greedy rows, as vLLM's ``Sampler.sample``.
+
+Stood in for: the model (``Model``: a logits row is a fixed function of the request's tokens up to
+its position, so a recomputed position predicts what it predicted before), attention and the
+device (CPU tensors; ``torch.hpu`` is never reached).
+
+A resumed-after-preemption request comes back as vLLM's scheduler sends it: in the cached requests,
+in ``resumed_req_ids``, with ``num_computed_tokens`` the block-aligned prefix-cache hit, all its
+blocks in ``new_block_ids`` and its tokens in ``all_token_ids``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import os
+import sys
+import types
+import zlib
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+import torch
+
+import engine_step
+import lift
+import vllm_gaudi_stubs as stubs
+
+VOCAB = 256
+BLOCK = 4  # the scheduler's block size: prefix-cache hits are multiples of it
+MAX_REQS = 8
+MAX_MODEL_LEN = 128
+
+
+class Vllm:
+    """vLLM's own scheduler-output dataclasses, SamplingParams and sampler of the tree, imported
+    for real (one vllm tree per process; bytecode cached outside the tree)."""
+
+    _loaded: dict[Path, Any] = {}
+
+    @classmethod
+    def get(cls, root: Path) -> Any:
+        root = root.resolve()
+        if root not in cls._loaded:
+            if cls._loaded:
+                raise RuntimeError("one vllm tree per process: the harness imports `vllm` by name")
+            if sys.pycache_prefix is None:
+                sys.pycache_prefix = os.path.join(os.path.expanduser("~"), ".cache", "gaudi-fixes", "pycache")
+            sys.path.insert(0, str(root))
+            level = logging.root.manager.disable
+            logging.disable(logging.WARNING)
+            try:
+                from vllm.sampling_params import SamplingParams, SamplingType
+                from vllm.v1.core.sched.output import CachedRequestData, NewRequestData, SchedulerOutput
+            finally:
+                logging.disable(level)
+            sampler = stubs.load_sampler(root, name="gaudi_fixes_harness_sampler")
+            cls._loaded[root] = types.SimpleNamespace(SamplingParams=SamplingParams, SamplingType=SamplingType,
+                                                      CachedRequestData=CachedRequestData,
+                                                      NewRequestData=NewRequestData, SchedulerOutput=SchedulerOutput,
+                                                      TopKTopPSampler=sampler.TopKTopPSampler)
+        return cls._loaded[root]
+
+
+def _empty(field: dataclasses.Field) -> Any:
+    """A field's value for what the scheduler leaves empty (its default, or an empty value of
+    its annotated type)."""
+    if field.default is not dataclasses.MISSING:
+        return field.default
+    if field.default_factory is not dataclasses.MISSING:  # type: ignore[misc]
+        return field.default_factory()  # type: ignore[misc]
+    kind = str(field.type)
+    for prefix, value in (("dict", {}), ("list", []), ("set", set()), ("int", 0), ("bool", False)):
+        if kind.startswith(prefix):
+            return type(value)()
+    return None
+
+
+def make(cls: type, **values: Any) -> Any:
+    """A vLLM dataclass with `values`, every other field empty."""
+    return cls(**{f.name: values[f.name] if f.name in values else _empty(f) for f in dataclasses.fields(cls)})
+
+
+@dataclasses.dataclass
+class Request:
+    """The scheduler's view of one request."""
+
+    rid: str
+    prompt: list[int]
+    params: Any
+    output: list[int] = dataclasses.field(default_factory=list)
+    computed: int = 0
+    blocks: list[int] = dataclasses.field(default_factory=list)
+    arrived: bool = False  # sent to the runner as a new request
+    preempted: bool = False
+    cached: int = 0  # tokens of its prefix still in the prefix cache
+
+    @property
+    def tokens(self) -> list[int]:
+        return self.prompt + self.output
+
+
+class Scheduler:
+    """Builds each step's SchedulerOutput as vLLM's scheduler does, from a plan of scheduled
+    token counts; preempts and resumes with a prefix-cache hit."""
+
+    def __init__(self, vllm: Any):
+        self.vllm = vllm
+        self.requests: dict[str, Request] = {}
+        self.prev_scheduled: set[str] = set()
+        self.finished: set[str] = set()
+        self._next_block = 1
+
+    def add(self, rid: str, prompt: list[int], params: Any) -> Request:
+        self.requests[rid] = Request(rid, list(prompt), params)
+        return self.requests[rid]
+
+    def preempt(self, rid: str) -> None:
+        """As ``Scheduler._preempt_request``: blocks freed, ``num_computed_tokens = 0``; what it had
+        computed stays in the prefix cache (nothing evicted it)."""
+        r = self.requests[rid]
+        r.cached, r.computed, r.blocks, r.preempted = r.computed, 0, [], True
+
+    def hit(self, rid: str) -> int:
+        """``get_computed_blocks``' hit on resumption: the full cached blocks, at most
+        ``num_tokens - 1`` tokens."""
+        r = self.requests[rid]
+        return min(r.cached, len(r.tokens) - 1) // BLOCK * BLOCK
+
+    def finish(self, rid: str) -> None:
+        self.finished.add(rid)
+
+    def _blocks(self, r: Request, upto: int) -> list[int]:
+        new = []
+        while len(r.blocks) * BLOCK < upto:
+            r.blocks.append(self._next_block)
+            new.append(self._next_block)
+            self._next_block += 1
+        return new
+
+    def output(self, scheduled: dict[str, int]) -> Any:
+        v = self.vllm
+        new_reqs, cached_ids, resumed, all_token_ids, new_block_ids, computed, num_output = [], [], set(), {}, [], [], []
+        for rid, n in scheduled.items():
+            r = self.requests[rid]
+            if not r.arrived:
+                r.arrived = True
+                blocks = self._blocks(r, r.computed + n)
+                new_reqs.append(make(v.NewRequestData, req_id=rid, prompt_token_ids=list(r.prompt), mm_features=[],
+                                     sampling_params=r.params, pooling_params=None, block_ids=(list(blocks), ),
+                                     num_computed_tokens=r.computed, lora_request=None))
+                continue
+            cached_ids.append(rid)
+            if r.preempted:
+                r.preempted = False
+                r.computed = self.hit(rid)
+                resumed.add(rid)
+                blocks = self._blocks(r, r.computed + n)
+                new_block_ids.append((list(r.blocks), ))  # all of them: replaces the old ids
+            else:
+                new = self._blocks(r, r.computed + n)
+                new_block_ids.append((new, ) if new else None)
+            if rid not in self.prev_scheduled:
+                all_token_ids[rid] = list(r.tokens)
+            computed.append(r.computed)
+            num_output.append(len(r.output))
+        cached = make(v.CachedRequestData, req_ids=cached_ids, resumed_req_ids=resumed, new_token_ids=[],
+                      all_token_ids=all_token_ids, new_block_ids=new_block_ids, num_computed_tokens=computed,
+                      num_output_tokens=num_output)
+        out = make(v.SchedulerOutput, scheduled_new_reqs=new_reqs, scheduled_cached_reqs=cached,
+                   num_scheduled_tokens=dict(scheduled), total_num_scheduled_tokens=sum(scheduled.values()),
+                   scheduled_spec_decode_tokens={}, scheduled_encoder_inputs={}, num_common_prefix_blocks=[0],
+                   finished_req_ids=set(self.finished), free_encoder_mm_hashes=[], kv_connector_metadata=None)
+        self.finished = set()
+        self.prev_scheduled = set(scheduled)
+        return out
+
+    def update(self, scheduled: dict[str, int], returned: dict[str, list[int]]) -> None:
+        """``update_from_output``: progress, and every token handed back joins the output."""
+        for rid, n in scheduled.items():
+            r = self.requests[rid]
+            r.computed += n
+            r.output.extend(returned.get(rid, []))
+
+
+class Model:
+    """The forward pass: logits row of a request at position q depends only on its tokens
+    ``[0, q]`` (as the scheduler knows them), so recomputing a position predicts the same."""
+
+    def __init__(self, scheduler: Scheduler):
+        self.scheduler = scheduler
+
+    def row(self, rid: str, position: int) -> torch.Tensor:
+        context = self.scheduler.requests[rid].tokens[:position + 1]
+        seed = zlib.crc32(np.asarray(context, dtype=np.int64).tobytes())
+        return torch.randn(VOCAB, generator=torch.Generator().manual_seed(seed)) * 4.0
+
+    def logits(self, rows: list[tuple[str, int]]) -> torch.Tensor:
+        if not rows:
+            return torch.zeros(0, VOCAB)
+        return torch.stack([self.row(rid, q) for rid, q in rows])
+
+
+class Sampler:
+    """vLLM's ``Sampler.sample`` on the metadata the runner hands it: greedy rows argmax; random
+    rows through vLLM's ``TopKTopPSampler.forward_native`` with the row's generator. Records each
+    call (rows, generators handed)."""
+
+    def __init__(self, top_k_top_p: Any):
+        self.top_k_top_p = top_k_top_p
+        self.calls: list[dict[str, Any]] = []
+
+    def __call__(self, logits: torch.Tensor, sampling_metadata: Any) -> Any:
+        md = sampling_metadata
+        logits = logits.to(torch.float32)
+        greedy = logits.argmax(dim=-1)
+        self.calls.append({"rows": logits.shape[0], "generators": dict(md.generators)})
+        if md.all_greedy:
+            tokens = greedy
+        else:
+            temperature = md.temperature[:logits.shape[0]]
+            temp = torch.where(temperature < 1e-5, torch.ones_like(temperature), temperature)
+            random, _ = self.top_k_top_p.forward_native(logits / temp.unsqueeze(1), md.generators,
+                                                        None if md.top_k is None else md.top_k[:logits.shape[0]],
+                                                        None if md.top_p is None else md.top_p[:logits.shape[0]])
+            tokens = greedy if md.all_random is None else torch.where(temperature < 1e-5, greedy, random)
+        return types.SimpleNamespace(sampled_token_ids=tokens.to(torch.int32).view(-1, 1), logprobs_tensors=None)
+
+
+@dataclasses.dataclass
+class Step:
+    number: int
+    scheduled: dict[str, int]
+    returned: dict[str, list[int]]
+    rows: dict[str, int]  # logits rows per prompt chunk
+    batch_changed: bool
+
+
+class Harness:
+    """vllm_gaudi's runner driven step by step (``step``), sync or async (`mode`)."""
+
+    def __init__(self, root: Path, mode: str):
+        assert mode in ("sync", "async")
+        self.root, self.mode = root, mode
+        self.vllm = Vllm.get(root)
+        loaded = stubs.load(root, stubs.H2DRecorder(root / stubs.UTILS_REL), name="gaudi_fixes_harness_ib")
+        self.module = loaded.input_batch
+        config = types.SimpleNamespace(scheduler_config=types.SimpleNamespace(max_num_seqs=MAX_REQS),
+                                       speculative_config=None)
+        logitsprocs = loaded.build_logitsprocs(config, torch.device("cpu"), False, False, [])
+        self.batch = self.module.InputBatch(max_num_reqs=MAX_REQS, max_model_len=MAX_MODEL_LEN,
+                                            max_num_batched_tokens=256, device=torch.device("cpu"),
+                                            pin_memory=False, vocab_size=VOCAB, block_sizes=[BLOCK],
+                                            kernel_block_sizes=[BLOCK], logitsprocs=logitsprocs)
+        runner = self.runner = stubs.Runner(root, self.batch, reorder=True)
+        self.code = engine_step.lift_step(runner, root)
+        runner.max_model_len = MAX_MODEL_LEN
+        runner.use_async_scheduling = mode == "async"
+        runner.encoder_cache = {}
+        runner._compact_gdn_group_ids = set()
+        runner.uses_mrope = False
+        path = root / stubs.RUNNER_REL
+        namespace = {"torch": torch, "np": np, "SamplingType": self.vllm.SamplingType,
+                     "CachedRequestState": self.module.CachedRequestState, "logger": logging.getLogger("harness"),
+                     "get_pp_group": lambda: types.SimpleNamespace(is_last_rank=True), "cast": lambda t, v: v}
+        lift.bind(runner, path, ["HPUModelRunner._update_states"], namespace)
+        self.scheduler = Scheduler(self.vllm)
+        self.model = Model(self.scheduler)
+        runner.sampler = self.sampler = Sampler(self.vllm.TopKTopPSampler())
+        self.steps: list[Step] = []
+
+    def params(self, **kw: Any) -> Any:
+        return self.vllm.SamplingParams(**kw)
+
+    def add(self, rid: str, prompt: list[int], **params: Any) -> None:
+        self.scheduler.add(rid, prompt, self.params(**params))
+
+    def step(self, scheduled: dict[str, int]) -> Step:
+        """One engine step: the scheduler's output, ``_update_states``, ``sample_tokens``; the tokens
+        each request gets back (as the engine reads them) go to the scheduler."""
+        runner, batch = self.runner, self.batch
+        sched = self.scheduler.output(scheduled)
+        batch_changed = runner._update_states(sched)
+        runner._sample_tokens_reorder(sched)
+        pd_info = runner._get_prompts_and_decodes(sched)
+        num_decodes, num_prefills = len(pd_info.decode_req_ids), len(pd_info.prompt_req_ids)
+        ns: dict[str, Any] = {"self": runner, "torch": torch, "num_decodes": num_decodes, "num_prefills": num_prefills,
+                              "num_reqs": num_decodes + num_prefills, "pd_info": pd_info, "batch_changed": batch_changed,
+                              "scheduler_output": sched, "spec_decode_num_tokens": None, "grammar_output": None}
+        exec(self.code["head"], ns)
+        num_scheduled = [scheduled[rid] for rid in batch.req_ids]
+        contents, _ = runner._extract_prefill_batch_contents(num_prefills, num_decodes, num_scheduled)
+        exec(self.code["flag"], ns)
+        rows = self._forward_and_sample(ns, contents, pd_info, num_decodes, batch_changed)
+        exec(self.code["tail"], ns)
+        returned = engine_step.returned(runner, ns)
+        step = Step(len(self.steps) + 1, dict(scheduled), returned, rows, batch_changed)
+        self.steps.append(step)
+        self.scheduler.update(scheduled, returned)
+        return step
+
+    def _forward_and_sample(self, ns: dict[str, Any], contents: Any, pd_info: Any, num_decodes: int,
+                            batch_changed: bool) -> dict[str, int]:
+        """sample_tokens' prefill loop and decode block (the lines that collect rows and tokens);
+        the model stands in for ``_execute_model_generic``."""
+        runner, batch = self.runner, self.batch
+        ns.update(prefill_sampled_token_ids=[], prefill_sampled_requests=[], decode_sampled_token_ids=[],
+                  decode_sampled_requests=[], logprobs_segments=[])
+        rows: dict[str, int] = {}
+        for bc in contents:
+            if not bc.req_ids:
+                continue
+            positions = [(rid, ctx + p) for rid, ctx, pos in zip(bc.req_ids, bc.context_lens, bc.logits_positions)
+                         for p in pos]
+            logits_requests = [rid for rid, _ in positions]
+            for rid in bc.req_ids:
+                rows[rid] = logits_requests.count(rid)
+            logits = self.model.logits(positions)
+            if logits.numel() > 0:
+                out, _ = runner._run_sampling(batch_changed, logits, bc.req_ids, logits.shape[0], logits_requests)
+                ns["prefill_sampled_token_ids"].append(out.sampled_token_ids.flatten())
+                ns["prefill_sampled_requests"].extend(logits_requests)
+                ns["logprobs_segments"].append((list(logits_requests), out.logprobs_tensors))
+        if num_decodes:
+            decode = [(rid, int(batch.num_computed_tokens_cpu[i])) for i, rid in enumerate(pd_info.decode_req_ids)]
+            padded = decode + [decode[0]] * (max(num_decodes, 4) - num_decodes)  # a decode bucket of 4
+            logits = self.model.logits(padded)
+            out, _ = runner._run_sampling(batch_changed, logits, pd_info.decode_req_ids, logits.shape[0])
+            ns["decode_sampled_token_ids"].append(out.sampled_token_ids.flatten())
+            ns["logprobs_segments"].append((list(pd_info.decode_req_ids), out.logprobs_tensors))
+            ns["decode_sampled_requests"].extend(batch.req_ids[:num_decodes])
+        return rows
+
+    def output(self, rid: str) -> list[int]:
+        """Everything request `rid` got back so far, as the user sees it."""
+        return list(self.scheduler.requests[rid].output)
+
+
+def prompt(n: int, salt: int) -> list[int]:
+    return [(7 * i + 13 * salt + 5) % VOCAB for i in range(n)]
+
+
+def root_or_skip(env: str = "GAUDI_FIXES_ROOT") -> Optional[Path]:
+    value = os.environ.get(env)
+    return Path(value) if value else None
