@@ -239,3 +239,54 @@ fn lint_upstream_requires_anchors_and_one_place() {
     let (out, _) = d.cmd().args(["--catalog", "cat", "lint", "--upstream", "up"]).expect(1);
     assert!(out.contains("found at line 6 of the file the patch is made on, but its header says line 16"), "{out}");
 }
+
+/// Adds `w = 4` after the file's last line, as `git diff` writes it from a file that ends in a
+/// newline: the tree's copy may lack that newline (an editor, a hand-made wheel) or use CRLF.
+const APPEND_AT_END: &str = "--- a/vllm/end.py\n+++ b/vllm/end.py\n@@ -1,3 +1,4 @@\n x = 1\n y = 2\n z = 3\n+w = 4\n";
+
+/// `apply` on `pristine`, which must give `patched`; then `--check` reads applied, `apply` has
+/// nothing to do, `revert` gives back `pristine`'s bytes and `apply` works again.
+fn appends_and_round_trips(pristine: &str, patched: &str) {
+    let d = Dir::new();
+    catalogue(&d, &[("append", "vllm/end.py", APPEND_AT_END, pristine, &[])]);
+    d.write("root/vllm/end.py", pristine);
+    d.cmd().args(gf(&["apply", "--check"])).expect(1);
+    d.cmd().args(gf(&["apply"])).expect(0);
+    assert_eq!(d.read_string("root/vllm/end.py"), patched, "the old last line keeps a line ending");
+    d.cmd().args(gf(&["apply", "--check"])).expect(0);
+    let (out, _) = d.cmd().args(gf(&["apply"])).expect(0);
+    assert!(out.contains("nothing to do"), "{out}");
+    d.cmd().args(gf(&["revert"])).expect(0);
+    assert_eq!(d.read("root/vllm/end.py"), pristine.as_bytes(), "revert is byte-exact");
+    d.cmd().args(gf(&["apply", "--check"])).expect(1);
+    d.cmd().args(gf(&["apply"])).expect(0);
+    assert_eq!(d.read_string("root/vllm/end.py"), patched);
+}
+
+#[test]
+fn an_addition_after_a_last_line_without_newline_gives_it_its_ending() {
+    appends_and_round_trips("x = 1\ny = 2\nz = 3", "x = 1\ny = 2\nz = 3\nw = 4");
+}
+
+#[test]
+fn an_addition_after_a_crlf_last_line_without_newline_gives_it_crlf() {
+    appends_and_round_trips("x = 1\r\ny = 2\r\nz = 3", "x = 1\r\ny = 2\r\nz = 3\r\nw = 4");
+}
+
+#[test]
+fn an_addition_at_the_end_of_a_crlf_file_is_crlf() {
+    appends_and_round_trips("x = 1\r\ny = 2\r\nz = 3\r\n", "x = 1\r\ny = 2\r\nz = 3\r\nw = 4\r\n");
+}
+
+#[test]
+fn an_addition_after_a_lone_last_line_without_newline_round_trips() {
+    let patch = "--- a/vllm/end.py\n+++ b/vllm/end.py\n@@ -1 +1,2 @@\n z = 3\n+w = 4\n";
+    let d = Dir::new();
+    catalogue(&d, &[("append", "vllm/end.py", patch, "z = 3", &[])]);
+    d.write("root/vllm/end.py", "z = 3");
+    d.cmd().args(gf(&["apply"])).expect(0);
+    assert_eq!(d.read_string("root/vllm/end.py"), "z = 3\nw = 4");
+    d.cmd().args(gf(&["apply", "--check"])).expect(0);
+    d.cmd().args(gf(&["revert"])).expect(0);
+    assert_eq!(d.read_string("root/vllm/end.py"), "z = 3");
+}

@@ -192,6 +192,17 @@ fn replace(text: &mut SourceText, start: usize, hunk: &Hunk, forward: bool) {
             prev = Some(e);
         }
     }
+    // Only the file's last line may lack an ending: a line that ended the file and now has
+    // lines after it (an addition at the end of a file without a final newline) takes the
+    // ending of the line before it, else the file's, so it is never joined onto the next.
+    let last = new.len().saturating_sub(1);
+    let mut before: Option<&'static str> = if start > 0 { Some(text.eols[start - 1]) } else { None };
+    for (i, line) in new.iter_mut().enumerate() {
+        if line.1.is_empty() && (i < last || !ends_file) {
+            line.1 = before.filter(|e| !e.is_empty()).unwrap_or(fallback);
+        }
+        before = Some(line.1);
+    }
     // The final newline is the hunk's to change only when its images disagree about it;
     // otherwise the file keeps what it has.
     let to_no_eol = if hunk.pre_no_eol != hunk.post_no_eol { to_no_eol } else { text.eols.last() == Some(&"") };
@@ -246,6 +257,18 @@ fn verify(patch: &FilePatch, text: &SourceText, eval: &FileEval, direction: Dire
     };
     let done = direction.done();
     let edited = edited.ok_or_else(|| (0, format!("cannot be {done}")))?;
+    // What would be written must read back as these lines (no line joined onto the next).
+    let written = SourceText::decode(&edited.encode(), std::path::Path::new(""));
+    if let Some(line) = match &written {
+        Ok(w) if *w == edited => None,
+        Ok(w) => Some(w.lines.iter().zip(&edited.lines).position(|(a, b)| a != b).unwrap_or(w.lines.len())),
+        Err(_) => Some(0),
+    } {
+        return Err((
+            hunk_at(patch, eval, line),
+            format!("once {done}, line {} would be joined onto the next (it has no line ending)", line + 1),
+        ));
+    }
     let again = place(patch, &edited);
     let (was, becomes) = direction.states();
     let mut shift: isize = 0;
