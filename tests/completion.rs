@@ -164,3 +164,31 @@ fn man_dir_writes_every_page_any_page_names_with_its_sections() {
         assert!(String::from_utf8_lossy(&out.stdout).contains("EXIT STATUS"), "{page}");
     }
 }
+
+/// `GAUDI_FIXES_COMPLETE` left in a job's environment (`docker run -e`, an env file, an
+/// interrupted PowerShell completer) changes no command: only `GAUDI_FIXES_COMPLETE=SHELL
+/// gaudi-fixes -- WORDS…`, what the registration scripts send, is a completion request.
+#[test]
+fn a_completion_variable_in_the_environment_changes_no_command() {
+    let d = crate::common::fixture();
+    let args = crate::common::with_fixture(&["apply", "--check"]);
+    let (plain, _) = d.cmd().args(&args).expect(1);
+    assert!(plain.contains("fix-a"), "{plain}");
+    for value in ["bash", "zsh", "fish", "elvish", "powershell", "1", "true", "yes", "/bin/bash"] {
+        let (out, err) = d.cmd().env("GAUDI_FIXES_COMPLETE", value).args(&args).expect(1);
+        assert_eq!(out, plain, "GAUDI_FIXES_COMPLETE={value}: {err}");
+        let (json, _) = d
+            .cmd()
+            .env("GAUDI_FIXES_COMPLETE", value)
+            .args(crate::common::with_fixture(&["--format", "json", "apply", "--check"]))
+            .expect(1);
+        serde_json::from_str::<serde_json::Value>(&json).unwrap_or_else(|e| panic!("{value}: {e}: {json}"));
+    }
+    let before = d.snapshot("root");
+    d.cmd().env("GAUDI_FIXES_COMPLETE", "bash").args(crate::common::with_fixture(&["apply"])).expect(0);
+    assert_ne!(d.snapshot("root"), before, "apply with the variable set must still apply");
+    // The scripts' own form still answers.
+    let (out, _) =
+        d.cmd().env("GAUDI_FIXES_COMPLETE", "fish").args(["--", "gaudi-fixes", "apply", "--profile", ""]).expect(0);
+    assert!(out.lines().any(|l| l.starts_with("default")), "{out}");
+}

@@ -21,9 +21,26 @@ use crate::catalog::Catalog;
 /// default `COMPLETE`: a CI job that happens to set that must not turn `apply` into a no-op.
 pub const VAR: &str = "GAUDI_FIXES_COMPLETE";
 
-/// Answer a completion request, if this run is one (then exit); otherwise return.
+/// Answer a completion request, if this run is one (then exit); otherwise return, whatever
+/// [`VAR`] holds.
 pub fn answer_if_asked() {
-    clap_complete::CompleteEnv::with_factory(completion_command).var(VAR).bin("gaudi-fixes").complete();
+    if is_request(std::env::var_os(VAR), std::env::args_os()) {
+        clap_complete::CompleteEnv::with_factory(completion_command).var(VAR).bin("gaudi-fixes").complete();
+    }
+}
+
+/// A completion request is exactly what the registration scripts send: [`VAR`] set to a shell's
+/// name and `gaudi-fixes -- WORDS…` (at least one word: the command's own name). Anything else
+/// — the variable leaked into a job's environment as `bash` or `1`, or set by hand — is a normal
+/// run: clap_complete alone would print a script and exit 0 for `apply` (nothing applied), or
+/// exit 2 for a value that names no shell.
+fn is_request(var: Option<OsString>, args: impl Iterator<Item = OsString>) -> bool {
+    let Some(shell) = var.and_then(|v| v.into_string().ok()) else { return false };
+    if Shells::builtins().completer(&shell).is_none() {
+        return false;
+    }
+    let args: Vec<OsString> = args.skip(1).take(2).collect();
+    args.len() == 2 && args[0] == "--"
 }
 
 /// `gaudi-fixes completions SHELL`: the registration script, which calls `gaudi-fixes` (from
@@ -127,6 +144,19 @@ fn catalog_dir(args: impl Iterator<Item = OsString>) -> Option<PathBuf> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn only_the_scripts_form_is_a_request() {
+        let words = |w: &[&str]| w.iter().map(OsString::from).collect::<Vec<_>>().into_iter();
+        let var = |v: &str| Some(OsString::from(v));
+        assert!(is_request(var("bash"), words(&["gaudi-fixes", "--", "gaudi-fixes", ""])));
+        assert!(is_request(var("powershell"), words(&["gaudi-fixes", "--", "gaudi-fixes apply"])));
+        assert!(!is_request(var("bash"), words(&["gaudi-fixes", "apply", "--check"])));
+        assert!(!is_request(var("bash"), words(&["gaudi-fixes", "--"])));
+        assert!(!is_request(var("1"), words(&["gaudi-fixes", "--", "gaudi-fixes", ""])));
+        assert!(!is_request(var("/bin/bash"), words(&["gaudi-fixes", "--", "gaudi-fixes", ""])));
+        assert!(!is_request(None, words(&["gaudi-fixes", "--", "gaudi-fixes", ""])));
+    }
 
     #[test]
     fn catalog_dir_from_the_words() {
