@@ -222,3 +222,63 @@ fn gaudi_fix_a() -> Dir {
     );
     d
 }
+
+/// fix-a with one line of context, and fix-c (`requires: [fix-a]`) whose context is fix-a's
+/// line but whose own line lies outside fix-a's hunk: with fix-a undone by hand, fix-a reads
+/// not applied, and fix-c's edits are in the tree on top of a line that is gone.
+fn undone_under_fixture() -> Dir {
+    let d = on_top_fixture("requires: [fix-a]");
+    d.write(
+        "cat/fixes/fix-a/v0.26.0/mod.patch",
+        "--- a/vllm/mod.py\n+++ b/vllm/mod.py\n@@ -9,3 +9,3 @@ def sample(x):\n     a = x + 1\n-    b = a * 2\n+    b = a * 3\n     return b\n",
+    );
+    d.write(
+        "cat/fixes/fix-c/v0.26.0/mod.patch",
+        "--- a/vllm/mod.py\n+++ b/vllm/mod.py\n@@ -10,4 +10,5 @@ def sample(x):\n     b = a * 3\n     return b\n+    # fix-c was here\n \n \n",
+    );
+    d.write("cat/profiles/default.yaml", "name: default\ndescription: d\nfixes: [fix-a, fix-c]\n");
+    d
+}
+
+#[test]
+fn a_fix_whose_required_fix_was_undone_by_hand_reads_one_way_and_apply_or_revert_mend_it() {
+    let d = undone_under_fixture();
+    d.cmd().args(with_fixture(&["apply"])).expect(0);
+    let undo = |d: &Dir| {
+        let text = d.read_string("root/vllm/mod.py");
+        d.write("root/vllm/mod.py", text.replace("    b = a * 3\n", "    b = a * 2\n"));
+    };
+    undo(&d);
+    let undone = d.snapshot("root");
+    // Every command says fix-c is applied on top of fix-a, which is not, and what mends it.
+    let said = "applied on top of fix-a, which is not applied in the tree (undone since?): `gaudi-fixes apply` applies it under it";
+    for command in
+        [&["status", "--format", "json"][..], &["list", "--format", "json"], &["apply", "--check", "--format", "json"]]
+    {
+        let code = if command[0] == "apply" { 1 } else { 0 };
+        let (out, _) = d.cmd().args(with_fixture(command)).expect(code);
+        let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+        let state =
+            |name: &str| v["fixes"].as_array().unwrap().iter().find(|f| f["name"] == name).map(|f| f["state"].clone());
+        assert_eq!(state("fix-a"), Some("not-applied".into()), "{command:?}: {out}");
+        assert_eq!(state("fix-c"), Some("applied".into()), "{command:?}: {out}");
+        if command[0] != "list" {
+            assert!(out.contains(said), "{command:?}: {out}");
+        }
+    }
+    let (check, _) = d.cmd().args(with_fixture(&["apply", "--check"])).expect(1);
+    assert!(check.contains(said) && !check.contains("drifted"), "{check}");
+    let (diff, _) = d.cmd().args(with_fixture(&["diff", "fix-c"])).expect(0);
+    assert!(diff.contains(said), "{diff}");
+    // The advice works: apply alone applies fix-a under it.
+    d.cmd().args(with_fixture(&["apply"])).expect(0);
+    d.cmd().args(with_fixture(&["apply", "--check"])).expect(0);
+    // And revert, as status has it (fix-c applied), undoes fix-c and leaves fix-a not applied.
+    d.write("root/vllm/mod.py", &undone["vllm/mod.py"]);
+    let (out, _) = d.cmd().args(with_fixture(&["revert"])).expect(0);
+    assert!(!out.contains("locally modified") && !out.contains("drifted"), "{out}");
+    assert_eq!(d.read_string("root/vllm/mod.py"), PRISTINE, "{out}");
+    d.write("root/vllm/mod.py", &undone["vllm/mod.py"]);
+    d.cmd().args(with_fixture(&["revert", "fix-c"])).expect(0);
+    assert_eq!(d.read_string("root/vllm/mod.py"), PRISTINE);
+}

@@ -18,6 +18,14 @@ use crate::catalog::{Catalog, Fix, Variant};
 use crate::discover::Trees;
 use crate::tree::TreeFilter;
 
+/// How the message of a fix applied on top of fixes not applied in the tree begins.
+const ON_UNDONE: &str = "applied on top of ";
+
+/// Whether `report` is of a fix applied on top of fixes not applied in the tree (undone since).
+pub(super) fn on_undone(report: &FixReport) -> bool {
+    report.message.as_deref().is_some_and(|m| m.starts_with(ON_UNDONE))
+}
+
 /// The state of each of `fixes` (in the order given), each on the tree as its predecessors
 /// leave it; with the variant to edit when it is clean.
 pub(super) fn judge<'f>(
@@ -44,6 +52,7 @@ fn judge_one<'f>(
     let before = catalog.predecessors(&fix.manifest.name)?;
     // The tree as it is: the same verdict as on the chain whenever nothing comes before.
     let alone = evaluate(fix, trees, only, recorded, base)?;
+    let mut missing = Vec::new();
     let on_chain = if before.is_empty() {
         None
     } else {
@@ -52,12 +61,24 @@ fn judge_one<'f>(
             let (report, chosen) = evaluate(earlier, trees, only, recorded, &mut ws)?;
             if let (FixState::NotApplied, Some(variant)) = (report.state, chosen) {
                 edit_variant(variant, trees, only, &mut ws, true, &earlier.manifest.name)?;
+                missing.push(earlier.manifest.name.as_str());
             }
         }
         Some(evaluate(fix, trees, only, recorded, &mut ws)?)
     };
     if let Some(on_chain) = on_chain.as_ref().filter(|(r, _)| r.state != FixState::Drifted) {
-        return Ok(on_chain.clone());
+        let mut on_chain = on_chain.clone();
+        // Its edits are in the tree, but made on top of fixes that are not (undone since): say
+        // so, and what mends it (`revert` undoes it over them, in memory; see `super::plan`).
+        if on_chain.0.state == FixState::Applied && alone.0.state != FixState::Applied && !missing.is_empty() {
+            on_chain.0.message = Some(format!(
+                "{ON_UNDONE}{}, which {} not applied in the tree (undone since?): `gaudi-fixes apply` applies {} under it",
+                missing.join(", "),
+                if missing.len() == 1 { "is" } else { "are" },
+                if missing.len() == 1 { "it" } else { "them" },
+            ));
+        }
+        return Ok(on_chain);
     }
     if alone.0.state != FixState::Drifted {
         return Ok(alone);

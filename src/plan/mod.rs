@@ -56,6 +56,16 @@ pub fn plan(
         let fix = fixes[i];
         let (settled, _) = &judged[i];
         let (mut report, chosen) = evaluate(fix, trees, only, recorded, &mut ws)?;
+        if report.state == FixState::Applied && settled.state == FixState::Applied && chain::on_undone(settled) {
+            // What the chain found (applied on top of fixes undone since) holds here too.
+            report.message = settled.message.clone();
+        }
+        if op == Op::Revert && report.state == FixState::Drifted && settled.state == FixState::Applied {
+            if let Some(reverted) = revert_over_missing(catalog, fix, trees, only, recorded, &mut ws)? {
+                reports.push((i, reverted));
+                continue;
+            }
+        }
         if report.state == FixState::Drifted {
             if let Some(conflict) = shared_file_conflict(fix, &report, trees, &mut ws)? {
                 report.message = Some(conflict);
@@ -103,6 +113,47 @@ pub fn plan(
         }
     }
     Ok(Plan { reports, edits })
+}
+
+/// Revert `fix`, applied on top of fixes it comes after that are not applied in the tree
+/// (undone by hand since; see `chain.rs`): those are applied under it in memory, it is
+/// reverted, and they are reverted again, so the tree ends as it was without `fix` and
+/// nothing else changes. `None` (and `ws` untouched) when that does not work out cleanly.
+fn revert_over_missing(
+    catalog: &Catalog,
+    fix: &Fix,
+    trees: &Trees,
+    only: &TreeFilter,
+    recorded: &Recorded,
+    ws: &mut Workspace,
+) -> Result<Option<FixReport>> {
+    let mut trial = ws.clone();
+    let mut under = Vec::new();
+    for earlier in catalog.order(&catalog.predecessors(&fix.manifest.name)?)? {
+        let (report, chosen) = evaluate(earlier, trees, only, recorded, &mut trial)?;
+        if let (FixState::NotApplied, Some(variant)) = (report.state, chosen) {
+            edit_variant(variant, trees, only, &mut trial, true, &earlier.manifest.name)?;
+            under.push(earlier);
+        }
+    }
+    let (mut report, chosen) = evaluate(fix, trees, only, recorded, &mut trial)?;
+    let (FixState::Applied, Some(variant), false) = (report.state, chosen, under.is_empty()) else { return Ok(None) };
+    edit_variant(variant, trees, only, &mut trial, false, &fix.manifest.name)?;
+    for earlier in under.iter().rev() {
+        let (again, chosen) = evaluate(earlier, trees, only, recorded, &mut trial)?;
+        let (FixState::Applied, Some(variant)) = (again.state, chosen) else { return Ok(None) };
+        edit_variant(variant, trees, only, &mut trial, false, &earlier.manifest.name)?;
+    }
+    report.action = Some(Action::Revert);
+    report.message = Some(format!(
+        "applied on top of {}, which {} not applied in the tree: reverted over {} (in memory), which stay{} not applied",
+        under.iter().map(|f| f.manifest.name.as_str()).collect::<Vec<_>>().join(", "),
+        if under.len() == 1 { "is" } else { "are" },
+        if under.len() == 1 { "it" } else { "them" },
+        if under.len() == 1 { "s" } else { "" },
+    ));
+    *ws = trial;
+    Ok(Some(report))
 }
 
 /// A fix whose state is settled on its chain (`settled`) but that this run's simulation, over
