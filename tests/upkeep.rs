@@ -335,3 +335,10 @@ fn port_takes_a_tree_missing_under_to_from_the_cache() {
     assert!(err.contains("no vllm/ tree there or in the cache"), "{err}");
     assert_eq!(d.snapshot("cat"), before);
 }
+
+#[test]
+fn matrix_lists_releases_in_the_one_release_order() {
+    let asked: Vec<String> = ["v0.26.0", "0.26.0rc1", "v0.9", "v0.26.0.post1", "v0.10.0"].map(String::from).to_vec();
+    let releases = gaudi_fixes::upkeep::matrix::releases(&[], &asked).unwrap();
+    assert_eq!(releases, ["v0.9.0", "v0.10.0", "v0.26.0rc1", "v0.26.0", "v0.26.0.post1"]);
+}

@@ -126,7 +126,7 @@ fn profile_against_upstream(catalog: &Catalog, profile: &str, dir: &Path, report
     let names = catalog.profile_fixes(profile).unwrap_or_default();
     let Ok(fixes) = catalog.order(&names) else { return Ok(()) };
     let mut releases: Vec<&str> = fixes.iter().flat_map(|f| f.variants.iter().map(|v| v.release.as_str())).collect();
-    releases.sort();
+    releases.sort_by_key(|r| super::manifest::release_key(r));
     releases.dedup();
     for release in releases {
         let candidates = [dir.join(release), dir.join(release.trim_start_matches('v'))];

@@ -163,6 +163,13 @@ pub fn release_order(name: &str) -> Option<ReleaseOrder> {
     Some((numbers.split('.').map(|n| n.parse().unwrap_or(0)).collect(), rank, n))
 }
 
+/// The one sort key for release names, wherever releases are listed (matrix, completion, lint,
+/// verified:): [`release_order`] for a version (`v0.26.0rc1` before `v0.26.0`), names that are
+/// not versions first, by text.
+pub fn release_key(name: &str) -> (Option<ReleaseOrder>, String) {
+    (release_order(name), name.to_string())
+}
+
 /// One file a variant patches.
 #[derive(Debug, Clone, Deserialize, Serialize)]
 #[serde(deny_unknown_fields)]
@@ -222,6 +229,9 @@ mod tests {
         assert!(order("v0.9.0") < order("v0.10.0"));
         assert!(order("v0.11.0rc2") < order("v0.11.0") && order("v0.11.0") < order("v0.11.0.post1"));
         assert!(order("v0.11.0.dev1") < order("v0.11.0rc1"));
+        let mut tags = vec!["v0.26.0", "v0.26.0rc1", "v0.10.0", "v0.26.0.post1", "v0.9.0", "main"];
+        tags.sort_by_key(|t| release_key(t));
+        assert_eq!(tags, ["main", "v0.9.0", "v0.10.0", "v0.26.0rc1", "v0.26.0", "v0.26.0.post1"]);
     }
 
     #[test]

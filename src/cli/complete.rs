@@ -112,7 +112,7 @@ pub fn releases() -> ArgValueCandidates {
             .iter()
             .flat_map(|f| f.variants.iter().flat_map(|v| std::iter::once(v.release.clone()).chain(v.verified.clone())))
             .collect();
-        tags.sort_by_key(|t| crate::upkeep::matrix::version_key(t));
+        tags.sort_by_key(|t| crate::catalog::manifest::release_key(t));
         tags.dedup();
         tags.into_iter().map(CompletionCandidate::new).collect()
     })

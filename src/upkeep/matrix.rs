@@ -9,6 +9,7 @@ use crate::error::FileContext;
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
 
+use crate::catalog::manifest::release_key;
 use crate::catalog::{Catalog, Fix};
 use crate::discover::{self, Tree, Trees};
 use crate::plan::ReasonCode;
@@ -127,7 +128,7 @@ pub fn releases(fixes: &[&Fix], asked: &[String]) -> Result<Vec<String>> {
     } else {
         asked.iter().map(|r| upstream::release_tag(r.trim())).collect::<Result<_>>()?
     };
-    releases.sort_by_key(|r| version_key(r));
+    releases.sort_by_key(|r| release_key(r));
     releases.dedup();
     Ok(releases)
 }
@@ -261,14 +262,9 @@ pub fn merge(catalog: &Catalog, files: &[PathBuf]) -> Result<Merged> {
     }
     // The order one run gives: releases by version, then the catalogue's fix order.
     let order = |name: &str| catalog.fixes.iter().position(|f| f.manifest.name == name).unwrap_or(usize::MAX);
-    releases.sort_by_key(|r| version_key(&r.release));
-    cells.sort_by_key(|c| (version_key(&c.release), order(&c.fix)));
+    releases.sort_by_key(|r| release_key(&r.release));
+    cells.sort_by_key(|c| (release_key(&c.release), order(&c.fix)));
     Ok(Merged { releases, cells, tests_not_run })
-}
-
-/// Numeric order of release tags (`v0.9.0` before `v0.10.0`).
-pub fn version_key(tag: &str) -> Vec<u64> {
-    tag.trim_start_matches('v').split(|c: char| !c.is_ascii_digit()).filter_map(|p| p.parse().ok()).collect()
 }
 
 /// The fixes `fix` comes after or requires, transitively, that the catalogue has: `apply`
@@ -508,7 +504,7 @@ pub fn record(dir: &Path, cells: &mut [Cell]) -> Result<()> {
         let v = fix.variants.iter().find(|x| &x.release == variant).context("variant exists")?;
         let mut list = v.verified.clone();
         list.extend(releases.iter().cloned());
-        list.sort_by_key(|r| version_key(r));
+        list.sort_by_key(|r| release_key(r));
         list.dedup();
         let path = dir.join(&fix.dir).join("fix.yaml");
         let old = std::fs::read_to_string(&path).file_context(&path, || format!("reading {}", path.display()))?;
