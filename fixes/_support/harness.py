@@ -294,23 +294,28 @@ class Harness:
     def add(self, rid: str, prompt: list[int], **params: Any) -> None:
         self.scheduler.add(rid, prompt, self.params(**params))
 
-    def step(self, scheduled: dict[str, int]) -> Step:
+    def step(self, scheduled: dict[str, int], structured: bool = False) -> Step:
         """One engine step: the scheduler's output, ``_update_states``, ``sample_tokens``; the tokens
-        each request gets back (as the engine reads them) go to the scheduler."""
+        each request gets back (as the engine reads them) go to the scheduler. `structured`: the
+        step has a structured-output request (a grammar output with no bitmask rows: the runner takes
+        its structured-output path, one sampler call for every logits row)."""
         runner, batch = self.runner, self.batch
         sched = self.scheduler.output(scheduled)
         batch_changed = runner._update_states(sched)
         runner._sample_tokens_reorder(sched)
         pd_info = runner._get_prompts_and_decodes(sched)
         num_decodes, num_prefills = len(pd_info.decode_req_ids), len(pd_info.prompt_req_ids)
+        grammar = types.SimpleNamespace(structured_output_request_ids=[]) if structured else None
         ns: dict[str, Any] = {"self": runner, "torch": torch, "num_decodes": num_decodes, "num_prefills": num_prefills,
                               "num_reqs": num_decodes + num_prefills, "pd_info": pd_info, "batch_changed": batch_changed,
-                              "scheduler_output": sched, "spec_decode_num_tokens": None, "grammar_output": None}
+                              "scheduler_output": sched, "spec_decode_num_tokens": None, "grammar_output": grammar}
         exec(self.code["head"], ns)
         num_scheduled = [scheduled[rid] for rid in batch.req_ids]
         contents, _ = runner._extract_prefill_batch_contents(num_prefills, num_decodes, num_scheduled)
         exec(self.code["flag"], ns)
         rows = self._forward_and_sample(ns, contents, pd_info, num_decodes, batch_changed)
+        if runner.use_structured_output:
+            exec(self.code["structured"], ns)
         exec(self.code["tail"], ns)
         returned = engine_step.returned(runner, ns)
         step = Step(len(self.steps) + 1, dict(scheduled), returned, rows, batch_changed)
@@ -324,7 +329,8 @@ class Harness:
         the model stands in for ``_execute_model_generic``."""
         runner, batch = self.runner, self.batch
         ns.update(prefill_sampled_token_ids=[], prefill_sampled_requests=[], decode_sampled_token_ids=[],
-                  decode_sampled_requests=[], logprobs_segments=[])
+                  decode_sampled_requests=[], logprobs_segments=[], logits_prompt=[], logits_decode=[])
+        structured = runner.use_structured_output  # the logits are joined and sampled in one call
         rows: dict[str, int] = {}
         for bc in contents:
             if not bc.req_ids:
@@ -335,7 +341,10 @@ class Harness:
             for rid in bc.req_ids:
                 rows[rid] = logits_requests.count(rid)
             logits = self.model.logits(positions)
-            if logits.numel() > 0:
+            if structured:
+                ns["logits_prompt"].append(logits)
+                ns["prefill_sampled_requests"].extend(logits_requests)
+            elif logits.numel() > 0:
                 out, _ = runner._run_sampling(batch_changed, logits, bc.req_ids, logits.shape[0], logits_requests)
                 ns["prefill_sampled_token_ids"].append(out.sampled_token_ids.flatten())
                 ns["prefill_sampled_requests"].extend(logits_requests)
@@ -344,9 +353,12 @@ class Harness:
             decode = [(rid, int(batch.num_computed_tokens_cpu[i])) for i, rid in enumerate(pd_info.decode_req_ids)]
             padded = decode + [decode[0]] * (max(num_decodes, 4) - num_decodes)  # a decode bucket of 4
             logits = self.model.logits(padded)
-            out, _ = runner._run_sampling(batch_changed, logits, pd_info.decode_req_ids, logits.shape[0])
-            ns["decode_sampled_token_ids"].append(out.sampled_token_ids.flatten())
-            ns["logprobs_segments"].append((list(pd_info.decode_req_ids), out.logprobs_tensors))
+            if structured:
+                ns["logits_decode"].append(logits[:num_decodes])
+            else:
+                out, _ = runner._run_sampling(batch_changed, logits, pd_info.decode_req_ids, logits.shape[0])
+                ns["decode_sampled_token_ids"].append(out.sampled_token_ids.flatten())
+                ns["logprobs_segments"].append((list(pd_info.decode_req_ids), out.logprobs_tensors))
             ns["decode_sampled_requests"].extend(batch.req_ids[:num_decodes])
         return rows
 
