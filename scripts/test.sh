@@ -31,7 +31,8 @@ if [ -t 1 ]; then BOLD=$'\033[1m' PLAIN=$'\033[0m'; else BOLD='' PLAIN=''; fi
 export PYTHONUNBUFFERED=1  # pytest progress reaches the log as it happens
 export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-$([ -t 1 ] && echo auto || echo never)}
 
-step() { printf '\n%s== %s%s\n' "$BOLD" "$*" "$PLAIN"; }
+# Each step says how far into the run it starts (CI's time limit is 90 min: see where it goes).
+step() { printf '\n%s== %s%s  (at %d s)\n' "$BOLD" "$*" "$PLAIN" "$SECONDS"; }
 ok() { passed=$((passed + 1)); echo "PASS: $*"; }
 bad() { failed=$((failed + 1)); failures+=("$*"); echo "FAIL: $*"; }
 # expect CODE DESCRIPTION CMD...: run CMD (its output shown; a line every 30 s while it runs),
