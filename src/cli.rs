@@ -40,7 +40,8 @@ pub struct GlobalFlags {
     /// The directory that holds the vllm_gaudi/ package (overrides --root for that tree).
     #[arg(long = "vllm-gaudi", global = true, value_name = "DIR")]
     pub vllm_gaudi: Option<PathBuf>,
-    /// Python interpreter asked where vllm and vllm_gaudi are installed (never imports them).
+    /// Python interpreter asked where vllm and vllm_gaudi are installed (never imports them; the
+    /// working directory is not searched).
     #[arg(long, global = true, default_value = "python3", value_name = "PYTHON")]
     pub python: String,
     /// Only touch/inspect patches of these trees; the others are reported as skipped.

@@ -48,6 +48,7 @@ pub fn run_select(global: &Settings, args: &SelectArgs, op: Op, command: &'stati
     }
     let writes = matches!(op, Op::Apply | Op::Revert) && !args.dry_run && !args.check;
     let session = Session::open(global, if writes { Access::Write } else { Access::Read })?;
+    session.require_a_tree()?;
     if writes {
         notes.extend(session.recover()?);
     } else {

@@ -326,12 +326,14 @@ pub fn run_release(
             version: discover::version_hint(TreeName::Vllm, &vroot),
             root: vroot.clone(),
             found_by: "cache".into(),
+            outside_site_packages: false,
         }),
         vllm_gaudi: gaudi.as_ref().map(|g| Tree {
             name: TreeName::VllmGaudi,
             version: discover::version_hint(TreeName::VllmGaudi, &g.root),
             root: g.root.clone(),
             found_by: g.source.clone(),
+            outside_site_packages: false,
         }),
         notes: Vec::new(),
     };
