@@ -241,7 +241,7 @@ const DESCRIPTION: &[&str] = &[
 
 const ENVIRONMENT: &[(&str, &str)] = &[
     ("GAUDI_FIXES_ROOT", "A directory holding vllm/ and vllm_gaudi/; used when none of --root, --vllm, --vllm-gaudi is given, before asking the Python interpreter."),
-    ("GAUDI_FIXES_CATALOG", "A catalogue directory (fixes/ and profiles/) to use instead of the built-in one; the same as --catalog."),
+    ("GAUDI_FIXES_CATALOG", "A catalogue directory (fixes/ and profiles/) to use instead of the built-in one; the same as --catalog. Set but empty is unset."),
     ("NO_COLOR", "When set (and --color is auto), human output has no colour."),
     ("GAUDI_FIXES_CACHE", "The cache directory (pristine upstream trees for matrix, port, lint --upstream). Default: $XDG_CACHE_HOME/gaudi-fixes, else $HOME/.cache/gaudi-fixes."),
     ("XDG_CACHE_HOME, HOME", "Where the default cache directory is."),
