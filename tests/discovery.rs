@@ -116,3 +116,15 @@ fn test_waits_for_a_writer_holding_the_tree() {
     assert!(err.contains("gave up waiting for the lock"), "{err}");
     root.unlock().unwrap();
 }
+
+/// One tree found, a selected fix needing the other: exit 3, and under `-q` (no report) the
+/// fix's error still prints on stderr.
+#[test]
+fn quiet_still_prints_a_fix_that_cannot_be_judged() {
+    let d = fixture();
+    std::fs::remove_dir_all(d.path().join("root/vllm")).unwrap();
+    d.write("root/vllm_gaudi/__init__.py", "");
+    let (out, err) = d.cmd().args(with_fixture(&["-q", "apply", "--check"])).expect(3);
+    assert!(out.is_empty(), "{out}");
+    assert!(err.contains("gaudi-fixes: error: fix-a: needs the vllm tree, which was not found"), "{err}");
+}
