@@ -205,8 +205,9 @@ struct Found {
 fn python_command(python: &str) -> Command {
     let cwd = std::env::current_dir().ok();
     let program = match &cwd {
-        Some(cwd) if python.contains('/') && Path::new(python).is_relative() => cwd.join(python),
-        _ => PathBuf::from(python),
+        Some(cwd) if python.contains('/') => cwd.join(python),
+        Some(cwd) => on_path(python, cwd).unwrap_or_else(|| PathBuf::from(python)),
+        None => PathBuf::from(python),
     };
     let mut command = Command::new(program);
     command.current_dir("/");
@@ -225,6 +226,17 @@ fn python_command(python: &str) -> Command {
         }
     }
     command
+}
+
+/// `name` looked up on `PATH` as the shell would from `cwd` (a relative or empty entry is read
+/// against it): the child starts in `/`, where such an entry would name another directory.
+fn on_path(name: &str, cwd: &Path) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    std::env::split_paths(&std::env::var_os("PATH")?).find_map(|dir| {
+        let path = cwd.join(dir).join(name);
+        let meta = std::fs::metadata(&path).ok()?;
+        (meta.is_file() && meta.permissions().mode() & 0o111 != 0).then_some(path)
+    })
 }
 
 fn from_python(python: &str) -> Result<Trees> {

@@ -75,6 +75,20 @@ fn the_installed_package_is_found_not_the_checkout_in_the_working_directory() {
     assert_eq!(vllm["outside_site_packages"], true, "{out}");
     let (out, _) = d.cmd().args(args(&["status"])).env("PYTHONPATH", "elsewhere").expect(0);
     assert!(out.contains("which is not where it installs packages") && out.contains("PYTHONPATH"), "{out}");
+
+    // The venv first on PATH as a relative entry (no --python): its python3, as the shell finds it.
+    let path = format!("venv/bin:{}", std::env::var("PATH").unwrap_or_default());
+    let (out, _) = d
+        .cmd()
+        .args(["--catalog", "cat", "--format", "json", "status"])
+        .env("PATH", path)
+        .env("PYTHONPATH", "")
+        .expect(0);
+    assert_eq!(value(&out)["trees"]["vllm"]["root"], site_real.to_str().unwrap(), "{out}");
+}
+
+fn value(text: &str) -> serde_json::Value {
+    serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}"))
 }
 
 /// No tree found (an interpreter that cannot be run, no flag): every command that judges or
