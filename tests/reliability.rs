@@ -564,6 +564,15 @@ fn a_rolled_back_apply_keeps_the_mtimes_so_pips_bytecode_stays_valid() {
     assert_same(&tree_files(&d), &installed, "after the rollback");
     assert_eq!(mtime("mod.py"), day_ago, "the rolled-back vllm/mod.py got a new mtime: its .pyc is stale now");
     assert_eq!(mtime("two.py"), day_ago);
+    // The last write (the provenance record) failing: the .pyc were not touched before it.
+    let (_, stderr) = d
+        .cmd()
+        .args(with_fixture(&["apply", "fix-a", "fix-c"]))
+        .env("GAUDI_FIXES_FAULT", "write-error:provenance")
+        .expect(3);
+    assert!(stderr.contains("rolled back: nothing was changed"), "{stderr}");
+    assert_same(&tree_files(&d), &installed, "after the rollback of a failed provenance write");
+    assert_eq!(mtime("mod.py"), day_ago);
 
     d.cmd().args(with_fixture(&["apply", "fix-a", "fix-c"])).expect(0);
     d.cmd().args(with_fixture(&["revert", "fix-a", "fix-c"])).expect(0);

@@ -25,15 +25,16 @@
 //!
 //! If a write fails after step 5, the files already written are put back from the old bytes,
 //! with their old modification times (the `.pyc` files, untouched until every write is done,
-//! stay valid), and the journal is removed: the run exits 3 with the tree as it was. If that rollback fails
-//! too, the error names each file's state, the journal stays, and the next run rolls the
-//! transaction forward ([`RollbackFailed`], exit 4).
+//! stay valid), and the journal is removed: the run exits 3 with the tree as it was. If that
+//! rollback fails too, the error names each file's state, the journal stays, and the next run
+//! rolls the transaction forward ([`RollbackFailed`], exit 4).
 //!
 //! `GAUDI_FIXES_FAULT`, for tests: `after-journal`, `after-rename:N` (after the N-th file
 //! rename, 1-based) and `before-journal-remove` abort the process there; `write-error:N` makes
-//! the N-th file write fail with an I/O error (after the journal), and `write-error:rollback`
-//! every write putting a file back; steps combine with commas. `pause-before-rename:N`
-//! creates `$GAUDI_FIXES_FAULT_PAUSE` and waits until it is removed, before the N-th rename.
+//! the N-th file write fail with an I/O error (after the journal), `write-error:provenance` the
+//! provenance record's, and `write-error:rollback` every write putting a file back; steps
+//! combine with commas. `pause-before-rename:N` creates `$GAUDI_FIXES_FAULT_PAUSE` and waits
+//! until it is removed, before the N-th rename.
 
 /// The per-tree state directory (journal, saved copies, provenance).
 pub const STATE_DIR: &str = ".gaudi-fixes";
