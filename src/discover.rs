@@ -200,8 +200,9 @@ struct Found {
 
 /// The interpreter is run from `/`, not from the directory gaudi-fixes runs in, so nothing there
 /// is on its `sys.path` whatever the Python version; what is relative to the working directory
-/// is made absolute first: a `--python` path, and `PYTHONPATH` entries (Python resolves those
-/// against the directory it starts in, and `vllm serve` run here would see them so).
+/// is made absolute first: the program (a `--python` path, or a name found on `PATH`), and
+/// `PYTHONPATH` entries (Python resolves those against the directory it starts in, and
+/// `vllm serve` run here would see them so).
 fn python_command(python: &str) -> Command {
     let cwd = std::env::current_dir().ok();
     let program = match &cwd {
