@@ -40,7 +40,8 @@ pub struct GlobalFlags {
     /// The directory that holds the vllm_gaudi/ package (overrides --root for that tree).
     #[arg(long = "vllm-gaudi", global = true, value_name = "DIR")]
     pub vllm_gaudi: Option<PathBuf>,
-    /// Python interpreter asked where vllm and vllm_gaudi are installed (never imports them).
+    /// Python interpreter asked where vllm and vllm_gaudi are installed (never imports them; the
+    /// working directory is not searched).
     #[arg(long, global = true, default_value = "python3", value_name = "PYTHON")]
     pub python: String,
     /// Only touch/inspect patches of these trees; the others are reported as skipped.
@@ -461,6 +462,12 @@ pub fn wants_json(args: impl Iterator<Item = std::ffi::OsString>) -> bool {
 impl Cli {
     /// Parse argv; a usage error prints clap's message and maps to exit 3 (help/version to 0).
     pub fn parse_or_usage_error() -> Result<Cli, ExitStatus> {
+        // Set but empty (`GAUDI_FIXES_CATALOG=` in an env file) is unset: the built-in catalogue,
+        // as for GAUDI_FIXES_ROOT, not a usage error ("a value is required") for every command.
+        // Before any thread is started, so changing the environment is sound.
+        if std::env::var_os("GAUDI_FIXES_CATALOG").is_some_and(|v| v.is_empty()) {
+            std::env::remove_var("GAUDI_FIXES_CATALOG");
+        }
         let parsed =
             command().try_get_matches_from(std::env::args_os()).and_then(|matches| Cli::from_arg_matches(&matches));
         parsed.map_err(|err| {

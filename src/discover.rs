@@ -22,6 +22,10 @@ pub struct Tree {
     /// The version the tree says it is (`_version.py`, dist-info). Only a hint: fixes are
     /// matched by content.
     pub version: Option<String>,
+    /// Found by the interpreter outside the directories it installs packages into (an editable
+    /// install, `PYTHONPATH`, a `.pth` file); a note says where.
+    #[serde(skip_serializing_if = "std::ops::Not::not")]
+    pub outside_site_packages: bool,
 }
 
 /// The trees of one run; either may be absent.
@@ -107,7 +111,7 @@ fn set(trees: &mut Trees, t: Tree) {
 
 fn tree(name: TreeName, root: PathBuf, found_by: &str) -> Tree {
     let version = version_hint(name, &root);
-    Tree { name, root, found_by: found_by.to_string(), version }
+    Tree { name, root, found_by: found_by.to_string(), version, outside_site_packages: false }
 }
 
 /// The directory, canonical: one directory however it is spelled (`T/vllm/..`, symlinks), so
@@ -145,9 +149,35 @@ fn package_root(path: &Path, name: TreeName, flag: &str) -> Result<PathBuf> {
     bail!("{}: no {name}/ package there (give the directory that holds it)", spelled(flag, &path))
 }
 
+/// Asked of the interpreter: where `vllm` and `vllm_gaudi` would be imported from, and where it
+/// installs packages. `-c` puts the working directory first on `sys.path` (as `''`); it is taken
+/// off before anything is imported, so a checkout in the directory gaudi-fixes runs from is
+/// never what is found (a console script such as `vllm serve` does not search it either).
+/// `PYTHONPATH`, `.pth` files and the user site stay: `vllm serve` honours them too.
 const FIND_SPEC: &str = r#"
-import importlib.util, json
-out = {}
+import sys
+if not getattr(sys.flags, "safe_path", False) and sys.path and sys.path[0] in ("", "."):
+    del sys.path[0]
+import importlib.util, json, os, site, sysconfig
+homes = []
+def home(path):
+    if path:
+        path = os.path.realpath(path)
+        if path not in homes:
+            homes.append(path)
+for key in ("purelib", "platlib"):
+    home(sysconfig.get_paths().get(key))
+try:
+    for path in site.getsitepackages():
+        home(path)
+except Exception:
+    pass
+if site.ENABLE_USER_SITE:
+    try:
+        home(site.getusersitepackages())
+    except Exception:
+        pass
+out = {"site_packages": homes}
 for name in ("vllm", "vllm_gaudi"):
     try:
         spec = importlib.util.find_spec(name)
@@ -158,9 +188,61 @@ for name in ("vllm", "vllm_gaudi"):
 print(json.dumps(out))
 "#;
 
+/// What [`FIND_SPEC`] prints.
+#[derive(serde::Deserialize)]
+struct Found {
+    vllm: Option<String>,
+    vllm_gaudi: Option<String>,
+    /// Where the interpreter installs packages (purelib, platlib, site and user site), real paths.
+    #[serde(default)]
+    site_packages: Vec<PathBuf>,
+}
+
+/// The interpreter is run from `/`, not from the directory gaudi-fixes runs in, so nothing there
+/// is on its `sys.path` whatever the Python version; what is relative to the working directory
+/// is made absolute first: the program (a `--python` path, or a name found on `PATH`), and
+/// `PYTHONPATH` entries (Python resolves those against the directory it starts in, and
+/// `vllm serve` run here would see them so).
+fn python_command(python: &str) -> Command {
+    let cwd = std::env::current_dir().ok();
+    let program = match &cwd {
+        Some(cwd) if python.contains('/') => cwd.join(python),
+        Some(cwd) => on_path(python, cwd).unwrap_or_else(|| PathBuf::from(python)),
+        None => PathBuf::from(python),
+    };
+    let mut command = Command::new(program);
+    command.current_dir("/");
+    if let Some(cwd) = &cwd {
+        if let Some(path) = std::env::var_os("PYTHONPATH") {
+            let entries: Vec<PathBuf> = std::env::split_paths(&path)
+                .map(|p| if p.as_os_str().is_empty() || p.is_absolute() { p } else { cwd.join(p) })
+                .collect();
+            if let Ok(joined) = std::env::join_paths(entries) {
+                command.env("PYTHONPATH", joined);
+            }
+        }
+        // pyenv's shims pick the version from `.python-version` in the working directory.
+        if std::env::var_os("PYENV_DIR").is_none() {
+            command.env("PYENV_DIR", cwd);
+        }
+    }
+    command
+}
+
+/// `name` looked up on `PATH` as the shell would from `cwd` (a relative or empty entry is read
+/// against it): the child starts in `/`, where such an entry would name another directory.
+fn on_path(name: &str, cwd: &Path) -> Option<PathBuf> {
+    use std::os::unix::fs::PermissionsExt;
+    std::env::split_paths(&std::env::var_os("PATH")?).find_map(|dir| {
+        let path = cwd.join(dir).join(name);
+        let meta = std::fs::metadata(&path).ok()?;
+        (meta.is_file() && meta.permissions().mode() & 0o111 != 0).then_some(path)
+    })
+}
+
 fn from_python(python: &str) -> Result<Trees> {
     let mut trees = Trees::default();
-    let output = match Command::new(python).args(["-c", FIND_SPEC]).output() {
+    let output = match python_command(python).args(["-c", FIND_SPEC]).output() {
         Ok(output) => output,
         Err(err) => {
             trees.notes.push(format!(
@@ -176,14 +258,26 @@ fn from_python(python: &str) -> Result<Trees> {
         ));
         return Ok(trees);
     }
-    let found: std::collections::BTreeMap<String, Option<String>> = serde_json::from_slice(&output.stdout)
+    let found: Found = serde_json::from_slice(&output.stdout)
         .with_context(|| format!("unexpected output from `{python}`: {}", String::from_utf8_lossy(&output.stdout)))?;
-    for name in TreeName::ALL {
-        match found.get(name.as_str()).cloned().flatten() {
+    for (name, pkg) in [(TreeName::Vllm, &found.vllm), (TreeName::VllmGaudi, &found.vllm_gaudi)] {
+        match pkg {
             Some(pkg) => {
-                let root = Path::new(&pkg).parent().map(Path::to_path_buf).unwrap_or_default();
+                let root = Path::new(pkg).parent().map(Path::to_path_buf).unwrap_or_default();
                 let root = std::fs::canonicalize(&root).unwrap_or(root);
-                set(&mut trees, tree(name, root, python));
+                let mut found_tree = tree(name, root, python);
+                if !found.site_packages.is_empty() && !found.site_packages.contains(&found_tree.root) {
+                    let note = format!(
+                        "`{python}` imports {name} from {}, which is not where it installs packages ({}): an \
+                         editable install, PYTHONPATH or a .pth file puts it there; that is the tree patched, \
+                         as it is what `vllm serve` imports with this environment",
+                        found_tree.root.join(name.as_str()).display(),
+                        found.site_packages.iter().map(|p| p.display().to_string()).collect::<Vec<_>>().join(", ")
+                    );
+                    trees.notes.push(note);
+                    found_tree.outside_site_packages = true;
+                }
+                set(&mut trees, found_tree);
             }
             None => trees.notes.push(format!("`{python}` has no `{name}` package installed")),
         }

@@ -345,3 +345,24 @@ fn equiv_and_bench_without_the_feature_say_how_and_exit_3() {
         assert!(err.contains("--features reference") && err.contains("setup-venv.sh"), "{cmd}: {err}");
     }
 }
+
+/// Small things of issue 36 (finding 11): `GAUDI_FIXES_CATALOG=` (set, empty) is unset (the
+/// built-in catalogue), not a usage error for every command; a release of more than three
+/// numbers is refused; an applied fix's offsets are not blamed on other fixes when none is
+/// applied.
+#[test]
+fn an_empty_catalog_variable_a_five_number_release_and_offsets_without_other_fixes() {
+    let d = fixture();
+    let (out, err) = d.cmd().args(["list"]).env("GAUDI_FIXES_CATALOG", "").expect(0);
+    assert!(out.contains("topk-subset-sampler") && err.is_empty(), "{out}{err}");
+
+    let (_, err) = d.cmd().args(["--catalog", "cat", "matrix", "--plan", "--releases", "v1.2.3.4.5"]).expect(3);
+    assert!(err.contains("`v1.2.3.4.5` is not a release like v0.26.0"), "{err}");
+    d.cmd().args(["--catalog", "cat", "matrix", "--plan", "--releases", "0.26,v0.26.0rc1"]).expect(0);
+
+    // fix-b's patch is made on top of fix-a (after:), which is not applied: that is why.
+    d.cmd().args(with_fixture(&["apply", "fix-b"])).expect(0);
+    let (out, _) = d.cmd().args(with_fixture(&["apply", "--check", "-v", "fix-b"])).expect(0);
+    assert!(!out.contains("other fixes applied"), "no other fix is applied: {out}");
+    assert!(out.contains("its patch is made on top of fix-a, which is not applied here"), "{out}");
+}

@@ -110,6 +110,34 @@ _clap_dynamic_completer_gaudi_fixes"#;
     }
 }
 
+/// A link planted in DIR under a page's name is replaced, never written through (its target
+/// outside DIR keeps its bytes); a page that cannot be written stops the run with exit 3 and
+/// says which pages were written before it.
+#[test]
+fn man_dir_writes_no_page_through_a_link_and_a_failure_names_the_pages_written() {
+    let d = Dir::new();
+    d.write("outside.txt", "mine\n");
+    std::fs::create_dir(d.path().join("man1")).unwrap();
+    std::os::unix::fs::symlink("../outside.txt", d.path().join("man1/gaudi-fixes-apply.1")).unwrap();
+    d.cmd().args(["man", "--dir", "man1"]).expect(0);
+    assert_eq!(d.read_string("outside.txt"), "mine\n", "man --dir wrote through the link in man1/");
+    let page = std::fs::symlink_metadata(d.path().join("man1/gaudi-fixes-apply.1")).unwrap();
+    assert!(page.is_file(), "the link is still there: {page:?}");
+
+    // A directory where a later page goes: the pages before it were written, and it says so.
+    let d = Dir::new();
+    d.write("man1/gaudi-fixes-status.1/keep", "");
+    let (out, err) = d.cmd().args(["man", "--dir", "man1"]).expect(3);
+    assert!(out.is_empty(), "{out}");
+    assert!(err.contains("writing man1/gaudi-fixes-status.1 failed"), "{err}");
+    assert!(err.contains("pages were written before it: man1/gaudi-fixes.1, man1/gaudi-fixes-list.1"), "{err}");
+    let left: Vec<String> = std::fs::read_dir(d.path().join("man1"))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().into_string().unwrap())
+        .collect();
+    assert!(!left.iter().any(|f| f.ends_with(".tmp")), "a temp file was left: {left:?}");
+}
+
 #[test]
 fn man_dir_writes_every_page_any_page_names_with_its_sections() {
     let d = Dir::new();

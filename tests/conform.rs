@@ -343,6 +343,21 @@ fn conform_needs_both_trees() {
     assert!(err.contains("conform needs a vllm tree and a vllm_gaudi tree"), "{err}");
 }
 
+/// The suite reads the trees under the shared lock, as `status` does: while a writer holds a
+/// tree it waits (here: gives up after `--lock-timeout`) instead of running the suite on a tree
+/// an `apply` is halfway through.
+#[test]
+fn conform_waits_for_a_writer_holding_the_tree() {
+    let d = with_suite();
+    let root = std::fs::File::open(d.path().join("root")).unwrap();
+    root.lock().unwrap();
+    let (_, err) = conform(&d, "clean", &["conform", "--schedules", "2", "--lock-timeout", "0.3"], 3);
+    assert!(err.contains("gave up waiting for the lock"), "{err}");
+    assert!(!d.path().join("argv.json").exists(), "the suite ran");
+    root.unlock().unwrap();
+    conform(&d, "clean", &["conform", "--schedules", "2"], 0);
+}
+
 #[test]
 fn the_support_folder_is_no_fix_but_another_folder_without_a_manifest_is_an_error() {
     let d = with_suite();

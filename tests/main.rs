@@ -12,6 +12,7 @@ mod closed_stdout;
 mod completion;
 mod conform;
 mod conventions;
+mod discovery;
 mod docs;
 mod github_summary;
 mod hangs_and_leaks;

@@ -101,6 +101,36 @@ fn merge_refuses_results_it_cannot_vouch_for_and_writes_nothing() {
     assert_eq!(d.snapshot("cat"), before, "a refused merge wrote into the catalogue");
 }
 
+/// `--merge --record` checks every cell before it writes anything: a cell naming a variant the
+/// catalogue lacks (after another fix's cell that could be recorded), or a release its job did
+/// not prepare, is refused in a sentence saying what is wrong, and no fix.yaml is written.
+#[test]
+fn merge_record_checks_every_cell_before_writing_anything() {
+    let d = setup();
+    let file = job(&d, "v0.26.0");
+    let doc = value(&d.read_string(&file));
+    let forged = |name: &str, fix: &str, release: &str, variant: &str| {
+        let mut v = doc.clone();
+        let mut cell = v["cells"][0].clone();
+        (cell["fix"], cell["release"], cell["variant"]) = (fix.into(), release.into(), variant.into());
+        v["cells"].as_array_mut().unwrap().push(cell);
+        d.write(name, serde_json::to_string_pretty(&v).unwrap());
+        name.to_string()
+    };
+    let bad_variant = forged("bad-variant.json", "fix-b", "v0.26.0", "v0.9.9");
+    let not_prepared = forged("not-prepared.json", "fix-a", "v0.27.0", "v0.26.0");
+    let before = d.snapshot("cat");
+    let cases = [
+        (&bad_variant, "bad-variant.json names the variant v0.9.9 of fix-b, which this catalogue does not have"),
+        (&not_prepared, "not-prepared.json judges fix-a on v0.27.0, but that job did not prepare v0.27.0"),
+    ];
+    for (file, want) in cases {
+        let (out, err) = d.cmd().args(["--catalog", "cat", "matrix", "--record", "--merge", file]).expect(3);
+        assert!(err.contains(want), "{file}: wanted `{want}` in:\n{err}{out}");
+        assert_eq!(d.snapshot("cat"), before, "{file}: a refused merge wrote into the catalogue");
+    }
+}
+
 #[test]
 fn plan_lists_one_job_per_release_or_per_fix_and_release() {
     let d = setup();

@@ -539,6 +539,43 @@ fn write_error_after_the_journal_rolls_back_and_exits_3() {
     }
 }
 
+/// A rolled-back apply (a write failing after the journal, as a full disk would) leaves each
+/// file as it was, mtime included: pip's `.pyc` files record the source's mtime, so they stay
+/// valid, and a later apply + revert gives them back instead of deleting them as stale.
+#[test]
+fn a_rolled_back_apply_keeps_the_mtimes_so_pips_bytecode_stays_valid() {
+    let d = two_file_fixture();
+    let day_ago = std::time::SystemTime::now() - std::time::Duration::from_secs(86_400);
+    for f in ["mod.py", "two.py"] {
+        let file = std::fs::File::options().write(true).open(d.path().join("root/vllm").join(f)).unwrap();
+        file.set_modified(day_ago).unwrap();
+    }
+    match Command::new("python3").args(["-m", "compileall", "-q", "root"]).current_dir(d.path()).status() {
+        Ok(status) => assert!(status.success(), "compileall failed"),
+        Err(_) => return eprintln!("no python3: skipped"),
+    }
+    let installed = tree_files(&d);
+    assert!(installed.keys().any(|k| k.starts_with("vllm/__pycache__/mod.")), "{installed:?}");
+    let mtime = |f: &str| std::fs::metadata(d.path().join("root/vllm").join(f)).unwrap().modified().unwrap();
+
+    // The second file's write failing, then the last write (the provenance record): the .pyc
+    // are not touched before every write is done.
+    for fault in ["write-error:2", "write-error:provenance"] {
+        let (_, stderr) =
+            d.cmd().args(with_fixture(&["apply", "fix-a", "fix-c"])).env("GAUDI_FIXES_FAULT", fault).expect(3);
+        assert!(stderr.contains("rolled back: nothing was changed"), "{fault}: {stderr}");
+        assert_same(&tree_files(&d), &installed, &format!("{fault}: after the rollback"));
+        let stale = format!("{fault}: the rolled-back vllm/mod.py got a new mtime: its .pyc is stale now");
+        assert_eq!(mtime("mod.py"), day_ago, "{stale}");
+        assert_eq!(mtime("two.py"), day_ago, "{fault}");
+    }
+
+    d.cmd().args(with_fixture(&["apply", "fix-a", "fix-c"])).expect(0);
+    d.cmd().args(with_fixture(&["revert", "fix-a", "fix-c"])).expect(0);
+    assert_same(&tree_files(&d), &installed, "after apply and revert (the .pyc pip compiled included)");
+    assert_eq!(mtime("mod.py"), day_ago);
+}
+
 /// The write fails and so does putting the first file back: exit 4, each file's state named,
 /// the journal kept; the next run finishes the transaction.
 #[test]

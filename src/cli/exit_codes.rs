@@ -29,7 +29,10 @@ pub fn codes(command: Option<&str>) -> Vec<(u8, &'static str)> {
             ROLLBACK,
         ],
         Some("diff") => vec![(0, "Shown: the fix is applied, not applied or upstreamed."), (2, "The fix drifted (where is shown)."), ERROR],
-        Some("status") => vec![(0, "Every tree found was reported, whatever its fixes' states."), ERROR],
+        Some("status") => vec![
+            (0, "Every tree found was reported, whatever its fixes' states."),
+            (3, "Error, as for every command; also no vllm or vllm_gaudi tree found (said on stderr, with -q too)."),
+        ],
         Some("list") | Some("show") => vec![(0, "Shown."), ERROR],
         Some("lint") => vec![(0, "The catalogue is consistent."), (1, "Findings (each printed with its file)."), ERROR],
         Some("equiv") => vec![

@@ -26,7 +26,10 @@ pub fn run(dir: Option<&Path>) -> Result<ExitStatus> {
     Ok(ExitStatus::Applied)
 }
 
-/// Every page into `dir` (created if missing); their paths, main page first.
+/// Every page into `dir` (created if missing); their paths, main page first. Each page is
+/// written to a new temp file in `dir` (`O_EXCL`: never through a planted link) and renamed
+/// over the page, so a symlink or hard link there is replaced, not written through. When a
+/// page cannot be written, the error says which pages were written before it.
 pub fn write_all(dir: &Path) -> Result<Vec<String>> {
     std::fs::create_dir_all(dir).with_context(|| format!("creating {}", dir.display()))?;
     let mut main = super::command();
@@ -35,13 +38,40 @@ pub fn write_all(dir: &Path) -> Result<Vec<String>> {
     for sub in subcommands(&main) {
         pages.push((page_name(Some(sub.get_name())), render_to_vec(&main, Some(sub))?));
     }
+    let total = pages.len();
     let mut written = Vec::new();
     for (name, bytes) in pages {
         let path = dir.join(format!("{name}.1"));
-        std::fs::write(&path, bytes).with_context(|| format!("writing {}", path.display()))?;
+        if let Err(err) = write_page(dir, &format!("{name}.1"), &bytes) {
+            let done = if written.is_empty() {
+                "no page was written".to_string()
+            } else {
+                format!("{} of the {total} pages were written before it: {}", written.len(), written.join(", "))
+            };
+            return Err(err.context(format!("writing {} failed; {done}", path.display())));
+        }
         written.push(path.display().to_string());
     }
     Ok(written)
+}
+
+/// `bytes` as `dir/file`: a new temp file beside it, then a rename over it (the temp file is
+/// removed when either fails).
+fn write_page(dir: &Path, file: &str, bytes: &[u8]) -> Result<()> {
+    let tmp = dir.join(format!(".{file}.gaudi-fixes.tmp"));
+    // One a killed run left: the entry itself goes (a link is not followed by unlink).
+    let _ = std::fs::remove_file(&tmp);
+    let made = (|| -> std::io::Result<()> {
+        let mut out = std::fs::OpenOptions::new().write(true).create_new(true).open(&tmp)?;
+        out.write_all(bytes)?;
+        out.sync_all()?;
+        std::fs::rename(&tmp, dir.join(file))
+    })();
+    if let Err(err) = made {
+        let _ = std::fs::remove_file(&tmp);
+        return Err(err.into());
+    }
+    Ok(())
 }
 
 /// The subcommands that get a page: those this build shows (not `equiv` / `bench` without the
@@ -211,7 +241,7 @@ const DESCRIPTION: &[&str] = &[
 
 const ENVIRONMENT: &[(&str, &str)] = &[
     ("GAUDI_FIXES_ROOT", "A directory holding vllm/ and vllm_gaudi/; used when none of --root, --vllm, --vllm-gaudi is given, before asking the Python interpreter."),
-    ("GAUDI_FIXES_CATALOG", "A catalogue directory (fixes/ and profiles/) to use instead of the built-in one; the same as --catalog."),
+    ("GAUDI_FIXES_CATALOG", "A catalogue directory (fixes/ and profiles/) to use instead of the built-in one; the same as --catalog. Set but empty is unset."),
     ("NO_COLOR", "When set (and --color is auto), human output has no colour."),
     ("GAUDI_FIXES_CACHE", "The cache directory (pristine upstream trees for matrix, port, lint --upstream). Default: $XDG_CACHE_HOME/gaudi-fixes, else $HOME/.cache/gaudi-fixes."),
     ("XDG_CACHE_HOME, HOME", "Where the default cache directory is."),

@@ -19,8 +19,9 @@ use std::time::Duration;
 
 use anyhow::{bail, Result};
 
+use super::session::{Access, Session};
 use crate::catalog::{conform_key, Catalog, SUPPORT_DIR};
-use crate::discover::{self, Trees};
+use crate::discover;
 use crate::exit_status::ExitStatus;
 use crate::report::conform::{self as conform_report, Conformance, SetupShown, Shown};
 use crate::report::progress::Progress;
@@ -43,7 +44,9 @@ pub fn run(global: &Settings, args: &ConformArgs) -> Result<ExitStatus> {
         return setup(global, &python, &text, &pins);
     }
     let replay = args.replay.as_deref().map(suite::replay_file).transpose()?;
-    let trees: Trees = discover::discover(&global.trees.clone())?;
+    // Shared, as `status` takes it, for the whole run: no `apply` writes the trees under the suite.
+    let session = Session::open(global, Access::Read)?;
+    let trees = &session.trees;
     let (Some(vllm), Some(gaudi)) = (&trees.vllm, &trees.vllm_gaudi) else {
         let notes = trees.notes.join("; ");
         bail!("conform needs a vllm tree and a vllm_gaudi tree ({notes}); give --root DIR holding both");

@@ -48,6 +48,7 @@ pub fn run_select(global: &Settings, args: &SelectArgs, op: Op, command: &'stati
     }
     let writes = matches!(op, Op::Apply | Op::Revert) && !args.dry_run && !args.check;
     let session = Session::open(global, if writes { Access::Write } else { Access::Read })?;
+    session.require_a_tree()?;
     if writes {
         notes.extend(session.recover()?);
     } else {
@@ -103,6 +104,12 @@ pub fn run_select(global: &Settings, args: &SelectArgs, op: Op, command: &'stati
         verbose: global.verbose,
     };
     report::emit(global.quiet, |out| report::outcome::render(out, global.format, &outcome))?;
+    if global.quiet && status == ExitStatus::Error {
+        // `-q` prints no report, but errors still print (on stderr): a fix that cannot be judged.
+        for r in outcome.reports.iter().filter(|r| r.state == FixState::Error) {
+            eprintln!("gaudi-fixes: error: {}: {}", r.name, r.message.as_deref().unwrap_or("it cannot be judged"));
+        }
+    }
     Ok(status)
 }
 

@@ -44,6 +44,20 @@ impl Session {
         Ok(Session { trees, filter, roots, access, _locks: locks })
     }
 
+    /// An error (exit 3, on stderr, `-q` or not) when neither tree was found: a run that judges
+    /// or changes trees has nothing to act on, and says why (the notes of discovery).
+    pub fn require_a_tree(&self) -> Result<()> {
+        if self.trees.vllm.is_none() && self.trees.vllm_gaudi.is_none() {
+            let why =
+                if self.trees.notes.is_empty() { String::new() } else { format!(" ({})", self.trees.notes.join("; ")) };
+            anyhow::bail!(
+                "no vllm or vllm_gaudi tree found{why}; give --root DIR (holding vllm/ and vllm_gaudi/), \
+                 --vllm/--vllm-gaudi DIR, GAUDI_FIXES_ROOT, or --python PY for the interpreter they are installed in"
+            );
+        }
+        Ok(())
+    }
+
     /// For writers: finish the transaction a killed run left in the roots; a sentence each.
     pub fn recover(&self) -> Result<Vec<String>> {
         transaction::recover(&self.roots)

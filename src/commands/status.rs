@@ -12,10 +12,12 @@ use crate::provenance;
 use crate::report::{self, outcome::Mode, outcome::RunOutcome};
 use crate::settings::Settings;
 
-/// Run `status`. Exits 0 (it reports; `apply --check` is the gate), 3 on error.
+/// Run `status`. Exits 0 (it reports; `apply --check` is the gate), 3 on error (no tree found
+/// among them).
 pub fn run(global: &Settings) -> Result<ExitStatus> {
     let catalog = Catalog::load(global.catalog.as_deref())?;
     let session = Session::open(global, Access::Read)?;
+    session.require_a_tree()?;
     let all: Vec<&Fix> = catalog.fixes.iter().collect();
     let mut notes = session.trees.notes.clone();
     for (root, journal) in session.pending()? {
@@ -27,9 +29,7 @@ pub fn run(global: &Settings) -> Result<ExitStatus> {
         ));
     }
     let reports = if session.roots.is_empty() {
-        notes.push(
-            "no vllm or vllm_gaudi tree found; give --root, --vllm/--vllm-gaudi, GAUDI_FIXES_ROOT or --python".into(),
-        );
+        notes.push("every tree found is left out by --only-tree".into());
         Vec::new()
     } else {
         let plan = plan::plan(&catalog, &all, &session.trees, &session.filter, &session.recorded()?, Op::Status)?;

@@ -16,8 +16,8 @@ use std::path::Path;
 
 use anyhow::{bail, Context, Result};
 
+use super::session::{Access, Session};
 use crate::catalog::Catalog;
-use crate::discover::{self, Trees};
 use crate::exit_status::ExitStatus;
 use crate::plan::{self, FixState, Op};
 use crate::report::upkeep::{self as upkeep_report, TestAbout};
@@ -29,14 +29,12 @@ use crate::upkeep::pytest::{filtered_view, run_tests, Scratch, Talk};
 pub fn run(global: &Settings, args: &TestArgs) -> Result<ExitStatus> {
     let catalog = Catalog::load(global.catalog.as_deref())?;
     let fix = catalog.fix(&args.fix)?;
-    let trees: Trees = discover::discover(&global.trees.clone())?;
-    let filter = global.filter.clone();
-    if trees.vllm.is_none() && trees.vllm_gaudi.is_none() {
-        let notes = trees.notes.join("; ");
-        bail!("no vllm or vllm_gaudi tree found to test {} against ({notes}); give --root DIR", fix.manifest.name);
-    }
+    // Shared, as `status` takes it, for the whole run: no `apply` writes the tree under the tests.
+    let session = Session::open(global, Access::Read)?;
+    session.require_a_tree().with_context(|| format!("cannot test {}", fix.manifest.name))?;
+    let (trees, filter) = (&session.trees, session.filter.clone());
     // Say what the tests will see: the fix's state on these trees.
-    let plan = plan::plan(&catalog, &[fix], &trees, &filter, &plan::Recorded::new(), Op::Status)?;
+    let plan = plan::plan(&catalog, &[fix], trees, &filter, &plan::Recorded::new(), Op::Status)?;
     let state = &plan.reports[0];
     if state.state == FixState::Skipped {
         bail!(

@@ -263,20 +263,55 @@ fn clean_verdict<'f>(
         // Why: once applied, other fixes on the same file move its lines; not applied (a
         // pristine tree), a patch made on top of the fixes it comes after counts their lines in
         // its header; else the file differs from the variant's. (Another release: reason.rs.)
-        let why = match (c.clean, fix.manifest.after.as_slice()) {
-            (Some(FixState::Applied), _) => format!(
-                "the lines above them differ from the file the {} variant was made on (other fixes applied to the same file add lines)",
+        // Applied, the fixes it comes after are blamed only when nothing else is in the file: with
+        // its hunks reverted, the file is the pristine one (else, say what else may be there).
+        let applied = c.clean == Some(FixState::Applied);
+        let alone = applied && only_this_fix_in_its_files(c.variant, trees, only, ws)?;
+        let after = fix.manifest.after.as_slice();
+        let why = match (applied, after) {
+            (true, _) if !alone => format!(
+                "the file differs above them from the one the {} variant was made on (other fixes applied to it, \
+                 changes by hand, or another release)",
                 c.variant.release
             ),
-            (_, [one]) => format!("its patch is made on top of {one}, which adds lines above when applied"),
-            (_, []) => format!("the lines above them differ from the file the {} variant was made on", c.variant.release),
-            (_, after) => format!("its patch is made on top of {}, which add lines above when applied", after.join(", ")),
+            (true, [one]) => {
+                format!("its patch is made on top of {one}, which is not applied here (applied, it adds lines above)")
+            }
+            (true, []) => {
+                format!("the lines above them differ from the file the {} variant was made on", c.variant.release)
+            }
+            (true, after) => format!(
+                "its patch is made on top of {}, which are not applied here (applied, they add lines above)",
+                after.join(", ")
+            ),
+            (false, [one]) => format!("its patch is made on top of {one}, which adds lines above when applied"),
+            (false, []) => {
+                format!("the lines above them differ from the file the {} variant was made on", c.variant.release)
+            }
+            (false, after) => {
+                format!("its patch is made on top of {}, which add lines above when applied", after.join(", "))
+            }
         };
         report.message = Some(format!(
             "some hunks were found away from their patch's line numbers: {why}; each hunk is still placed by its exact context"
         ));
     }
     Ok((report, Some(c.variant)))
+}
+
+/// Whether each file `variant` patches holds only its edits: with its hunks reverted in memory,
+/// the file is the pristine one the variant names. Then no other fix (and no hand) changed it.
+fn only_this_fix_in_its_files(variant: &Variant, trees: &Trees, only: &TreeFilter, ws: &mut Workspace) -> Result<bool> {
+    for vp in variant.patches.iter().filter(|vp| only.includes(vp.tree)) {
+        let Some(tree) = trees.get(vp.tree) else { continue };
+        let Some(loaded) = ws.get(tree, &vp.file)? else { continue };
+        let eval = state::evaluate(&vp.diff, &loaded.text);
+        let Some(reverted) = state::revert(&vp.diff, &loaded.text, &eval) else { return Ok(false) };
+        if sha256_hex(&reverted.encode()) != vp.pristine_sha256 {
+            return Ok(false);
+        }
+    }
+    Ok(true)
 }
 
 /// The variant nearest to the tree when none is clean: the version hint first, then the

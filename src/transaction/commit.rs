@@ -81,6 +81,7 @@ fn resolve_targets<'r>(edits: &'r [Edit], locked: &'r [Root]) -> Result<Vec<Targ
             new: &edit.new,
             mode: st.mode & 0o777,
             owner: (st.uid, st.gid),
+            mtime: st.mtime,
         });
     }
     Ok(targets)
@@ -201,8 +202,8 @@ fn stage<'r>(
     Ok(stashed)
 }
 
-/// Step 6: each file replaced (checked against the bytes planned from), stale bytecode
-/// dropped and kept bytecode given back, then the provenance. `renamed` counts the targets
+/// Step 6: each file replaced (checked against the bytes planned from), the provenance, then
+/// stale bytecode dropped and kept bytecode given back. `renamed` counts the targets
 /// that hold their new bytes.
 fn write_files(targets: &[Target<'_>], records: &[(&Root, &Provenance)], renamed: &mut usize) -> Result<()> {
     for (i, t) in targets.iter().enumerate() {
@@ -210,11 +211,14 @@ fn write_files(targets: &[Target<'_>], records: &[(&Root, &Provenance)], renamed
         *renamed += 1;
         fault(&format!("after-rename:{}", i + 1));
     }
+    // The provenance before the bytecode: a failed write (a full disk) then finds the `.pyc`
+    // files as they were, valid again once a rollback gives the sources their bytes and mtime.
+    write_provenance(records)?;
     for t in targets {
         drop_stale_bytecode(&t.dir, &t.name)?;
         restore_bytecode(t)?;
     }
-    write_provenance(records)
+    Ok(())
 }
 
 /// A target's path relative to its locked root (symlinks inside the tree already resolved by
@@ -331,6 +335,10 @@ pub(super) fn rollback(
             if let Err(e) = replace_checked(t, t.old, t.new, ROLLBACK_WRITE) {
                 failed.push((i, format!("{e:#}")));
             } else {
+                // The old bytes with their old mtime: the file is as it was, and the bytecode
+                // compiled for it (which records the mtime) is still valid. Only a time: a
+                // failure here changes no byte, so it is no failed rollback.
+                let _ = t.dir.set_mtime(&t.name, t.mtime);
                 // A stash that followed the write follows it back.
                 let _ = restore_bytecode(t);
             }

@@ -6,9 +6,14 @@ use std::time::Duration;
 
 use super::{notify, Event};
 
+/// Whether `GAUDI_FIXES_FAULT` (comma-separated steps) names `step`.
+pub(super) fn fault_named(step: &str) -> bool {
+    std::env::var("GAUDI_FIXES_FAULT").is_ok_and(|v| v.split(',').any(|f| f == step))
+}
+
 /// Abort here if `GAUDI_FIXES_FAULT` names this step (crash tests only).
 pub(super) fn fault(step: &str) {
-    if std::env::var("GAUDI_FIXES_FAULT").is_ok_and(|v| v.split(',').any(|f| f == step)) {
+    if fault_named(step) {
         notify(&Event::FaultAbort { step });
         std::process::abort();
     }
@@ -17,8 +22,7 @@ pub(super) fn fault(step: &str) {
 /// Whether `GAUDI_FIXES_FAULT` (comma-separated steps) names `kind:nth`; rollback writes are
 /// numbered `rollback` (`write-error:rollback` makes putting files back fail too).
 pub(super) fn fault_matches(kind: &str, nth: usize) -> bool {
-    let want = if nth == ROLLBACK_WRITE { format!("{kind}:rollback") } else { format!("{kind}:{nth}") };
-    std::env::var("GAUDI_FIXES_FAULT").is_ok_and(|v| v.split(',').any(|f| f == want))
+    fault_named(&if nth == ROLLBACK_WRITE { format!("{kind}:rollback") } else { format!("{kind}:{nth}") })
 }
 
 /// The `nth` of a rollback write, for [`fault_matches`].

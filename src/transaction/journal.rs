@@ -146,6 +146,9 @@ pub(super) fn write_provenance(records: &[(&Root, &Provenance)]) -> Result<()> {
         let (state, _) = root.dir.open_or_create_dir(OsStr::new(STATE_DIR))?;
         let bytes = serde_json::to_vec_pretty(record).context("serialising provenance")?;
         let tmp = temp_name(OsStr::new(PROVENANCE));
+        if super::fault::fault_named("write-error:provenance") {
+            super::fault::arm_write_error();
+        }
         state.create_exclusive(&tmp, &bytes, 0o644, None)?;
         state.rename(&tmp, OsStr::new(PROVENANCE))?;
         state.sync()?;

@@ -13,26 +13,28 @@
 //!    the journal by renaming `journal.json.tmp` to `journal.json` in every involved root;
 //! 6. for each file: write a temp file beside it (`O_EXCL`, owner and permission bits of the
 //!    target), fsync, check the target still holds the bytes the plan was made from, rename
-//!    over it, fsync the directory; drop the module's stale `__pycache__` entries (an apply
+//!    over it, fsync the directory;
+//! 7. write the provenance record; drop each module's stale `__pycache__` entries (an apply
 //!    that first changes a module keeps its `.pyc` files and the source's mtime under
-//!    `.gaudi-fixes/bytecode/`; the write that gives the source back restores both);
-//! 7. write the provenance record, then remove the journals, the saved copies and any state
-//!    directory left empty.
+//!    `.gaudi-fixes/bytecode/`; the write that gives the source back restores both); then
+//!    remove the journals, the saved copies and any state directory left empty.
 //!
 //! Every path is reached from the locked root's directory handle, one component at a time,
 //! with `O_NOFOLLOW`: a symlink anywhere on the way (planted temp file, symlinked
 //! `.gaudi-fixes/` or `__pycache__/`) is refused, never followed.
 //!
-//! If a write fails after step 5, the files already written are put back from the old bytes
-//! and the journal is removed: the run exits 3 with the tree as it was. If that rollback fails
-//! too, the error names each file's state, the journal stays, and the next run rolls the
-//! transaction forward ([`RollbackFailed`], exit 4).
+//! If a write fails after step 5, the files already written are put back from the old bytes,
+//! with their old modification times (the `.pyc` files, untouched until every write is done,
+//! stay valid), and the journal is removed: the run exits 3 with the tree as it was. If that
+//! rollback fails too, the error names each file's state, the journal stays, and the next run
+//! rolls the transaction forward ([`RollbackFailed`], exit 4).
 //!
 //! `GAUDI_FIXES_FAULT`, for tests: `after-journal`, `after-rename:N` (after the N-th file
 //! rename, 1-based) and `before-journal-remove` abort the process there; `write-error:N` makes
-//! the N-th file write fail with an I/O error (after the journal), and `write-error:rollback`
-//! every write putting a file back; steps combine with commas. `pause-before-rename:N`
-//! creates `$GAUDI_FIXES_FAULT_PAUSE` and waits until it is removed, before the N-th rename.
+//! the N-th file write fail with an I/O error (after the journal), `write-error:provenance` the
+//! provenance record's, and `write-error:rollback` every write putting a file back; steps
+//! combine with commas. `pause-before-rename:N` creates `$GAUDI_FIXES_FAULT_PAUSE` and waits
+//! until it is removed, before the N-th rename.
 
 /// The per-tree state directory (journal, saved copies, provenance).
 pub const STATE_DIR: &str = ".gaudi-fixes";

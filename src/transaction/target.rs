@@ -18,6 +18,9 @@ pub(super) struct Target<'r> {
     pub(super) new: &'r [u8],
     pub(super) mode: u32,
     pub(super) owner: (u32, u32),
+    /// Its modification time before the run: a rollback gives it back with the old bytes, so
+    /// the `.pyc` files compiled for them (which record it) stay valid.
+    pub(super) mtime: (i64, i64),
 }
 
 impl Target<'_> {

@@ -240,9 +240,41 @@ pub fn merge(catalog: &Catalog, files: &[PathBuf]) -> Result<Merged> {
             ),
         }
         for cell in &results.cells {
-            catalog.fix(&cell.fix).with_context(|| format!("{shown}: a cell for fix `{}`", cell.fix))?;
+            let fix = catalog.fix(&cell.fix).with_context(|| format!("{shown}: a cell for fix `{}`", cell.fix))?;
             if let Some(other) = seen.insert((cell.fix.clone(), cell.release.clone()), shown.clone()) {
                 bail!("{shown} and {other} both judge {} on {}: merge each cell once", cell.fix, cell.release);
+            }
+            // Every cell checked here, before anything is recorded: the release must be one
+            // this job prepared, the variant one the catalogue has.
+            match results.releases.iter().find(|r| r.release == cell.release) {
+                None => bail!(
+                    "{shown} judges {} on {}, but that job did not prepare {}: its releases are {}. The file \
+                     was changed after the job wrote it, or pieced together from several; merge the jobs' own \
+                     files",
+                    cell.fix,
+                    cell.release,
+                    cell.release,
+                    results.releases.iter().map(|r| r.release.as_str()).collect::<Vec<_>>().join(", ")
+                ),
+                Some(r) if r.error.is_some() && cell.tests == TestsResult::Passed => bail!(
+                    "{shown} says {}'s tests passed on {}, but that job could not prepare {} ({}). The file \
+                     contradicts itself; merge the jobs' own files",
+                    cell.fix,
+                    cell.release,
+                    cell.release,
+                    r.error.as_deref().unwrap_or_default()
+                ),
+                Some(_) => {}
+            }
+            if let Some(variant) = &cell.variant {
+                if !fix.variants.iter().any(|v| &v.release == variant) {
+                    bail!(
+                        "{shown} names the variant {variant} of {}, which this catalogue does not have (its variants \
+                         are {}). The job ran another catalogue, or the file was changed after it wrote it",
+                        cell.fix,
+                        fix.variants.iter().map(|v| v.release.as_str()).collect::<Vec<_>>().join(", ")
+                    );
+                }
             }
         }
         if let Some(why) = results.tests_not_run {
@@ -326,12 +358,14 @@ pub fn run_release(
             version: discover::version_hint(TreeName::Vllm, &vroot),
             root: vroot.clone(),
             found_by: "cache".into(),
+            outside_site_packages: false,
         }),
         vllm_gaudi: gaudi.as_ref().map(|g| Tree {
             name: TreeName::VllmGaudi,
             version: discover::version_hint(TreeName::VllmGaudi, &g.root),
             root: g.root.clone(),
             found_by: g.source.clone(),
+            outside_site_packages: false,
         }),
         notes: Vec::new(),
     };
@@ -499,22 +533,52 @@ pub fn record(dir: &Path, cells: &mut [Cell]) -> Result<()> {
             add.entry((c.fix.clone(), v.clone())).or_default().push(c.release.clone());
         }
     }
+    // Every fix.yaml's new text is made before any is written: a cell that cannot be recorded
+    // leaves the catalogue as it was.
+    let mut edits: Vec<(PathBuf, String, String)> = Vec::new();
     for ((fix_name, variant), releases) in &add {
         let fix = catalog.fix(fix_name)?;
-        let v = fix.variants.iter().find(|x| &x.release == variant).context("variant exists")?;
+        let path = dir.join(&fix.dir).join("fix.yaml");
+        let Some(v) = fix.variants.iter().find(|x| &x.release == variant) else {
+            bail!(
+                "cannot record {} as verified for {fix_name}: {} has no variant {variant} (it has {}); nothing was \
+                 written",
+                releases.join(", "),
+                path.display(),
+                fix.variants.iter().map(|v| v.release.as_str()).collect::<Vec<_>>().join(", ")
+            );
+        };
         let mut list = v.verified.clone();
         list.extend(releases.iter().cloned());
         list.sort_by_key(|r| release_key(r));
         list.dedup();
-        let path = dir.join(&fix.dir).join("fix.yaml");
         let old = std::fs::read_to_string(&path).file_context(&path, || format!("reading {}", path.display()))?;
-        let new = yaml_edit::set_verified(&old, variant, &list)
-            .file_context(&path, || format!("editing {}", path.display()))?;
-        upstream::replace_file(&path, new.as_bytes())?;
-        if let Err(e) = Catalog::load(Some(dir)) {
-            upstream::replace_file(&path, old.as_bytes())?;
-            return Err(e.context(format!("{} does not load after recording verified:; put back", path.display())));
+        let new = yaml_edit::set_verified(&old, variant, &list).file_context(&path, || {
+            format!("editing {}: cannot record verified: there; nothing was written", path.display())
+        })?;
+        edits.push((path, old, new));
+    }
+    let put_back = |edits: &[(PathBuf, String, String)]| -> Result<()> {
+        for (path, old, _) in edits {
+            upstream::replace_file(path, old.as_bytes())?;
         }
+        Ok(())
+    };
+    for (i, (path, _, new)) in edits.iter().enumerate() {
+        if let Err(e) = upstream::replace_file(path, new.as_bytes()) {
+            put_back(&edits[..i])?;
+            return Err(e.context("the fix.yaml files written before it were put back"));
+        }
+    }
+    if let Err(e) = Catalog::load(Some(dir)) {
+        put_back(&edits)?;
+        let paths: Vec<String> = edits.iter().map(|(p, _, _)| p.display().to_string()).collect();
+        return Err(e.context(format!(
+            "the catalogue does not load after recording verified: in {}; put back",
+            paths.join(", ")
+        )));
+    }
+    for ((fix_name, variant), releases) in &add {
         for c in cells.iter_mut().filter(|c| &c.fix == fix_name && c.variant.as_ref() == Some(variant)) {
             if releases.contains(&c.release) {
                 c.recorded = true;

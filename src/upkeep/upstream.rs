@@ -35,7 +35,10 @@ pub fn cache_dir() -> Result<PathBuf> {
 /// `v00.026.0` (one spelling, so an alias never becomes a second variant); anything else is an
 /// error.
 pub fn release_tag(name: &str) -> Result<String> {
-    crate::catalog::manifest::canonical_release(name).with_context(|| {
+    // Two or three numbers, as vLLM's releases have (`v1.2.3.4.5` is no release).
+    let numbers =
+        name.trim_start_matches('v').split(['.', 'r']).take_while(|p| p.bytes().all(|b| b.is_ascii_digit())).count();
+    crate::catalog::manifest::canonical_release(name).filter(|_| numbers <= 3).with_context(|| {
         format!("`{name}` is not a release like v0.26.0 (X.Y or X.Y.Z, `v` optional, e.g. 0.34 or v0.34.0)")
     })
 }
