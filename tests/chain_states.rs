@@ -34,8 +34,8 @@ pub fn on_top_fixture(relation: &str) -> Dir {
     d
 }
 
-/// Each fix's state as `list --format json`, `status --format json` and `apply --check` of
-/// that fix alone say it, asserting they agree; (name, state) in catalogue order.
+/// Each fix's state as `list --format json`, `status --format json`, and `apply --check` and
+/// `diff` of that fix alone say it, asserting they agree; (name, state) in catalogue order.
 pub fn states(d: &Dir) -> Vec<(String, String)> {
     let (list, _) = d.cmd().args(with_fixture(&["list", "--format", "json"])).expect(0);
     let (status, _) = d.cmd().args(with_fixture(&["status", "--format", "json"])).expect(0);
@@ -56,6 +56,10 @@ pub fn states(d: &Dir) -> Vec<(String, String)> {
         let check: serde_json::Value = serde_json::from_str(&check).unwrap();
         let checked = check["fixes"].as_array().unwrap().iter().find(|f| f["name"] == name.as_str()).unwrap();
         assert_eq!(checked["state"].as_str(), Some(state.as_str()), "apply --check and status disagree on {name}");
+        let (diff, _) =
+            d.cmd().args(with_fixture(&["diff", &name, "--format", "json"])).expect(if code == 2 { 2 } else { 0 });
+        let diff: serde_json::Value = serde_json::from_str(&diff).unwrap();
+        assert_eq!(diff["fixes"][0]["state"].as_str(), Some(state.as_str()), "diff and status disagree on {name}");
         out.push((name, state));
     }
     out

@@ -8,6 +8,7 @@ use std::path::{Path, PathBuf};
 use anyhow::Result;
 
 use super::catalog::{Catalog, Fix};
+use super::chain::{edit, forward, release_variant, PristineFile};
 pub use super::finding::{Finding, LintReport};
 use crate::hash::sha256_hex;
 use crate::patch::locate::{anchor_matches, anchors_at, occurrences, Image};
@@ -120,8 +121,9 @@ fn release_keys(catalog: &Catalog, report: &mut LintReport) {
 }
 
 /// With every fix of a profile applied in order to a pristine file, each one's patch must still
-/// read as applied: a later fix that edits an earlier one's context lines leaves the earlier
-/// one "drifted" for `apply --check` right after a successful `apply`.
+/// read as applied as `status` judges it — on the tree as it is, or under the fixes made on top
+/// of it (reverted in memory): a later fix that is not ordered after it but edits its lines
+/// leaves it drifted right after a successful `apply`.
 fn profile_against_upstream(catalog: &Catalog, profile: &str, dir: &Path, report: &mut LintReport) -> Result<()> {
     let names = catalog.profile_fixes(profile).unwrap_or_default();
     let Ok(fixes) = catalog.order(&names) else { return Ok(()) };
@@ -148,8 +150,7 @@ fn profile_on_release(
     // (file, patches in apply order with their fix's name)
     let mut files: Vec<(&str, Vec<(&Fix, &crate::catalog::VariantPatch)>)> = Vec::new();
     for fix in fixes {
-        let same = |v: &&super::Variant| super::manifest::same_release(&v.release, release) && !v.upstreamed;
-        let Some(variant) = fix.variants.iter().find(same) else { continue };
+        let Some(variant) = release_variant(fix, release) else { continue };
         for vp in &variant.patches {
             match files.iter_mut().find(|(f, _)| *f == vp.file) {
                 Some((_, list)) => list.push((fix, vp)),
@@ -162,32 +163,70 @@ fn profile_on_release(
         let root = root.as_path();
         let path = root.join(file);
         let Some(bytes) = read_upstream(root, file)? else { continue };
-        let Ok(mut text) = SourceText::decode(&bytes, &path) else { continue };
-        let mut complete = true;
-        for (_, vp) in patches {
-            let eval = state::evaluate(&vp.diff, &text);
-            match state::apply(&vp.diff, &text, &eval) {
-                Some(next) => text = next,
-                None => complete = false, // against_upstream reports it
-            }
+        let Ok(text) = SourceText::decode(&bytes, &path) else { continue };
+        let mut all = PristineFile { file: file.to_string(), text };
+        let here: Vec<&Fix> = patches.iter().map(|(fix, _)| *fix).collect();
+        if forward(&here, &mut all, |fix, _| Ok(((), release_variant(fix, release)))).is_err() {
+            continue; // against_upstream reports the patch that does not apply
         }
-        if !complete {
-            continue;
-        }
-        for (fix, vp) in patches {
-            let state = state::evaluate(&vp.diff, &text).state;
-            if state != FileState::Applied {
-                report.findings.push(Finding {
-                    file: catalog.files.display(&vp.patch_path),
-                    message: format!(
-                        "profile `{profile}` on {release}: with all its fixes applied, {}'s patch to {file} reads {state:?}, not applied (a later fix edits its context lines): `apply --check` would call it drifted right after `apply`",
-                        fix.manifest.name
-                    ),
-                });
+        for (i, (fix, vp)) in patches.iter().enumerate() {
+            let later = &patches[i + 1..];
+            if reads_applied_under(catalog, fix, vp, later, release, &all) {
+                continue;
             }
+            let editors: Vec<&str> = later
+                .iter()
+                .filter(|(l, _)| !comes_before(catalog, fix, l))
+                .map(|(l, _)| l.manifest.name.as_str())
+                .collect();
+            let why = match editors.as_slice() {
+                [] => "the fixes made on top of it do not revert from it".to_string(),
+                [one] => format!(
+                    "{one} (applied after it, not ordered after it) edits its lines; order it after {}",
+                    fix.manifest.name
+                ),
+                many => format!(
+                    "{} (applied after it, not ordered after it) edit its lines; order them after {}",
+                    many.join(", "),
+                    fix.manifest.name
+                ),
+            };
+            report.findings.push(Finding {
+                file: catalog.files.display(&vp.patch_path),
+                message: format!(
+                    "profile `{profile}` on {release}: with all its fixes applied, {}'s patch to {file} no longer reads applied, \
+                     not even with the fixes made on top of it reverted, so `status` and `apply --check` call it drifted right \
+                     after `apply`: {why}, or keep the patches off each other's lines",
+                    fix.manifest.name,
+                ),
+            });
         }
     }
     Ok(())
+}
+
+/// Whether `vp` (of `fix`) reads applied on `all` (the file with every fix applied) as `status`
+/// judges it: as it is, or once the `later` fixes made on top of it that read applied are
+/// reverted, latest first.
+fn reads_applied_under(
+    catalog: &Catalog,
+    fix: &Fix,
+    vp: &crate::catalog::VariantPatch,
+    later: &[(&Fix, &crate::catalog::VariantPatch)],
+    release: &str,
+    all: &PristineFile,
+) -> bool {
+    let mut under = PristineFile { file: all.file.clone(), text: all.text.clone() };
+    for (successor, svp) in later.iter().rev().filter(|(l, _)| comes_before(catalog, fix, l)) {
+        if state::evaluate(&svp.diff, &under.text).state == FileState::Applied {
+            if let Some(variant) = release_variant(successor, release) {
+                if edit(&mut under, variant, false, &successor.manifest.name).is_err() {
+                    return false;
+                }
+            }
+        }
+    }
+    state::evaluate(&vp.diff, &under.text).state == FileState::Applied
 }
 
 /// What `lint --upstream` finds on release `release` alone, with each tree's pristine root
@@ -543,7 +582,7 @@ fn round_trip(
 ) -> bool {
     let after = state::evaluate(&vp.diff, patched);
     if after.state != FileState::Applied {
-        bad(format!("{}: after applying, the patch is not found applied ({:?})", path.display(), after.state));
+        bad(format!("{}: after applying, the patch is not found applied ({})", path.display(), after.state.words()));
         return false;
     }
     let not_unique = uniqueness(&vp.diff, text, eval, patched, &after);
@@ -569,7 +608,7 @@ fn why_it_does_not_apply(
     release: &str,
     bad: &mut impl FnMut(String),
 ) {
-    bad(format!("{}: does not apply to pristine {release} (state {:?})", path.display(), eval.state));
+    bad(format!("{}: does not apply to pristine {release} (it reads {})", path.display(), eval.state.words()));
     for h in &eval.hunks {
         if let Some(reason) = h.reason() {
             bad(format!("{}: hunk {} (patch line {}): {reason}", path.display(), h.index, h.patch_line));
