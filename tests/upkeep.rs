@@ -342,3 +342,30 @@ fn matrix_lists_releases_in_the_one_release_order() {
     let releases = gaudi_fixes::upkeep::matrix::releases(&[], &asked).unwrap();
     assert_eq!(releases, ["v0.9.0", "v0.10.0", "v0.26.0rc1", "v0.26.0", "v0.26.0.post1"]);
 }
+
+#[test]
+fn every_document_answers_github_with_annotations_only() {
+    let d = fixture();
+    d.write("cat/fixes/fix-a/README.md", "# fix-a\n\nTriple it.\n");
+    let github = |args: &[&str], code: i32| {
+        let mut all = vec!["--catalog", "cat", "--format", "github"];
+        all.extend_from_slice(args);
+        let (out, _) = d.cmd().args(&all).expect(code);
+        assert!(
+            !out.trim().is_empty() && out.lines().all(|l| l.starts_with("::")),
+            "{args:?}: human text under --format github:\n{out}"
+        );
+        out
+    };
+    github(&["list"], 0);
+    github(&["--root", "root", "list"], 0);
+    github(&["show", "fix-a"], 0);
+    github(&["show", "fix-a", "--readme"], 0);
+    let port = ["port", "fix-a", "--from", "v0.26.0", "--from-tree", "root", "--to", "new", "--release", "v0.27.0"];
+    d.write("new/vllm/mod.py", PRISTINE.replace("    b = a * 2\n", "    b = a * 4\n"));
+    assert!(github(&port, 2).starts_with("::error"));
+    d.write("new/vllm/mod.py", format!("import sys\n{PRISTINE}"));
+    github(&port, 0);
+    d.write("edited/vllm/mod.py", patched_a());
+    github(&["record", "fix-a", "--release", "v0.28.0", "--pristine", "root", "--edited", "edited"], 0);
+}

@@ -60,9 +60,13 @@ pub fn run(global: &Settings, args: &PortArgs) -> Result<ExitStatus> {
         }
     }
     if !conflicts.is_empty() {
-        crate::report::emit(global.quiet, |out| {
-            upkeep_report::port_conflicts(out, global.format, &fix.manifest.name, &from.release, &release, &conflicts)
-        })?;
+        let doc = upkeep_report::PortConflicts {
+            fix: &fix.manifest.name,
+            from: &from.release,
+            to: &release,
+            conflicts: &conflicts,
+        };
+        crate::report::emit_document(global.output(), &doc)?;
         return Ok(ExitStatus::Drifted);
     }
     let root_of = |tree: TreeName| pristine_root(args, &release, tree);
@@ -85,14 +89,14 @@ pub fn run(global: &Settings, args: &PortArgs) -> Result<ExitStatus> {
         Ok(())
     };
     let written = upkeep::write_variant_checked(&dir, &catalog, fix, &release, &new_files, &check)?;
-    upkeep_report::emit_written(
-        global.output(),
-        global.catalog.as_deref(),
-        &fix.manifest.name,
-        &written,
-        "port",
-        &how,
-    )?;
+    let doc = upkeep_report::WrittenDoc {
+        catalog: global.catalog.as_deref(),
+        fix: &fix.manifest.name,
+        written: &written,
+        command: "port",
+        how: &how,
+    };
+    crate::report::emit_document(global.output(), &doc)?;
     Ok(ExitStatus::Applied)
 }
 

@@ -252,7 +252,11 @@ pub fn requirements(out: &mut dyn Write, format: Format, text: &str, pins: &[Str
             serde_json::to_writer_pretty(&mut *out, &doc)?;
             writeln!(out)?;
         }
-        _ => write!(out, "{text}")?,
+        Format::Github => {
+            let message = format!("gaudi-fixes conform: {} pinned requirement(s): {}", pins.len(), pins.join(", "));
+            super::github::annotation(out, "notice", None, &message)?;
+        }
+        Format::Human => write!(out, "{text}")?,
     }
     Ok(())
 }
@@ -284,7 +288,22 @@ pub fn setup(out: &mut dyn Write, format: Format, s: &SetupShown<'_>) -> Result<
             serde_json::to_writer_pretty(&mut *out, &doc)?;
             writeln!(out)?;
         }
-        Format::Github | Format::Human => {
+        Format::Github => {
+            let torch = s.torch.map_or("no torch".to_string(), |v| format!("torch {v}"));
+            let have = s.pinned - s.missing.iter().filter(|m| m.contains("==")).count();
+            let (level, state) = if s.missing.is_empty() {
+                ("notice", "ready".to_string())
+            } else {
+                ("error", format!("still missing: {}", s.missing.join(", ")))
+            };
+            let notes: String = s.other_versions.iter().map(|v| format!("; note: {v}")).collect();
+            let message = format!(
+                "gaudi-fixes conform --setup: {} has {torch}, {have} of {} pinned distributions (ran: {}){notes}; {state}",
+                s.python, s.pinned, s.pip
+            );
+            super::github::annotation(out, level, None, &message)?;
+        }
+        Format::Human => {
             let torch = s.torch.map_or("no torch".to_string(), |v| format!("torch {v}"));
             let have = s.pinned - s.missing.iter().filter(|m| m.contains("==")).count();
             writeln!(out, "conform --setup: {} has {torch}, {have} of {} pinned distributions", s.python, s.pinned)?;
