@@ -22,7 +22,7 @@ use std::hash::{Hash, Hasher};
 use anyhow::Result;
 
 use super::evaluate::{edit_variant, evaluate};
-use super::verdict::{FixReport, FixState, Recorded};
+use super::verdict::{Advice, FixReport, FixState, Recorded};
 use super::workspace::{OnTrees, Workspace};
 use crate::catalog::chain::forward;
 use crate::catalog::{Catalog, Fix, Variant};
@@ -182,11 +182,12 @@ impl<'c> Chain<'c> {
             // say so, and what mends it (`revert` undoes it over them, in memory; `super::plan`).
             if on_chain.0.state == FixState::Applied && alone.0.state != FixState::Applied && !missing.is_empty() {
                 on_chain.0.message = Some(format!(
-                    "{ON_UNDONE}{}, which {} not applied in the tree (undone since?): `gaudi-fixes apply` applies {} under it",
+                    "{ON_UNDONE}{}, which {} not applied in the tree (undone since?): `{{0}}` applies {} under it",
                     missing.join(", "),
                     if missing.len() == 1 { "is" } else { "are" },
                     if missing.len() == 1 { "it" } else { "them" },
                 ));
+                on_chain.0.advice = vec![Advice::Apply { fixes: Vec::new() }];
             }
             return Ok(on_chain);
         }

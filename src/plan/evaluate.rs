@@ -73,6 +73,7 @@ fn evaluate_found<'f>(
         message: None,
         reason: None,
         files: Vec::new(),
+        advice: Vec::new(),
     };
     let needed = needed_trees(fix, only);
     if needed.is_empty() && fix.variants.iter().any(|v| !v.patches.is_empty()) {

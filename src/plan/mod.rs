@@ -60,6 +60,7 @@ pub fn plan(
         if report.state == FixState::Applied && settled.state == FixState::Applied && chain::on_undone(settled) {
             // What the chain found (applied on top of fixes undone since) holds here too.
             report.message = settled.message.clone();
+            report.advice = settled.advice.clone();
         }
         if op == Op::Revert && report.state == FixState::Drifted && settled.state == FixState::Applied {
             if let Some(reverted) = revert_over_missing(&mut chain, fix, trees, only, &mut ws)? {
@@ -177,16 +178,18 @@ fn unreachable_in_run(
             names.push(fix.manifest.name.clone());
             report.state = FixState::Error;
             report.message = Some(format!(
-                "its patch is made on top of the fixes it comes after ({}), and those not applied yet are not selected: its context is not there; apply them together: gaudi-fixes apply {}",
+                "its patch is made on top of the fixes it comes after ({}), and those not applied yet are not selected: its context is not there; apply them together: {{0}}",
                 before.join(", "),
-                catalog.order(&names)?.iter().map(|f| f.manifest.name.as_str()).collect::<Vec<_>>().join(" ")
             ));
+            let together = catalog.order(&names)?.iter().map(|f| f.manifest.name.clone()).collect();
+            report.advice = vec![Advice::Apply { fixes: together }];
         }
         (Op::Revert, FixState::Applied) => {
             report.state = FixState::Drifted;
             report.message = Some(
                 "applied, but a fix outside this selection was applied on top of it; revert that one with it".into(),
             );
+            report.advice.clear();
         }
         _ => {}
     }

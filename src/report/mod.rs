@@ -1,6 +1,7 @@
 //! Everything that formats output lives here: human (coloured on a terminal), JSON, GitHub
 //! annotations. Other modules return data.
 
+pub mod advice;
 #[cfg(feature = "reference")]
 pub mod bench;
 pub mod conform;
