@@ -316,6 +316,11 @@ fn lint_upstream_finds_a_later_fix_on_an_earlier_ones_lines_only_where_status_ca
         "{out}"
     );
     assert!(!out.contains("Drifted"), "a Rust Debug word in a finding: {out}");
+    let (json, _) = d.cmd().args(["--catalog", "cat", "lint", "--upstream", "up", "--format", "json"]).expect(1);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let codes: Vec<&str> =
+        v["lint"]["findings"].as_array().unwrap().iter().filter_map(|f| f["code"].as_str()).collect();
+    assert!(codes.contains(&"edits-earlier-fix"), "{json}");
     d.cmd().args(with_fixture(&["apply", "--profile", "performance"])).expect(0);
     let (out, _) = d.cmd().args(with_fixture(&["status", "--format", "json"])).expect(0);
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();

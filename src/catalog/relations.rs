@@ -11,7 +11,7 @@ use anyhow::{bail, Result};
 
 use super::catalog::{Catalog, Fix};
 use super::chain::{forward, NotTaken, PristineFile};
-use super::finding::{Finding, LintReport};
+use super::finding::{Code, Finding, LintReport};
 use super::manifest::Kind;
 use crate::patch::SourceText;
 
@@ -228,6 +228,7 @@ pub fn lint(catalog: &Catalog, report: &mut LintReport) {
     match find_cycle(&requires) {
         Some(cycle) => report.findings.push(Finding {
             file: catalog.fix(&cycle[0]).map(fix_file).unwrap_or_default(),
+            code: Code::RequiresCycle,
             message: format!("`requires:` cycle: {}", cycle.join(" → ")),
         }),
         None => report.checked.push(format!("requires: graph of {} fix(es) is acyclic", catalog.fixes.len())),
@@ -238,6 +239,7 @@ pub fn lint(catalog: &Catalog, report: &mut LintReport) {
     match &include_cycle {
         Some(cycle) => report.findings.push(Finding {
             file: profile_file(&cycle[0]),
+            code: Code::IncludeCycle,
             message: format!("`include:` cycle: {}", cycle.join(" → ")),
         }),
         None => report.checked.push(format!("include: graph of {} profile(s) is acyclic", catalog.profiles.len())),
@@ -246,6 +248,7 @@ pub fn lint(catalog: &Catalog, report: &mut LintReport) {
         for required in fix.manifest.requires.iter().filter(|r| fix.manifest.conflicts.contains(r)) {
             report.findings.push(Finding {
                 file: fix_file(fix),
+                code: Code::RequiresConflict,
                 message: format!("{} both requires and conflicts with {required}", fix.manifest.name),
             });
         }
@@ -262,6 +265,7 @@ pub fn lint(catalog: &Catalog, report: &mut LintReport) {
                 clean = false;
                 report.findings.push(Finding {
                     file: profile_file(&profile.name),
+                    code: Code::ProfileMissesRequirement,
                     message: format!(
                         "profile `{}` selects {name}, which needs {required} (required by {by}); add it, or include a profile that has it",
                         profile.name
@@ -275,6 +279,7 @@ pub fn lint(catalog: &Catalog, report: &mut LintReport) {
                 clean = false;
                 report.findings.push(Finding {
                     file: profile_file(&profile.name),
+                    code: Code::DefaultKind,
                     message: format!(
                         "profile `default` holds correctness fixes only; {} is a {} fix",
                         fix.manifest.name, fix.manifest.kind

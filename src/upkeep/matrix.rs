@@ -215,12 +215,12 @@ pub fn merge(catalog: &Catalog, files: &[PathBuf]) -> Result<Merged> {
         let results: Results = serde_json::from_str(&text).map_err(|e| {
             anyhow::anyhow!("{shown}:{}:{}: not a `matrix --format json` document: {e}", e.line(), e.column())
         })?;
-        if results.command != "matrix" || results.schema != crate::report::json::SCHEMA {
+        if results.command != "matrix" || results.schema != crate::schema::JSON {
             bail!(
                 "{shown}: a `{}` document (schema {}), not `matrix --format json` (schema {})",
                 results.command,
                 results.schema,
-                crate::report::json::SCHEMA
+                crate::schema::JSON
             );
         }
         match &results.gaudi_fixes {
