@@ -168,3 +168,25 @@ fn no_release_note_when_the_vllm_half_is_left_out() {
     assert!(v["fixes"][0]["reason"].is_null(), "{out}");
     assert!(v["fixes"][0]["files"].as_array().unwrap().iter().all(|f| f["reason"].is_null()), "{out}");
 }
+
+#[test]
+fn a_half_applied_fix_says_so_with_the_commands_that_restore_it() {
+    let d = fixture();
+    d.write(
+        "cat/fixes/fix-a/v0.26.0/mod.patch",
+        "--- a/vllm/mod.py\n+++ b/vllm/mod.py\n@@ -9,3 +9,3 @@ def sample(x):\n     a = x + 1\n-    b = a * 2\n+    b = a * 3\n     return b\n@@ -14,2 +14,2 @@\n def other():\n-    return 2\n+    return 3\n",
+    );
+    d.write("root/vllm/mod.py", PRISTINE.replace("    b = a * 2\n", "    b = a * 3\n"));
+    let (out, _) = d.cmd().args(with_fixture(&["apply", "--check", "fix-a", "--format", "json"])).expect(2);
+    let reason = &json(&out)["fixes"][0]["reason"];
+    assert_eq!(reason["code"], "partially-applied", "{out}");
+    let next = reason["next_step"].as_str().unwrap_or_default();
+    assert!(
+        next.starts_with(
+            "`gaudi-fixes --catalog cat --root root diff fix-a` shows which; reinstall vLLM (`pip install --force-reinstall --no-deps vllm==0.26.0`)"
+        ),
+        "{out}"
+    );
+    assert_eq!(reason["advice"][0], serde_json::json!({"do": "diff", "fix": "fix-a"}), "{out}");
+    assert_eq!(reason["advice"][1]["do"], "reinstall", "{out}");
+}
