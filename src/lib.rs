@@ -4,7 +4,7 @@
 //!
 //! Modules:
 //! - [`tree`]: tree names and the `--only-tree` filter; [`exit_status`]: the 0/1/2/3 contract;
-//!   [`error`]: errors that carry their file and line.
+//!   [`error`]: errors that carry their file and line; [`schema`]: the JSON documents' version.
 //! - [`catalog`]: fix manifests, profiles, ordering and lint.
 //! - [`discover`]: which trees to act on.
 //! - [`patch`]: unified-diff parsing, exact hunk location, per-hunk state.
@@ -31,6 +31,7 @@ pub mod provenance;
 #[cfg(feature = "reference")]
 pub mod reference;
 pub mod report;
+pub mod schema;
 pub mod settings;
 pub mod transaction;
 pub mod tree;

@@ -35,6 +35,34 @@ impl Settings {
     pub fn output(&self) -> Output {
         Output { format: self.format, quiet: self.quiet }
     }
+
+    /// `gaudi-fixes` with the flags that chose this run's catalogue and trees, so that a command a
+    /// message suggests works as printed (run from the same directory).
+    pub fn invocation(&self) -> String {
+        let mut words = vec!["gaudi-fixes".to_string()];
+        let mut flag = |name: &str, value: &std::path::Path| {
+            words.push(name.to_string());
+            words.push(shell_word(&value.display().to_string()));
+        };
+        if let Some(catalog) = &self.catalog {
+            flag("--catalog", catalog);
+        }
+        if let Some((root, _)) = &self.trees.root {
+            flag("--root", root);
+        }
+        if let Some(dir) = &self.trees.vllm {
+            flag("--vllm", dir);
+        }
+        if let Some(dir) = &self.trees.vllm_gaudi {
+            flag("--vllm-gaudi", dir);
+        }
+        for tree in crate::tree::TreeName::ALL {
+            if self.filter.includes(tree) && crate::tree::TreeName::ALL.iter().any(|t| !self.filter.includes(*t)) {
+                words.push(format!("--only-tree {tree}"));
+            }
+        }
+        words.join(" ")
+    }
 }
 
 impl From<&Settings> for Output {
@@ -193,4 +221,13 @@ pub struct RecordArgs {
     /// Files to record (relative to the tree root, e.g. vllm/v1/sample/ops/topk_topp_sampler.py);
     /// default: the files the fix's existing variants patch.
     pub files: Vec<String>,
+}
+
+/// `word` as a shell reads it back: as it is when it is plain, else single-quoted.
+fn shell_word(word: &str) -> String {
+    if !word.is_empty() && word.chars().all(|c| c.is_ascii_alphanumeric() || "/._-+=:,@".contains(c)) {
+        word.to_string()
+    } else {
+        format!("'{}'", word.replace('\'', "'\\''"))
+    }
 }

@@ -5,7 +5,7 @@
 //! normalised; re-porting onto a release says what became of its `verified:`; `record` refuses a
 //! file `apply` would never read.
 
-use crate::common::{fixture, sha256, with_fixture, Dir, FIX_A_PATCH, PRISTINE};
+use crate::common::{fixture, sha256, with_fixture, Dir, FIX_A_PATCH, FIX_B_PATCH, PRISTINE};
 
 fn patched_a() -> String {
     PRISTINE.replace("    b = a * 2\n", "    # fix-a: triple instead of double\n    b = a * 3\n")
@@ -311,10 +311,11 @@ fn port_keeps_a_hunk_without_context_without_context() {
 }
 
 #[test]
-fn port_refuses_a_variant_lint_upstream_rejects() {
-    // fix-b's v0.27.0 is ported first (made on fix-a's v0.27.0, written by hand with three lines
-    // of context, which hold the line fix-b edits): with both applied fix-a reads drifted, and
-    // porting fix-b would write what `lint --upstream` rejects.
+fn port_writes_a_variant_on_lines_of_the_fix_it_is_made_on_as_status_reads_it() {
+    // fix-b's v0.27.0 is ported onto fix-a's v0.27.0 (written by hand with three lines of
+    // context, which hold the line fix-b edits): with both applied, fix-a reads applied under
+    // fix-b, as `status` and `revert` judge it (fix-b is made on top of it), so `lint --upstream`
+    // has nothing to say and the port is written. (A port lint rejects: the test below.)
     let d = fixture();
     zero_context(&d, "");
     let wide = "--- a/vllm/mod.py\n+++ b/vllm/mod.py\n@@ -8,7 +8,7 @@ def helper():\n \n def sample(x):\n     a = x + 1\n-    b = a * 2\n+    b = a * 3\n     return b\n \n \n";
@@ -324,11 +325,15 @@ fn port_refuses_a_variant_lint_upstream_rejects() {
     d.write("cat/fixes/fix-a/fix.yaml", &y);
     d.write("cat/fixes/fix-a/v0.27.0/mod.patch", wide);
     d.cmd().args(["--catalog", "cat", "lint", "--upstream", "up"]).expect(0);
-    let before = d.snapshot("cat");
-    let (_, err) = port(&d, "fix-b", "new", "v0.27.0").expect(3);
-    assert!(err.contains("lint --upstream") && err.contains("nothing was written"), "{err}");
-    assert!(err.contains("fix-a's patch to vllm/mod.py reads Drifted"), "the reason is not named: {err}");
-    assert_eq!(d.snapshot("cat"), before, "a refused port wrote something");
+    port(&d, "fix-b", "new", "v0.27.0").expect(0);
+    d.cmd().args(["--catalog", "cat", "lint", "--upstream", "up"]).expect(0);
+    // And so it is on a v0.27.0 tree: applied, read applied, reverted to the pristine bytes.
+    let new = d.read("new/vllm/mod.py");
+    d.write("root/vllm/mod.py", &new);
+    d.cmd().args(with_fixture(&["apply", "--profile", "performance"])).expect(0);
+    d.cmd().args(with_fixture(&["apply", "--check", "--profile", "performance"])).expect(0);
+    d.cmd().args(with_fixture(&["revert", "--profile", "performance"])).expect(0);
+    assert_eq!(d.read("root/vllm/mod.py"), new);
 }
 
 #[test]
@@ -364,4 +369,50 @@ fn port_refuses_a_release_where_the_fix_reads_upstreamed() {
     let (_, err) = port(&d, "fix-a", "new", "v0.27.0").expect(3);
     assert!(err.contains("its detect text is in pristine v0.27.0") && err.contains("nothing was written"), "{err}");
     assert_eq!(d.snapshot("cat"), before, "a refused port wrote something");
+}
+
+// `record` for a fix whose patch is made on top of another fix it `requires:` (both editing
+// one file, as topk-subset-sampler on swap-states-sampling-params): the edited tree carries
+// both fixes' edits, and the recorded patch must hold only this fix's, made on the file
+// `apply` and `lint --upstream` give it (the pristine file with the required fix applied).
+#[test]
+fn record_leaves_the_required_fixs_edits_out_of_the_patch() {
+    let d = fixture();
+    // fix-b requires fix-a (and so comes after it); both edit vllm/mod.py.
+    let yaml = d.read_string("cat/fixes/fix-b/fix.yaml").replace("after: [fix-a]", "requires: [fix-a]\nafter: [fix-a]");
+    d.write("cat/fixes/fix-b/fix.yaml", yaml);
+    d.write("cat/profiles/performance.yaml", "name: performance\ndescription: all\nfixes: [fix-b, fix-a]\n");
+    // The edited tree: the profile applied, then fix-b's line changed by hand.
+    d.cmd().args(with_fixture(&["apply", "--profile", "performance"])).expect(0);
+    let edited = d.read_string("root/vllm/mod.py").replace("# fix-b was here", "# fix-b was here, recorded");
+    assert_ne!(edited, d.read_string("root/vllm/mod.py"));
+    d.write("edited/vllm/__init__.py", "");
+    d.write("edited/vllm/mod.py", &edited);
+    d.write("pristine/vllm/__init__.py", "");
+    d.write("pristine/vllm/mod.py", PRISTINE);
+    d.cmd()
+        .args([
+            "--catalog",
+            "cat",
+            "record",
+            "fix-b",
+            "--release",
+            "v0.26.0",
+            "--pristine",
+            "pristine",
+            "--edited",
+            "edited",
+        ])
+        .expect(0);
+    let patch = d.read_string("cat/fixes/fix-b/v0.26.0/mod.patch");
+    assert_ne!(patch, FIX_B_PATCH);
+    assert!(!patch.contains("fix-a"), "fix-a's edit went into fix-b's patch:\n{patch}");
+    assert!(patch.contains("recorded"), "{patch}");
+    // The pristine tree, the profile applied: exactly the edited bytes; lint is clean.
+    d.write("root/vllm/mod.py", PRISTINE);
+    d.cmd().args(with_fixture(&["apply", "--profile", "performance"])).expect(0);
+    assert_eq!(d.read_string("root/vllm/mod.py"), edited);
+    d.write("up/v0.26.0/vllm/__init__.py", "");
+    d.write("up/v0.26.0/vllm/mod.py", PRISTINE);
+    d.cmd().args(["--catalog", "cat", "lint", "--upstream", "up"]).expect(0);
 }

@@ -34,8 +34,8 @@ pub fn on_top_fixture(relation: &str) -> Dir {
     d
 }
 
-/// Each fix's state as `list --format json`, `status --format json` and `apply --check` of
-/// that fix alone say it, asserting they agree; (name, state) in catalogue order.
+/// Each fix's state as `list --format json`, `status --format json`, and `apply --check` and
+/// `diff` of that fix alone say it, asserting they agree; (name, state) in catalogue order.
 pub fn states(d: &Dir) -> Vec<(String, String)> {
     let (list, _) = d.cmd().args(with_fixture(&["list", "--format", "json"])).expect(0);
     let (status, _) = d.cmd().args(with_fixture(&["status", "--format", "json"])).expect(0);
@@ -56,6 +56,10 @@ pub fn states(d: &Dir) -> Vec<(String, String)> {
         let check: serde_json::Value = serde_json::from_str(&check).unwrap();
         let checked = check["fixes"].as_array().unwrap().iter().find(|f| f["name"] == name.as_str()).unwrap();
         assert_eq!(checked["state"].as_str(), Some(state.as_str()), "apply --check and status disagree on {name}");
+        let (diff, _) =
+            d.cmd().args(with_fixture(&["diff", &name, "--format", "json"])).expect(if code == 2 { 2 } else { 0 });
+        let diff: serde_json::Value = serde_json::from_str(&diff).unwrap();
+        assert_eq!(diff["fixes"][0]["state"].as_str(), Some(state.as_str()), "diff and status disagree on {name}");
         out.push((name, state));
     }
     out
@@ -125,6 +129,11 @@ fn a_fix_made_on_top_of_one_neither_applied_nor_selected_is_refused_with_a_comma
         .unwrap_or_else(|| panic!("no suggested command in: {out}"));
     let words: Vec<&str> = suggested.split_whitespace().collect();
     assert_eq!(words[0], "gaudi-fixes", "{out}");
+    // The JSON document carries the advice as data, beside the sentence.
+    let (json, _) = d.cmd().args(with_fixture(&["apply", "fix-c", "--format", "json"])).expect(3);
+    let v: serde_json::Value = serde_json::from_str(&json).unwrap();
+    let fix_c = v["fixes"].as_array().unwrap().iter().find(|f| f["name"] == "fix-c").unwrap();
+    assert_eq!(fix_c["advice"], serde_json::json!([{"do": "apply", "fixes": ["fix-a", "fix-c"]}]), "{json}");
     d.cmd().args(&words[1..]).expect(0);
     assert_eq!(states(&d)[2], ("fix-c".to_string(), "applied".to_string()));
 }
@@ -251,7 +260,7 @@ fn a_fix_whose_required_fix_was_undone_by_hand_reads_one_way_and_apply_or_revert
     undo(&d);
     let undone = d.snapshot("root");
     // Every command says fix-c is applied on top of fix-a, which is not, and what mends it.
-    let said = "applied on top of fix-a, which is not applied in the tree (undone since?): `gaudi-fixes apply` applies it under it";
+    let said = "applied on top of fix-a, which is not applied in the tree (undone since?): `gaudi-fixes --catalog cat --root root apply` applies it under it";
     for command in
         [&["status", "--format", "json"][..], &["list", "--format", "json"], &["apply", "--check", "--format", "json"]]
     {

@@ -55,6 +55,9 @@ fn two_jobs_merge_into_the_table_and_verified_lines_of_one_local_run() {
         v
     };
     assert_eq!(cells(&merged), cells(&one), "merged:\n{merged}\none run:\n{one}");
+    let (github, _) = jobs.cmd().args(merge).args(["--format", "github"]).expect(0);
+    assert!(github.lines().all(|l| l.starts_with("::")), "human text under --format github:\n{github}");
+    assert!(github.contains("::notice::gaudi-fixes matrix: "), "{github}");
     let (human, _) = jobs.cmd().args(merge).expect(0);
     assert!(human.contains("v0.27.0  fix-a  applies (offsets)  v0.26.0  passed  no"), "{human}");
 

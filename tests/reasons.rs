@@ -2,7 +2,7 @@
 //! tree does not hide the other tree; `diff` honours `--only-tree`. Driven through the real
 //! binary on the temp fixture (fix-a covers v0.26.0 of `vllm/mod.py`).
 
-use crate::common::{fixture, with_fixture, Dir, PRISTINE};
+use crate::common::{fixture, sha256, with_fixture, Dir, PRISTINE};
 
 fn json(out: &str) -> serde_json::Value {
     serde_json::from_str(out).unwrap_or_else(|e| panic!("{e}: {out}"))
@@ -130,4 +130,63 @@ fn offsets_on_a_pristine_tree_are_put_down_to_the_patch_made_on_top() {
         "{out}"
     );
     assert!(!out.contains("local change"), "{out}");
+}
+
+// Reasons on a fix whose vLLM half is left out with `--only-tree vllm_gaudi`: nothing may be
+// said about how the fix fits the vLLM release, since its vLLM file was not looked at.
+#[test]
+fn no_release_note_when_the_vllm_half_is_left_out() {
+    let d = fixture();
+    d.write(
+        "cat/fixes/fix-a/v0.26.0/g.patch",
+        "--- a/vllm_gaudi/x.py\n+++ b/vllm_gaudi/x.py\n@@ -1,3 +1,3 @@\n a = 0\n-x = 1\n+x = 2\n b = 0\n",
+    );
+    let y = d.read_string("cat/fixes/fix-a/fix.yaml")
+        + &format!(
+            "      - tree: vllm_gaudi\n        file: vllm_gaudi/x.py\n        patch: v0.26.0/g.patch\n        pristine_sha256: {}\n",
+            sha256(b"a = 0\nx = 1\nb = 0\n")
+        );
+    d.write("cat/fixes/fix-a/fix.yaml", y.replace("  v0.26.0:\n", "  v0.26.0:\n    verified: [v0.26.0]\n"));
+    // A release the fix does not cover, whose vLLM file the fix does not fit at all; the
+    // vllm_gaudi file sits two lines down.
+    d.write("root/vllm/_version.py", "__version__ = version = '0.99.0'\n");
+    d.write("root/vllm/mod.py", "def nothing_alike():\n    pass\n");
+    d.write("root/vllm_gaudi/__init__.py", "");
+    d.write("root/vllm_gaudi/x.py", "# one\n# two\na = 0\nx = 1\nb = 0\n");
+    // The whole fix: unsupported release, as it should be.
+    let (out, _) = d.cmd().args(with_fixture(&["apply", "--check", "fix-a"])).expect(2);
+    assert!(out.contains("vLLM 0.99.0 is not covered by fix-a"), "{out}");
+    // Only vllm_gaudi: not applied, and no claim about vLLM 0.99.0.
+    let (out, _) = d.cmd().args(with_fixture(&["--only-tree", "vllm_gaudi", "apply", "--check", "fix-a"])).expect(1);
+    assert!(out.contains("offset +2"), "{out}");
+    assert!(!out.contains("0.99.0 "), "a claim about the vLLM release whose file was left out:\n{out}");
+    let (out, _) = d
+        .cmd()
+        .args(with_fixture(&["--only-tree", "vllm_gaudi", "--format", "json", "apply", "--check", "fix-a"]))
+        .expect(1);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert!(v["fixes"][0]["reason"].is_null(), "{out}");
+    assert!(v["fixes"][0]["files"].as_array().unwrap().iter().all(|f| f["reason"].is_null()), "{out}");
+}
+
+#[test]
+fn a_half_applied_fix_says_so_with_the_commands_that_restore_it() {
+    let d = fixture();
+    d.write(
+        "cat/fixes/fix-a/v0.26.0/mod.patch",
+        "--- a/vllm/mod.py\n+++ b/vllm/mod.py\n@@ -9,3 +9,3 @@ def sample(x):\n     a = x + 1\n-    b = a * 2\n+    b = a * 3\n     return b\n@@ -14,2 +14,2 @@\n def other():\n-    return 2\n+    return 3\n",
+    );
+    d.write("root/vllm/mod.py", PRISTINE.replace("    b = a * 2\n", "    b = a * 3\n"));
+    let (out, _) = d.cmd().args(with_fixture(&["apply", "--check", "fix-a", "--format", "json"])).expect(2);
+    let reason = &json(&out)["fixes"][0]["reason"];
+    assert_eq!(reason["code"], "partially-applied", "{out}");
+    let next = reason["next_step"].as_str().unwrap_or_default();
+    assert!(
+        next.starts_with(
+            "`gaudi-fixes --catalog cat --root root diff fix-a` shows which; reinstall vLLM (`pip install --force-reinstall --no-deps vllm==0.26.0`)"
+        ),
+        "{out}"
+    );
+    assert_eq!(reason["advice"][0], serde_json::json!({"do": "diff", "fix": "fix-a"}), "{out}");
+    assert_eq!(reason["advice"][1]["do"], "reinstall", "{out}");
 }

@@ -89,6 +89,7 @@ fn show() {
     let d = fixture();
     snap("show_human", &d, &["show", "fix-b"]);
     snap("show_json", &d, &["show", "fix-b", "--format", "json"]);
+    snap("show_github", &d, &["show", "fix-b", "--format", "github"]);
     snap("show_quiet", &d, &["show", "fix-b", "--quiet"]);
 }
 

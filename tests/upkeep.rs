@@ -342,3 +342,64 @@ fn matrix_lists_releases_in_the_one_release_order() {
     let releases = gaudi_fixes::upkeep::matrix::releases(&[], &asked).unwrap();
     assert_eq!(releases, ["v0.9.0", "v0.10.0", "v0.26.0rc1", "v0.26.0", "v0.26.0.post1"]);
 }
+
+#[test]
+fn every_document_answers_github_with_annotations_only() {
+    let d = fixture();
+    d.write("cat/fixes/fix-a/README.md", "# fix-a\n\nTriple it.\n");
+    let github = |args: &[&str], code: i32| {
+        let mut all = vec!["--catalog", "cat", "--format", "github"];
+        all.extend_from_slice(args);
+        let (out, _) = d.cmd().args(&all).expect(code);
+        assert!(
+            !out.trim().is_empty() && out.lines().all(|l| l.starts_with("::")),
+            "{args:?}: human text under --format github:\n{out}"
+        );
+        out
+    };
+    github(&["list"], 0);
+    github(&["--root", "root", "list"], 0);
+    github(&["show", "fix-a"], 0);
+    github(&["show", "fix-a", "--readme"], 0);
+    let port = ["port", "fix-a", "--from", "v0.26.0", "--from-tree", "root", "--to", "new", "--release", "v0.27.0"];
+    d.write("new/vllm/mod.py", PRISTINE.replace("    b = a * 2\n", "    b = a * 4\n"));
+    assert!(github(&port, 2).starts_with("::error"));
+    d.write("new/vllm/mod.py", format!("import sys\n{PRISTINE}"));
+    github(&port, 0);
+    d.write("edited/vllm/mod.py", patched_a());
+    github(&["record", "fix-a", "--release", "v0.28.0", "--pristine", "root", "--edited", "edited"], 0);
+}
+
+// `matrix` checks a fix on the copy with what it `requires:` applied first, as `apply` does —
+// not only the fixes it comes `after:` (a fix may require another without an `after:`).
+/// A stand-in for python: the module probe answers nothing missing; "pytest" passes when the
+/// tree's mod.py carries both fix-a's and fix-b's edits.
+const REQUIRES_PYTHON: &str = r#"#!/bin/sh
+if [ "$1" = "-c" ]; then echo gaudi-fixes-probe-ok; exit 0; fi
+if grep -q "a \* 3" "$GAUDI_FIXES_ROOT/vllm/mod.py" && grep -q "fix-b was here" "$GAUDI_FIXES_ROOT/vllm/mod.py"; then
+  echo "1 passed in 0.01s"; verdict 0 1 0; exit 0
+fi
+echo "1 failed in 0.01s"; verdict 1 0 1; exit 1
+"#;
+
+#[test]
+fn matrix_applies_what_a_fix_requires_before_testing_it() {
+    let d = fixture();
+    let yaml = d.read_string("cat/fixes/fix-b/fix.yaml").replace("after: [fix-a]", "requires: [fix-a]")
+        + "tests: [test_b.py]\n";
+    d.write("cat/fixes/fix-b/fix.yaml", yaml);
+    d.write("cat/fixes/fix-b/test_b.py", "def test_b():\n    pass\n");
+    fake_python(&d, "py", REQUIRES_PYTHON);
+    d.write("cache/upstream/v0.26.0/vllm/mod.py", PRISTINE);
+    d.write("cache/upstream/v0.26.0/vllm/_version.py", "__version__ = version = '0.26.0'\n");
+    let (out, _) = d
+        .cmd()
+        .args(["--catalog", "cat", "--python", "./py", "matrix", "--releases", "v0.26.0", "--fix", "fix-b"])
+        .args(["--format", "json"])
+        .env("GAUDI_FIXES_CACHE", d.path().join("cache"))
+        .expect(0);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap_or_else(|e| panic!("{e}: {out}"));
+    let cell = &v["cells"][0];
+    assert_eq!((cell["fix"].as_str(), cell["state"].as_str()), (Some("fix-b"), Some("applies")), "{out}");
+    assert_eq!(cell["tests"], "passed", "{out}");
+}

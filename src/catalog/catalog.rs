@@ -196,30 +196,52 @@ impl Catalog {
                 }
             }
         }
-        let mut done: Vec<&Fix> = Vec::new();
-        let mut placed: BTreeSet<&str> = BTreeSet::new();
-        while placed.len() < selected.len() {
-            let ready = selected.values().find(|f| {
-                !placed.contains(f.manifest.name.as_str())
-                    && f.manifest
-                        .after
-                        .iter()
-                        .chain(&f.manifest.requires)
-                        .all(|a| placed.contains(a.as_str()) || !selected.contains_key(a.as_str()))
-            });
-            match ready {
-                Some(fix) => {
-                    placed.insert(fix.manifest.name.as_str());
-                    done.push(fix);
-                }
-                None => {
-                    let stuck: Vec<&str> = selected.keys().filter(|n| !placed.contains(*n)).copied().collect();
-                    bail!("the `after:`/`requires:` relations of {} form a cycle", stuck.join(", "));
-                }
+        sorted(selected)
+    }
+
+    /// `names` and every fix they come after (`requires:`, `after:`, transitively), in the
+    /// order of [`Catalog::order`]: the chain a selection is judged on. Conflicting fixes are
+    /// not an error here (judging is not applying); a cycle is.
+    pub fn chain<'a>(&'a self, names: &[String]) -> Result<Vec<&'a Fix>> {
+        let mut selected: BTreeMap<&str, &Fix> = BTreeMap::new();
+        for name in names {
+            let fix = self.fix(name)?;
+            selected.insert(fix.manifest.name.as_str(), fix);
+            for before in self.predecessors(name)? {
+                let fix = self.fix(&before)?;
+                selected.insert(fix.manifest.name.as_str(), fix);
             }
         }
-        Ok(done)
+        sorted(selected)
     }
+}
+
+/// `selected` in an order where every fix comes after those of them in its `after:` and
+/// `requires:`, ties by name; a cycle is an error.
+fn sorted<'a>(selected: BTreeMap<&'a str, &'a Fix>) -> Result<Vec<&'a Fix>> {
+    let mut done: Vec<&Fix> = Vec::new();
+    let mut placed: BTreeSet<&str> = BTreeSet::new();
+    while placed.len() < selected.len() {
+        let ready = selected.values().find(|f| {
+            !placed.contains(f.manifest.name.as_str())
+                && f.manifest
+                    .after
+                    .iter()
+                    .chain(&f.manifest.requires)
+                    .all(|a| placed.contains(a.as_str()) || !selected.contains_key(a.as_str()))
+        });
+        match ready {
+            Some(fix) => {
+                placed.insert(fix.manifest.name.as_str());
+                done.push(fix);
+            }
+            None => {
+                let stuck: Vec<&str> = selected.keys().filter(|n| !placed.contains(*n)).copied().collect();
+                bail!("the `after:`/`requires:` relations of {} form a cycle", stuck.join(", "));
+            }
+        }
+    }
+    Ok(done)
 }
 
 /// Turn a serde_yaml error into one naming the file and line.

@@ -52,7 +52,11 @@ pub fn lint(catalog: &Catalog, report: &mut LintReport) {
             }
         }
         clean &= problems.is_empty();
-        report.findings.extend(problems.into_iter().map(|(file, message)| Finding { file, message }));
+        report.findings.extend(problems.into_iter().map(|(file, message)| Finding {
+            file,
+            code: super::finding::Code::ConformKey,
+            message,
+        }));
     }
     if clean && !default.is_empty() {
         let named = default.len();

@@ -8,7 +8,8 @@ use std::path::{Path, PathBuf};
 use anyhow::Result;
 
 use super::catalog::{Catalog, Fix};
-pub use super::finding::{Finding, LintReport};
+use super::chain::{edit, forward, release_variant, PristineFile};
+pub use super::finding::{Code, Finding, LintReport};
 use crate::hash::sha256_hex;
 use crate::patch::locate::{anchor_matches, anchors_at, occurrences, Image};
 use crate::patch::state::{self, FileEval, FileState, HunkState};
@@ -21,7 +22,11 @@ pub fn lint(catalog: &Catalog, upstream: Option<&Path>) -> Result<LintReport> {
     let all: Vec<String> = catalog.fixes.iter().map(|f| f.manifest.name.clone()).collect();
     match catalog.order(&all) {
         Ok(_) => report.checked.push(format!("after: graph of {} fix(es) is acyclic", all.len())),
-        Err(err) => report.findings.push(Finding { file: catalog.files.origin.clone(), message: format!("{err:#}") }),
+        Err(err) => report.findings.push(Finding {
+            file: catalog.files.origin.clone(),
+            code: Code::OrderCycle,
+            message: format!("{err:#}"),
+        }),
     }
     super::relations::lint(catalog, &mut report);
     release_keys(catalog, &mut report);
@@ -38,6 +43,7 @@ pub fn lint(catalog: &Catalog, upstream: Option<&Path>) -> Result<LintReport> {
                 if a.manifest.conflicts.contains(&b.manifest.name) || b.manifest.conflicts.contains(&a.manifest.name) {
                     report.findings.push(Finding {
                         file: catalog.files.display(Path::new(&format!("profiles/{}.yaml", profile.name))),
+                        code: Code::ProfileConflict,
                         message: format!(
                             "profile `{}` selects conflicting fixes {} and {}",
                             profile.name, a.manifest.name, b.manifest.name
@@ -84,7 +90,7 @@ fn release_keys(catalog: &Catalog, report: &mut LintReport) {
             };
             if !message.is_empty() {
                 clean = false;
-                report.findings.push(Finding { file: at(key), message });
+                report.findings.push(Finding { file: at(key), code: Code::ReleaseName, message });
             }
             let Some(order) = super::manifest::release_order(key) else { continue };
             if let Some((before, before_order)) = &previous {
@@ -92,6 +98,7 @@ fn release_keys(catalog: &Catalog, report: &mut LintReport) {
                     clean = false;
                     report.findings.push(Finding {
                         file: at(key),
+                        code: Code::ReleaseOrder,
                         message: format!(
                             "releases are not in release order: {key} comes after {before}; list them oldest first"
                         ),
@@ -108,6 +115,7 @@ fn release_keys(catalog: &Catalog, report: &mut LintReport) {
                     clean = false;
                     report.findings.push(Finding {
                         file: at(key),
+                        code: Code::ReleaseName,
                         message: format!("release {key}: verified: `{v}` is not written as {tag}; rename it"),
                     });
                 }
@@ -120,8 +128,9 @@ fn release_keys(catalog: &Catalog, report: &mut LintReport) {
 }
 
 /// With every fix of a profile applied in order to a pristine file, each one's patch must still
-/// read as applied: a later fix that edits an earlier one's context lines leaves the earlier
-/// one "drifted" for `apply --check` right after a successful `apply`.
+/// read as applied as `status` judges it — on the tree as it is, or under the fixes made on top
+/// of it (reverted in memory): a later fix that is not ordered after it but edits its lines
+/// leaves it drifted right after a successful `apply`.
 fn profile_against_upstream(catalog: &Catalog, profile: &str, dir: &Path, report: &mut LintReport) -> Result<()> {
     let names = catalog.profile_fixes(profile).unwrap_or_default();
     let Ok(fixes) = catalog.order(&names) else { return Ok(()) };
@@ -148,8 +157,7 @@ fn profile_on_release(
     // (file, patches in apply order with their fix's name)
     let mut files: Vec<(&str, Vec<(&Fix, &crate::catalog::VariantPatch)>)> = Vec::new();
     for fix in fixes {
-        let same = |v: &&super::Variant| super::manifest::same_release(&v.release, release) && !v.upstreamed;
-        let Some(variant) = fix.variants.iter().find(same) else { continue };
+        let Some(variant) = release_variant(fix, release) else { continue };
         for vp in &variant.patches {
             match files.iter_mut().find(|(f, _)| *f == vp.file) {
                 Some((_, list)) => list.push((fix, vp)),
@@ -162,32 +170,71 @@ fn profile_on_release(
         let root = root.as_path();
         let path = root.join(file);
         let Some(bytes) = read_upstream(root, file)? else { continue };
-        let Ok(mut text) = SourceText::decode(&bytes, &path) else { continue };
-        let mut complete = true;
-        for (_, vp) in patches {
-            let eval = state::evaluate(&vp.diff, &text);
-            match state::apply(&vp.diff, &text, &eval) {
-                Some(next) => text = next,
-                None => complete = false, // against_upstream reports it
-            }
+        let Ok(text) = SourceText::decode(&bytes, &path) else { continue };
+        let mut all = PristineFile { file: file.to_string(), text };
+        let here: Vec<&Fix> = patches.iter().map(|(fix, _)| *fix).collect();
+        if forward(&here, &mut all, |fix, _| Ok(((), release_variant(fix, release)))).is_err() {
+            continue; // against_upstream reports the patch that does not apply
         }
-        if !complete {
-            continue;
-        }
-        for (fix, vp) in patches {
-            let state = state::evaluate(&vp.diff, &text).state;
-            if state != FileState::Applied {
-                report.findings.push(Finding {
-                    file: catalog.files.display(&vp.patch_path),
-                    message: format!(
-                        "profile `{profile}` on {release}: with all its fixes applied, {}'s patch to {file} reads {state:?}, not applied (a later fix edits its context lines): `apply --check` would call it drifted right after `apply`",
-                        fix.manifest.name
-                    ),
-                });
+        for (i, (fix, vp)) in patches.iter().enumerate() {
+            let later = &patches[i + 1..];
+            if reads_applied_under(catalog, fix, vp, later, release, &all) {
+                continue;
             }
+            let editors: Vec<&str> = later
+                .iter()
+                .filter(|(l, _)| !comes_before(catalog, fix, l))
+                .map(|(l, _)| l.manifest.name.as_str())
+                .collect();
+            let why = match editors.as_slice() {
+                [] => "the fixes made on top of it do not revert from it".to_string(),
+                [one] => format!(
+                    "{one} (applied after it, not ordered after it) edits its lines; order it after {}",
+                    fix.manifest.name
+                ),
+                many => format!(
+                    "{} (applied after it, not ordered after it) edit its lines; order them after {}",
+                    many.join(", "),
+                    fix.manifest.name
+                ),
+            };
+            report.findings.push(Finding {
+                file: catalog.files.display(&vp.patch_path),
+                code: Code::EditsEarlierFix,
+                message: format!(
+                    "profile `{profile}` on {release}: with all its fixes applied, {}'s patch to {file} no longer reads applied, \
+                     not even with the fixes made on top of it reverted, so `status` and `apply --check` call it drifted right \
+                     after `apply`: {why}, or keep the patches off each other's lines",
+                    fix.manifest.name,
+                ),
+            });
         }
     }
     Ok(())
+}
+
+/// Whether `vp` (of `fix`) reads applied on `all` (the file with every fix applied) as `status`
+/// judges it: as it is, or once the `later` fixes made on top of it that read applied are
+/// reverted, latest first.
+fn reads_applied_under(
+    catalog: &Catalog,
+    fix: &Fix,
+    vp: &crate::catalog::VariantPatch,
+    later: &[(&Fix, &crate::catalog::VariantPatch)],
+    release: &str,
+    all: &PristineFile,
+) -> bool {
+    let mut under = PristineFile { file: all.file.clone(), text: all.text.clone() };
+    for (successor, svp) in later.iter().rev().filter(|(l, _)| comes_before(catalog, fix, l)) {
+        if state::evaluate(&svp.diff, &under.text).state == FileState::Applied {
+            if let Some(variant) = release_variant(successor, release) {
+                if edit(&mut under, variant, false, &successor.manifest.name).is_err() {
+                    return false;
+                }
+            }
+        }
+    }
+    state::evaluate(&vp.diff, &under.text).state == FileState::Applied
 }
 
 /// What `lint --upstream` finds on release `release` alone, with each tree's pristine root
@@ -266,6 +313,7 @@ fn overlaps(catalog: &Catalog, profile: &str, a: &Fix, b: &Fix, report: &mut Lin
                         if ra.start < rb.end && rb.start < ra.end {
                             report.findings.push(Finding {
                                 file: catalog.files.display(&pb.patch_path),
+                                code: Code::Overlap,
                                 message: format!(
                                     "profile `{profile}`: {} and {} touch the same lines of {} in {} (lines {}-{} and {}-{})",
                                     second.manifest.name,
@@ -350,6 +398,7 @@ fn detect_covers_the_fix(catalog: &Catalog, fix: &Fix, report: &mut LintReport) 
             clean = false;
             report.findings.push(Finding {
                 file: file.clone(),
+                code: Code::DetectCoverage,
                 message: format!(
                     "release {}: `detect:` names no text in {missing}, which {} patches: upstream's change must be \
                      recognised where this fix would go (add an entry for it, or drop `detect:`)",
@@ -365,6 +414,7 @@ fn detect_covers_the_fix(catalog: &Catalog, fix: &Fix, report: &mut LintReport) 
                 clean = false;
                 report.findings.push(Finding {
                     file: file.clone(),
+                    code: Code::DetectCoverage,
                     message: format!(
                         "release {}: the detect text for {} has no line of code (comments and strings never match)",
                         variant.release, entry.file
@@ -423,6 +473,7 @@ fn detect_on_release(
         if all_found {
             report.findings.push(Finding {
                 file: catalog.files.display(&fix.dir.join("fix.yaml")),
+                code: Code::DetectInPristine,
                 message: format!(
                     "release {}: its detect text is in pristine {release} ({}), which this fix has a variant for: \
                      the fix would read upstreamed there and never be applied; make the text upstream's change only",
@@ -482,19 +533,27 @@ fn patch_against_upstream(
     let path = root.join(&vp.file);
     let shown_patch = catalog.files.display(&vp.patch_path);
     let Some(bytes) = read_upstream(root, &vp.file)? else {
-        report.findings.push(Finding { file: shown_patch, message: format!("{}: no such file", path.display()) });
+        report.findings.push(Finding {
+            file: shown_patch,
+            code: Code::PristineFileMissing,
+            message: format!("{}: no such file", path.display()),
+        });
         return Ok(());
     };
-    let mut bad = |message: String| report.findings.push(Finding { file: shown_patch.clone(), message });
+    let mut bad =
+        |code: Code, message: String| report.findings.push(Finding { file: shown_patch.clone(), code, message });
     let hash = sha256_hex(&bytes);
     if hash != vp.pristine_sha256 {
-        bad(format!(
-            "{}: sha256 {hash} is not the recorded pristine_sha256 {} (is {} a pristine {} tree?)",
-            path.display(),
-            vp.pristine_sha256,
-            root.display(),
-            variant.release
-        ));
+        bad(
+            Code::PristineHash,
+            format!(
+                "{}: sha256 {hash} is not the recorded pristine_sha256 {} (is {} a pristine {} tree?)",
+                path.display(),
+                vp.pristine_sha256,
+                root.display(),
+                variant.release
+            ),
+        );
         return Ok(());
     }
     let pristine = SourceText::decode(&bytes, &path)?;
@@ -503,7 +562,7 @@ fn patch_against_upstream(
         match super::relations::with_predecessors_applied(catalog, fix, &variant.release, &vp.file, pristine.clone()) {
             Ok(found) => found,
             Err(message) => {
-                bad(message);
+                bad(Code::PredecessorDoesNotApply, message);
                 return Ok(());
             }
         };
@@ -517,7 +576,7 @@ fn patch_against_upstream(
         return Ok(());
     }
     if let Some(finding) = needs_unrequired(catalog, fix, &variant.release, &vp.file, pristine, &required, vp) {
-        bad(format!("{}: {finding}", path.display()));
+        bad(Code::NeedsRequires, format!("{}: {finding}", path.display()));
         return Ok(());
     }
     let on = if required.is_empty() { String::new() } else { format!(" + {}", required.join(" + ")) };
@@ -539,21 +598,24 @@ fn round_trip(
     eval: &FileEval,
     patched: &SourceText,
     path: &Path,
-    bad: &mut impl FnMut(String),
+    bad: &mut impl FnMut(Code, String),
 ) -> bool {
     let after = state::evaluate(&vp.diff, patched);
     if after.state != FileState::Applied {
-        bad(format!("{}: after applying, the patch is not found applied ({:?})", path.display(), after.state));
+        bad(
+            Code::RoundTrip,
+            format!("{}: after applying, the patch is not found applied ({})", path.display(), after.state.words()),
+        );
         return false;
     }
     let not_unique = uniqueness(&vp.diff, text, eval, patched, &after);
     let unique = not_unique.is_empty();
     for finding in not_unique {
-        bad(format!("{}: {finding}", path.display()));
+        bad(Code::NotUnique, format!("{}: {finding}", path.display()));
     }
     let reverted = state::revert(&vp.diff, patched, &after).map(|t| t.encode());
     if reverted.as_deref() != Some(text.encode().as_slice()) {
-        bad(format!("{}: apply then revert does not give back the pristine bytes", path.display()));
+        bad(Code::RoundTrip, format!("{}: apply then revert does not give back the pristine bytes", path.display()));
         return false;
     }
     unique
@@ -567,12 +629,18 @@ fn why_it_does_not_apply(
     eval: &FileEval,
     path: &Path,
     release: &str,
-    bad: &mut impl FnMut(String),
+    bad: &mut impl FnMut(Code, String),
 ) {
-    bad(format!("{}: does not apply to pristine {release} (state {:?})", path.display(), eval.state));
+    bad(
+        Code::DoesNotApply,
+        format!("{}: does not apply to pristine {release} (it reads {})", path.display(), eval.state.words()),
+    );
     for h in &eval.hunks {
         if let Some(reason) = h.reason() {
-            bad(format!("{}: hunk {} (patch line {}): {reason}", path.display(), h.index, h.patch_line));
+            bad(
+                Code::DoesNotApply,
+                format!("{}: hunk {} (patch line {}): {reason}", path.display(), h.index, h.patch_line),
+            );
         }
     }
     // Where the hunks say they are: is each anchored as the rule asks?
@@ -582,7 +650,7 @@ fn why_it_does_not_apply(
             HunkState::Drifted { .. } => hunk.old_start.saturating_sub(1),
         };
         if let Some(finding) = anchor_finding(i + 1, hunk, text, at) {
-            bad(format!("{}: {finding}", path.display()));
+            bad(Code::Anchor, format!("{}: {finding}", path.display()));
         }
     }
 }

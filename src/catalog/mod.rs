@@ -1,10 +1,12 @@
 //! The catalogue: fix manifests ([`manifest`]), profiles ([`profile`]), and loading, ordering and
 //! linting them ([`catalog`], [`lint`]); which catalogue it is ([`identity`]); which
-//! conformance features a fix's bug shows in ([`conform_key`]); `requires:` and profile `include:` ([`relations`]). The
+//! conformance features a fix's bug shows in ([`conform_key`]); `requires:` and profile `include:` ([`relations`]); the one
+//! chain simulator fixes made on top of each other are judged and applied by ([`chain`]). The
 //! shipped catalogue is built into the binary ([`source`]).
 
 #[allow(clippy::module_inception)]
 pub mod catalog;
+pub mod chain;
 pub mod conform_key;
 pub mod finding;
 pub mod identity;

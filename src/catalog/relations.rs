@@ -10,9 +10,9 @@ use std::path::Path;
 use anyhow::{bail, Result};
 
 use super::catalog::{Catalog, Fix};
-use super::finding::{Finding, LintReport};
+use super::chain::{forward, NotTaken, PristineFile};
+use super::finding::{Code, Finding, LintReport};
 use super::manifest::Kind;
-use crate::patch::state;
 use crate::patch::SourceText;
 
 /// A selection grown by `requires:`.
@@ -159,31 +159,31 @@ pub fn with_required_applied(
     applied_in_order(catalog, fix, &required, release, file, text)
 }
 
+/// `text` with the `release` variants of `names` (the fixes `fix` is made on) applied in order:
+/// the chain simulator on one pristine file. The fixes whose patches edited it, in order.
 fn applied_in_order(
     catalog: &Catalog,
     fix: &Fix,
     names: &[String],
     release: &str,
     file: &str,
-    mut text: SourceText,
+    text: SourceText,
 ) -> Result<(SourceText, Vec<String>), String> {
-    let mut applied = Vec::new();
-    for other in catalog.order(names).map_err(|e| format!("{e:#}"))? {
-        let Some(variant) = other.variants.iter().find(|v| super::manifest::same_release(&v.release, release)) else {
-            continue;
-        };
-        for vp in variant.patches.iter().filter(|p| p.file == file) {
-            let eval = state::evaluate(&vp.diff, &text);
-            text = state::apply(&vp.diff, &text, &eval).ok_or_else(|| {
-                format!(
-                    "{file}: {} (which {} comes after) does not apply to pristine {release}",
-                    other.manifest.name, fix.manifest.name
-                )
-            })?;
-            applied.push(other.manifest.name.clone());
-        }
-    }
-    Ok((text, applied))
+    let order = catalog.order(names).map_err(|e| format!("{e:#}"))?;
+    let mut source = PristineFile { file: file.to_string(), text };
+    let applied = forward(&order, &mut source, |other, _| {
+        let variant = other.variants.iter().find(|v| super::manifest::same_release(&v.release, release));
+        let edits = variant.filter(|v| v.patches.iter().any(|p| p.file == file));
+        Ok((edits.map(|_| other.manifest.name.clone()), edits))
+    })
+    .map_err(|e| match e.downcast_ref::<NotTaken>() {
+        Some(not) => format!(
+            "{file}: {} (which {} comes after) does not apply to pristine {release}",
+            not.fix, fix.manifest.name
+        ),
+        None => format!("{e:#}"),
+    })?;
+    Ok((source.text, applied.into_iter().flatten().collect()))
 }
 
 /// A cycle in the graph `edges` (node → successors), as the path that closes it.
@@ -228,6 +228,7 @@ pub fn lint(catalog: &Catalog, report: &mut LintReport) {
     match find_cycle(&requires) {
         Some(cycle) => report.findings.push(Finding {
             file: catalog.fix(&cycle[0]).map(fix_file).unwrap_or_default(),
+            code: Code::RequiresCycle,
             message: format!("`requires:` cycle: {}", cycle.join(" → ")),
         }),
         None => report.checked.push(format!("requires: graph of {} fix(es) is acyclic", catalog.fixes.len())),
@@ -238,6 +239,7 @@ pub fn lint(catalog: &Catalog, report: &mut LintReport) {
     match &include_cycle {
         Some(cycle) => report.findings.push(Finding {
             file: profile_file(&cycle[0]),
+            code: Code::IncludeCycle,
             message: format!("`include:` cycle: {}", cycle.join(" → ")),
         }),
         None => report.checked.push(format!("include: graph of {} profile(s) is acyclic", catalog.profiles.len())),
@@ -246,6 +248,7 @@ pub fn lint(catalog: &Catalog, report: &mut LintReport) {
         for required in fix.manifest.requires.iter().filter(|r| fix.manifest.conflicts.contains(r)) {
             report.findings.push(Finding {
                 file: fix_file(fix),
+                code: Code::RequiresConflict,
                 message: format!("{} both requires and conflicts with {required}", fix.manifest.name),
             });
         }
@@ -262,6 +265,7 @@ pub fn lint(catalog: &Catalog, report: &mut LintReport) {
                 clean = false;
                 report.findings.push(Finding {
                     file: profile_file(&profile.name),
+                    code: Code::ProfileMissesRequirement,
                     message: format!(
                         "profile `{}` selects {name}, which needs {required} (required by {by}); add it, or include a profile that has it",
                         profile.name
@@ -275,6 +279,7 @@ pub fn lint(catalog: &Catalog, report: &mut LintReport) {
                 clean = false;
                 report.findings.push(Finding {
                     file: profile_file(&profile.name),
+                    code: Code::DefaultKind,
                     message: format!(
                         "profile `default` holds correctness fixes only; {} is a {} fix",
                         fix.manifest.name, fix.manifest.kind

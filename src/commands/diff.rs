@@ -52,6 +52,7 @@ pub fn run(global: &Settings, name: &str) -> Result<ExitStatus> {
         notes,
         nothing_selected: false,
         verbose: global.verbose,
+        invocation: global.invocation(),
     };
     let mut patches = Vec::new();
     for v in variants {

@@ -40,6 +40,6 @@ pub fn run(global: &Settings) -> Result<ExitStatus> {
             variant: reports.as_ref().and_then(|r| r[i].variant.clone()),
         })
         .collect();
-    report::emit(global.quiet, |out| report::list::render(out, global.format, &catalog, trees, &rows))?;
+    report::emit_document(global.output(), &report::list::List { catalog: &catalog, trees, rows: &rows })?;
     Ok(ExitStatus::Applied)
 }

@@ -72,14 +72,14 @@ pub fn run(global: &Settings, args: &RecordArgs) -> Result<ExitStatus> {
         );
     }
     let written = upkeep::write_variant(&dir, &catalog, fix, &release, &new_files)?;
-    upkeep_report::emit_written(
-        global.output(),
-        global.catalog.as_deref(),
-        &fix.manifest.name,
-        &written,
-        "record",
-        &[],
-    )?;
+    let doc = upkeep_report::WrittenDoc {
+        catalog: global.catalog.as_deref(),
+        fix: &fix.manifest.name,
+        written: &written,
+        command: "record",
+        how: &[],
+    };
+    crate::report::emit_document(global.output(), &doc)?;
     Ok(ExitStatus::Applied)
 }
 

@@ -67,15 +67,9 @@ pub fn run_select(global: &Settings, args: &SelectArgs, op: Op, command: &'stati
     }
     let fixes: Vec<&Fix> = catalog.order(&names)?;
     if op == Op::Revert {
-        refuse_reverting_what_applied_fixes_require(&catalog, &names, &session, &invocation(global))?;
+        refuse_reverting_what_applied_fixes_require(&catalog, &names, &session, &global.invocation())?;
     }
-    let mut plan = plan::plan(&catalog, &fixes, &session.trees, &session.filter, &session.recorded()?, op)?;
-    let invocation = invocation(global);
-    for report in &mut plan.reports {
-        if let Some(message) = &mut report.message {
-            *message = message.replace("gaudi-fixes apply ", &format!("{invocation} apply "));
-        }
-    }
+    let plan = plan::plan(&catalog, &fixes, &session.trees, &session.filter, &session.recorded()?, op)?;
     let status = plan.status(op);
     let mut written = Vec::new();
     if writes && status == ExitStatus::Applied && !plan.edits.is_empty() {
@@ -102,6 +96,7 @@ pub fn run_select(global: &Settings, args: &SelectArgs, op: Op, command: &'stati
         notes,
         nothing_selected: names.is_empty() && !undo_apply,
         verbose: global.verbose,
+        invocation: global.invocation(),
     };
     report::emit(global.quiet, |out| report::outcome::render(out, global.format, &outcome))?;
     if global.quiet && status == ExitStatus::Error {
@@ -197,41 +192,4 @@ fn refuse_reverting_what_applied_fixes_require(
         why.join("; "),
         both.join(" ")
     )
-}
-
-/// `gaudi-fixes` with the flags that chose this run's catalogue and trees, so that a command a
-/// message suggests works as printed (run from the same directory).
-fn invocation(global: &Settings) -> String {
-    let mut words = vec!["gaudi-fixes".to_string()];
-    let mut flag = |name: &str, value: &std::path::Path| {
-        words.push(name.to_string());
-        words.push(shell_word(&value.display().to_string()));
-    };
-    if let Some(catalog) = &global.catalog {
-        flag("--catalog", catalog);
-    }
-    if let Some((root, _)) = &global.trees.root {
-        flag("--root", root);
-    }
-    if let Some(dir) = &global.trees.vllm {
-        flag("--vllm", dir);
-    }
-    if let Some(dir) = &global.trees.vllm_gaudi {
-        flag("--vllm-gaudi", dir);
-    }
-    for tree in crate::tree::TreeName::ALL {
-        if global.filter.includes(tree) && crate::tree::TreeName::ALL.iter().any(|t| !global.filter.includes(*t)) {
-            words.push(format!("--only-tree {tree}"));
-        }
-    }
-    words.join(" ")
-}
-
-/// `word` as a shell reads it back: as it is when it is plain, else single-quoted.
-fn shell_word(word: &str) -> String {
-    if !word.is_empty() && word.chars().all(|c| c.is_ascii_alphanumeric() || "/._-+=:,@".contains(c)) {
-        word.to_string()
-    } else {
-        format!("'{}'", word.replace('\'', "'\\''"))
-    }
 }

@@ -11,14 +11,13 @@ use crate::settings::Settings;
 pub fn run(global: &Settings, name: &str, readme: bool) -> Result<ExitStatus> {
     let catalog = Catalog::load(global.catalog.as_deref())?;
     let fix = catalog.fix(name)?;
-    report::emit(global.quiet, |out| {
-        if readme {
-            let readme_path = fix.dir.join("README.md");
-            let text = catalog.files.text(&readme_path).with_context(|| format!("fix `{name}` has no README.md"))?;
-            out.write_all(text.as_bytes())?;
-            return Ok(());
-        }
-        report::show::render(out, global.format, &catalog, fix)
-    })?;
+    if readme {
+        let readme_path = fix.dir.join("README.md");
+        let text = catalog.files.text(&readme_path).with_context(|| format!("fix `{name}` has no README.md"))?;
+        let shown = catalog.files.display(&readme_path);
+        report::emit_document(global.output(), &report::show::Readme { fix: name, path: &shown, text })?;
+    } else {
+        report::emit_document(global.output(), &report::show::Show { catalog: &catalog, fix })?;
+    }
     Ok(ExitStatus::Applied)
 }

@@ -48,6 +48,7 @@ pub fn run(global: &Settings) -> Result<ExitStatus> {
         notes,
         nothing_selected: false,
         verbose: global.verbose,
+        invocation: global.invocation(),
     };
     report::emit(global.quiet, |out| report::outcome::render(out, global.format, &outcome))?;
     Ok(ExitStatus::Applied)

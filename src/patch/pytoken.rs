@@ -72,27 +72,7 @@ pub fn tokenize<S: AsRef<str>>(lines: &[S]) -> Vec<LineToken> {
             let last = i + 1 == chars.len();
             match stack.last().copied() {
                 Some(Ctx::Str { quote, triple, fields }) => {
-                    if c == '\\' {
-                        string_continued = last;
-                        i += 2;
-                        continue;
-                    }
-                    let n = if triple { 3 } else { 1 };
-                    if c == quote && chars.get(i..i + n).is_some_and(|q| q.iter().all(|&x| x == quote)) {
-                        stack.pop();
-                        i += n;
-                        continue;
-                    }
-                    if fields && (c == '{' || c == '}') {
-                        if chars.get(i + 1) == Some(&c) {
-                            i += 2;
-                            continue;
-                        }
-                        if c == '{' {
-                            stack.push(Ctx::Field { depth: 0 });
-                        }
-                    }
-                    i += 1;
+                    i += in_string(&chars, i, (quote, triple, fields), &mut stack, &mut string_continued);
                 }
                 Some(Ctx::Spec) => {
                     match c {
@@ -157,6 +137,37 @@ pub fn tokenize<S: AsRef<str>>(lines: &[S]) -> Vec<LineToken> {
         out.push(LineToken { start, depth: start_depth, has_code: code > 0 });
     }
     out
+}
+
+/// One character at `i` inside a string (its `quote`, whether `triple`, whether an f-/t-string
+/// with `fields`): an escape (`continued` says whether a backslash ended the line), the closing
+/// quote (the string is popped), or a replacement field's opening (pushed); how far to move on.
+fn in_string(
+    chars: &[char],
+    i: usize,
+    (quote, triple, fields): (char, bool, bool),
+    stack: &mut Vec<Ctx>,
+    continued: &mut bool,
+) -> usize {
+    let c = chars[i];
+    if c == '\\' {
+        *continued = i + 1 == chars.len();
+        return 2;
+    }
+    let n = if triple { 3 } else { 1 };
+    if c == quote && chars.get(i..i + n).is_some_and(|q| q.iter().all(|&x| x == quote)) {
+        stack.pop();
+        return n;
+    }
+    if fields && (c == '{' || c == '}') {
+        if chars.get(i + 1) == Some(&c) {
+            return 2;
+        }
+        if c == '{' {
+            stack.push(Ctx::Field { depth: 0 });
+        }
+    }
+    1
 }
 
 /// The string prefix that ends `before` (the characters before a quote), as (its length,

@@ -92,6 +92,17 @@ pub enum FileState {
     Drifted,
 }
 
+impl FileState {
+    /// The words human text uses.
+    pub fn words(self) -> &'static str {
+        match self {
+            FileState::Applied => "applied",
+            FileState::NotApplied => "not applied",
+            FileState::Drifted => "drifted",
+        }
+    }
+}
+
 /// The evaluation of one file patch against one text.
 #[derive(Debug, Clone)]
 pub struct FileEval {

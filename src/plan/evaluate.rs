@@ -73,6 +73,7 @@ fn evaluate_found<'f>(
         message: None,
         reason: None,
         files: Vec::new(),
+        advice: Vec::new(),
     };
     let needed = needed_trees(fix, only);
     if needed.is_empty() && fix.variants.iter().any(|v| !v.patches.is_empty()) {
@@ -400,7 +401,8 @@ pub(super) fn shared_file_conflict(
     Ok(None)
 }
 
-/// Apply (`forward`) or revert a variant's patches to the in-memory copies.
+/// Apply (`forward`) or revert a variant's patches to the in-memory copies (the chain
+/// simulator's one edit, on the workspace as its text source).
 pub(super) fn edit_variant(
     variant: &Variant,
     trees: &Trees,
@@ -409,20 +411,6 @@ pub(super) fn edit_variant(
     forward: bool,
     fix: &str,
 ) -> Result<()> {
-    for vp in &variant.patches {
-        if !only.includes(vp.tree) {
-            continue;
-        }
-        let tree = trees.get(vp.tree).expect("evaluated trees exist");
-        let loaded = ws.get(tree, &vp.file)?.expect("evaluated files exist");
-        let eval = state::evaluate(&vp.diff, &loaded.text);
-        let edited = if forward {
-            state::apply(&vp.diff, &loaded.text, &eval)
-        } else {
-            state::revert(&vp.diff, &loaded.text, &eval)
-        };
-        loaded.text = edited.with_context(|| format!("{}: state changed while planning", loaded.path.display()))?;
-        loaded.edited_by.push((fix.to_string(), vp.file.clone()));
-    }
-    Ok(())
+    let mut source = super::workspace::OnTrees { ws, trees, only };
+    crate::catalog::chain::edit(&mut source, variant, forward, fix).context("state changed while planning")
 }

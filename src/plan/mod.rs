@@ -27,7 +27,7 @@ use crate::tree::TreeFilter;
 pub use verdict::*;
 pub use workspace::check_writable;
 
-use evaluate::{edit_variant, evaluate, shared_file_conflict};
+use evaluate::{edit_variant, shared_file_conflict};
 use workspace::Workspace;
 
 /// Judge `fixes` (each on the tree as its predecessors leave it, see `chain.rs`) and, for
@@ -43,7 +43,8 @@ pub fn plan(
     op: Op,
 ) -> Result<Plan> {
     let mut ws = Workspace::new();
-    let judged = chain::judge(catalog, fixes, trees, only, recorded, &mut ws)?;
+    let mut chain = chain::Chain::new(catalog, trees, only, recorded);
+    let judged = chain.judge(fixes, &mut ws)?;
     if op == Op::Status {
         return Ok(Plan { reports: judged.into_iter().map(|(r, _)| r).collect(), edits: Vec::new() });
     }
@@ -55,13 +56,14 @@ pub fn plan(
     for i in order {
         let fix = fixes[i];
         let (settled, _) = &judged[i];
-        let (mut report, chosen) = evaluate(fix, trees, only, recorded, &mut ws)?;
+        let (mut report, chosen) = chain.evaluate(fix, &mut ws)?;
         if report.state == FixState::Applied && settled.state == FixState::Applied && chain::on_undone(settled) {
             // What the chain found (applied on top of fixes undone since) holds here too.
             report.message = settled.message.clone();
+            report.advice = settled.advice.clone();
         }
         if op == Op::Revert && report.state == FixState::Drifted && settled.state == FixState::Applied {
-            if let Some(reverted) = revert_over_missing(catalog, fix, trees, only, recorded, &mut ws)? {
+            if let Some(reverted) = revert_over_missing(&mut chain, fix, trees, only, &mut ws)? {
                 reports.push((i, reverted));
                 continue;
             }
@@ -70,7 +72,7 @@ pub fn plan(
             if let Some(conflict) = shared_file_conflict(fix, &report, trees, &mut ws)? {
                 report.message = Some(conflict);
             } else if settled.state != FixState::Drifted {
-                report = unreachable_in_run(catalog, fix, settled, op)?;
+                report = unreachable_in_run(catalog, &mut chain, fix, settled, op)?;
             }
         }
         if op == Op::Revert && report.absent_from_found_trees() {
@@ -119,28 +121,28 @@ pub fn plan(
 /// (undone by hand since; see `chain.rs`): those are applied under it in memory, it is
 /// reverted, and they are reverted again, so the tree ends as it was without `fix` and
 /// nothing else changes. `None` (and `ws` untouched) when that does not work out cleanly.
-fn revert_over_missing(
-    catalog: &Catalog,
-    fix: &Fix,
+fn revert_over_missing<'c>(
+    chain: &mut chain::Chain<'c>,
+    fix: &'c Fix,
     trees: &Trees,
     only: &TreeFilter,
-    recorded: &Recorded,
     ws: &mut Workspace,
 ) -> Result<Option<FixReport>> {
     let mut trial = ws.clone();
     let mut under = Vec::new();
-    for earlier in catalog.order(&catalog.predecessors(&fix.manifest.name)?)? {
-        let (report, chosen) = evaluate(earlier, trees, only, recorded, &mut trial)?;
+    let before = chain.predecessors(&fix.manifest.name)?.to_vec();
+    for earlier in chain.catalog().order(&before)? {
+        let (report, chosen) = chain.evaluate(earlier, &mut trial)?;
         if let (FixState::NotApplied, Some(variant)) = (report.state, chosen) {
             edit_variant(variant, trees, only, &mut trial, true, &earlier.manifest.name)?;
             under.push(earlier);
         }
     }
-    let (mut report, chosen) = evaluate(fix, trees, only, recorded, &mut trial)?;
+    let (mut report, chosen) = chain.evaluate(fix, &mut trial)?;
     let (FixState::Applied, Some(variant), false) = (report.state, chosen, under.is_empty()) else { return Ok(None) };
     edit_variant(variant, trees, only, &mut trial, false, &fix.manifest.name)?;
     for earlier in under.iter().rev() {
-        let (again, chosen) = evaluate(earlier, trees, only, recorded, &mut trial)?;
+        let (again, chosen) = chain.evaluate(earlier, &mut trial)?;
         let (FixState::Applied, Some(variant)) = (again.state, chosen) else { return Ok(None) };
         edit_variant(variant, trees, only, &mut trial, false, &earlier.manifest.name)?;
     }
@@ -161,25 +163,33 @@ fn revert_over_missing(
 /// it is made on top of is neither applied nor selected, so its edits cannot be made; say
 /// which, and the command that applies them together. Reverting: a not-applied fix has
 /// nothing to undo; an applied one under a fix outside the selection is refused as drift.
-fn unreachable_in_run(catalog: &Catalog, fix: &Fix, settled: &FixReport, op: Op) -> Result<FixReport> {
+fn unreachable_in_run(
+    catalog: &Catalog,
+    chain: &mut chain::Chain<'_>,
+    fix: &Fix,
+    settled: &FixReport,
+    op: Op,
+) -> Result<FixReport> {
     let mut report = settled.clone();
     match (op, settled.state) {
         (Op::Apply, FixState::NotApplied) => {
-            let before = catalog.predecessors(&fix.manifest.name)?;
+            let before = chain.predecessors(&fix.manifest.name)?.to_vec();
             let mut names = before.clone();
             names.push(fix.manifest.name.clone());
             report.state = FixState::Error;
             report.message = Some(format!(
-                "its patch is made on top of the fixes it comes after ({}), and those not applied yet are not selected: its context is not there; apply them together: gaudi-fixes apply {}",
+                "its patch is made on top of the fixes it comes after ({}), and those not applied yet are not selected: its context is not there; apply them together: {{0}}",
                 before.join(", "),
-                catalog.order(&names)?.iter().map(|f| f.manifest.name.as_str()).collect::<Vec<_>>().join(" ")
             ));
+            let together = catalog.order(&names)?.iter().map(|f| f.manifest.name.clone()).collect();
+            report.advice = vec![Advice::Apply { fixes: together }];
         }
         (Op::Revert, FixState::Applied) => {
             report.state = FixState::Drifted;
             report.message = Some(
                 "applied, but a fix outside this selection was applied on top of it; revert that one with it".into(),
             );
+            report.advice.clear();
         }
         _ => {}
     }

@@ -14,7 +14,7 @@
 
 use std::collections::HashMap;
 
-use super::verdict::{FileOutcome, FixReport, FixState, Reason, ReasonCode};
+use super::verdict::{Advice, FileOutcome, FixReport, FixState, Reason, ReasonCode};
 use crate::catalog::{Fix, Kind};
 use crate::discover::Trees;
 use crate::patch::{HunkReport, HunkState, SourceText};
@@ -80,10 +80,8 @@ pub fn explain(fix: &Fix, report: &mut FixReport, trees: &Trees) {
                         variant.release,
                         bare(&release)
                     ),
-                    next_step: format!(
-                        "after applying, run `gaudi-fixes test {name}`; a maintainer records the release with \
-                         `gaudi-fixes matrix --releases {release} --record`"
-                    ),
+                    next_step: "after applying, run `{0}`; a maintainer records the release with `{1}`".into(),
+                    advice: vec![Advice::Test { fix: name.clone() }, Advice::RecordRelease { release: release.clone() }],
                     note: true,
                 };
                 for file in report.files.iter_mut().filter(|f| judged(f.state)) {
@@ -106,23 +104,7 @@ fn explain_drift(fix: &Fix, report: &mut FixReport, release: Option<&str>, gaudi
         || (report.files.iter().any(|f| f.state == FileOutcome::Applied)
             && report.files.iter().any(|f| f.state == FileOutcome::NotApplied));
     if partial {
-        report.reason = Some(Reason {
-            code: ReasonCode::PartiallyApplied,
-            message: format!("{name} is half there: some hunks are applied and others are not"),
-            next_step: {
-                let restore: Vec<String> = report
-                    .files
-                    .iter()
-                    .filter(|f| f.partial || f.state == FileOutcome::Applied)
-                    .map(|f| restore(f.tree, &f.path, release, gaudi))
-                    .collect();
-                format!(
-                    "`gaudi-fixes diff {name}` shows which; {} (or undo the hand edit), then apply again",
-                    restore.join("; ")
-                )
-            },
-            note: false,
-        });
+        report.reason = Some(partially_applied(name, report, release, gaudi));
         return;
     }
     let covers = covered(fix);
@@ -135,8 +117,9 @@ fn explain_drift(fix: &Fix, report: &mut FixReport, release: Option<&str>, gaudi
                 message: format!("{} is not in the {} tree", file.path, file.tree),
                 next_step: format!(
                     "check that the tree is a complete vLLM install; if upstream moved the file, {name} needs a new variant \
-                     (`gaudi-fixes port`)"
+                     (`{{0}}`)"
                 ),
+                advice: vec![port_advice(fix, report.variant.as_deref(), release)],
                 note: false,
             },
             FileOutcome::Drifted => {
@@ -159,9 +142,13 @@ fn explain_drift(fix: &Fix, report: &mut FixReport, release: Option<&str>, gaudi
                                 file.path
                             ),
                             next_step: format!(
-                                "`gaudi-fixes diff {name}` shows where; {} or undo the local change, then apply again",
-                                restore(file.tree, &file.path, Some(r), gaudi)
+                                "`{{0}}` shows where; {} or undo the local change, then apply again",
+                                restore(file.tree, &file.path, 1)
                             ),
+                            advice: vec![
+                                Advice::Diff { fix: name.clone() },
+                                restore_advice(file.tree, &file.path, Some(r), gaudi),
+                            ],
                             note: false,
                         }
                     }
@@ -175,8 +162,6 @@ fn explain_drift(fix: &Fix, report: &mut FixReport, release: Option<&str>, gaudi
                         } else {
                             format!("; its {} is the pristine file of {}", file.path, pristine_of.join(", "))
                         };
-                        let from = report.variant.clone().unwrap_or_else(|| "VARIANT".into());
-                        let to = release.map_or("vX.Y.Z".to_string(), str::to_string);
                         let leave = match fix.manifest.kind {
                             Kind::Performance => "or leave this opt-in fix out (drop it from --profile / the command line)",
                             Kind::Correctness => "until then the bug this fix corrects stays; leave the fix out with --only-tree or an explicit list of fixes",
@@ -188,9 +173,9 @@ fn explain_drift(fix: &Fix, report: &mut FixReport, release: Option<&str>, gaudi
                                 covers.join(", ")
                             ),
                             next_step: format!(
-                                "a maintainer makes a variant with `gaudi-fixes port {name} --from {from} --release {to} --to DIR --catalog CATALOG` \
-                                 (see README, \"Maintaining the catalogue\"); {leave}"
+                                "a maintainer makes a variant with `{{0}}` (see README, \"Maintaining the catalogue\"); {leave}"
                             ),
+                            advice: vec![port_advice(fix, report.variant.as_deref(), release)],
                             note: false,
                         }
                     }
@@ -206,29 +191,56 @@ fn explain_drift(fix: &Fix, report: &mut FixReport, release: Option<&str>, gaudi
     report.reason = first;
 }
 
-/// How to get `file` of `tree` back as its package shipped it, for the package that owns it:
-/// vLLM is on the package index (`pip`); vllm_gaudi is on none, so its file comes from its
-/// source at the tag the install was made from (its version when the tree says it, else the
-/// tag that pairs with the vLLM release).
-fn restore(tree: TreeName, file: &str, release: Option<&str>, gaudi: Option<&str>) -> String {
+/// Why a fix is half there, and how to restore each file it has edits in (then apply again).
+fn partially_applied(name: &str, report: &FixReport, release: Option<&str>, gaudi: Option<&str>) -> Reason {
+    let edited: Vec<_> = report.files.iter().filter(|f| f.partial || f.state == FileOutcome::Applied).collect();
+    let restore: Vec<String> = edited.iter().enumerate().map(|(i, f)| restore(f.tree, &f.path, i + 1)).collect();
+    Reason {
+        code: ReasonCode::PartiallyApplied,
+        message: format!("{name} is half there: some hunks are applied and others are not"),
+        next_step: format!("`{{0}}` shows which; {} (or undo the hand edit), then apply again", restore.join("; ")),
+        advice: std::iter::once(Advice::Diff { fix: name.to_string() })
+            .chain(edited.iter().map(|f| restore_advice(f.tree, &f.path, release, gaudi)))
+            .collect(),
+        note: false,
+    }
+}
+
+/// How to get `file` of `tree` back as its package shipped it, in words around the command
+/// that does it (advice `{slot}` of the sentence, from [`restore_advice`]): vLLM is on the
+/// package index (`pip`); vllm_gaudi is on none, so its file comes from its source.
+fn restore(tree: TreeName, file: &str, slot: usize) -> String {
     match tree {
-        TreeName::Vllm => match release {
-            Some(r) => format!("reinstall vLLM (`pip install --force-reinstall --no-deps vllm=={}`)", bare(r)),
-            None => "reinstall vLLM (`pip install --force-reinstall --no-deps vllm==<its version>`)".to_string(),
-        },
+        TreeName::Vllm => format!("reinstall vLLM (`{{{slot}}}`)"),
+        TreeName::VllmGaudi => format!(
+            "restore {file} from vllm_gaudi's source (it is on no package index): {{{slot}}}, or copy that file over the installed one"
+        ),
+    }
+}
+
+/// The command [`restore`] names: vLLM reinstalled at the release the tree says it is;
+/// vllm_gaudi's file checked out at the tag the install was made from (its version when the
+/// tree says it, else the tag that pairs with the vLLM release).
+fn restore_advice(tree: TreeName, file: &str, release: Option<&str>, gaudi: Option<&str>) -> Advice {
+    match tree {
+        TreeName::Vllm => Advice::Reinstall { package: "vllm".into(), version: release.map(|r| bare(r).to_string()) },
         TreeName::VllmGaudi => {
             let tag = match (gaudi, release) {
                 (Some(v), _) => format!("v{}", bare(v)),
-                (None, Some(r)) => format!("the tag that pairs with vLLM {} (e.g. v{})", bare(r), bare(r)),
-                (None, None) => "the tag it was installed from".to_string(),
+                (None, Some(r)) => format!("<the tag that pairs with vLLM {}, e.g. v{}>", bare(r), bare(r)),
+                (None, None) => "<the tag it was installed from>".to_string(),
             };
-            let rel = file.strip_prefix("vllm_gaudi/").unwrap_or(file);
-            format!(
-                "restore {file} from vllm_gaudi's source (it is on no package index), at {tag}: in a checkout of \
-                 https://github.com/vllm-project/vllm-gaudi, `git checkout <tag> -- vllm_gaudi/{rel}` and reinstall \
-                 it (`pip install --no-deps --force-reinstall .`), or copy that file over the installed one"
-            )
+            Advice::RestoreFromSource { file: file.to_string(), tag }
         }
+    }
+}
+
+/// A maintainer's `port` of `fix` from `variant` (the nearest one) to `release` (the tree's).
+fn port_advice(fix: &Fix, variant: Option<&str>, release: Option<&str>) -> Advice {
+    Advice::Port {
+        fix: fix.manifest.name.clone(),
+        from: variant.unwrap_or("VARIANT").to_string(),
+        release: release.unwrap_or("vX.Y.Z").to_string(),
     }
 }
 

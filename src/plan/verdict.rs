@@ -160,6 +160,34 @@ pub struct FixReport {
     /// Why, with the next step: unsupported release, locally modified, unverified release, …
     pub reason: Option<Reason>,
     pub files: Vec<FileReport>,
+    /// The commands `message` suggests (its `{0}`, `{1}`, … in order), as data: `report/`
+    /// writes each in the sentence as a command line of the run's own invocation.
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub advice: Vec<Advice>,
+}
+
+/// A next step a report suggests, as data. `plan/` says which; `report/` writes it as a
+/// command line (gaudi-fixes' own commands with the flags that chose the run's catalogue and
+/// trees), so a command a message suggests works as printed.
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+#[serde(tag = "do", rename_all = "kebab-case")]
+pub enum Advice {
+    /// Apply these fixes together (none: the run's default selection).
+    Apply { fixes: Vec<String> },
+    /// Revert these fixes together.
+    Revert { fixes: Vec<String> },
+    /// Show the fix's hunks against the tree.
+    Diff { fix: String },
+    /// Run the fix's tests on the trees.
+    Test { fix: String },
+    /// A maintainer records `release` as verified (`matrix --record`).
+    RecordRelease { release: String },
+    /// A maintainer makes `fix`'s variant for `release` from its `from` variant (`port`).
+    Port { fix: String, from: String, release: String },
+    /// Reinstall a package from the package index at a version (unknown: `None`).
+    Reinstall { package: String, version: Option<String> },
+    /// Restore `file` from vllm_gaudi's source at `tag` (it is on no package index).
+    RestoreFromSource { file: String, tag: String },
 }
 
 impl FixReport {
@@ -243,8 +271,11 @@ pub struct Reason {
     pub code: ReasonCode,
     /// One sentence: what was found.
     pub message: String,
-    /// One sentence: what to do about it.
+    /// One sentence: what to do about it; its `{0}`, `{1}`, … are `advice`, in order.
     pub next_step: String,
+    /// The commands `next_step` suggests, as data (see [`Advice`]).
+    #[serde(skip_serializing_if = "Vec::is_empty")]
+    pub advice: Vec<Advice>,
     /// True when this is only a note: it does not change the state or the exit code.
     pub note: bool,
 }

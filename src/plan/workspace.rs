@@ -9,10 +9,11 @@ use std::path::{Path, PathBuf};
 use anyhow::{Context, Result};
 
 use super::verdict::{Edit, MAX_FILE_BYTES};
-use crate::discover::Tree;
+use crate::catalog::chain::TextSource;
+use crate::discover::{Tree, Trees};
 use crate::error::bail_in;
 use crate::patch::SourceText;
-use crate::tree::TreeName;
+use crate::tree::{TreeFilter, TreeName};
 
 /// In-memory copies of the files a run looks at, one per real file: a file reached under two
 /// names (a symlink inside the tree, or both trees under one root) is one edit stream, so two
@@ -51,6 +52,28 @@ impl Workspace {
             );
         }
         Ok(self.files.get_mut(&real))
+    }
+}
+
+/// The workspace's copies of the trees' files as a chain's text source: a file of a tree not
+/// found, or left out with `--only-tree`, is not in it.
+pub(super) struct OnTrees<'w> {
+    pub(super) ws: &'w mut Workspace,
+    pub(super) trees: &'w Trees,
+    pub(super) only: &'w TreeFilter,
+}
+
+impl TextSource for OnTrees<'_> {
+    fn text(&mut self, tree: TreeName, file: &str) -> Result<Option<&mut SourceText>> {
+        let Some(found) = self.trees.get(tree).filter(|_| self.only.includes(tree)) else { return Ok(None) };
+        Ok(self.ws.get(found, file)?.map(|loaded| &mut loaded.text))
+    }
+
+    fn edited(&mut self, tree: TreeName, file: &str, fix: &str) {
+        let Some(found) = self.trees.get(tree) else { return };
+        if let Ok(Some(loaded)) = self.ws.get(found, file) {
+            loaded.edited_by.push((fix.to_string(), file.to_string()));
+        }
     }
 }
 

@@ -7,7 +7,7 @@ use std::io::Write;
 use anyhow::{Context, Result};
 use colored::Colorize;
 
-use super::{Format, Output};
+use super::{Document, Output};
 use crate::reference::bench::BenchReport;
 
 pub use super::progress::Progress;
@@ -21,21 +21,49 @@ impl Progress {
 
 /// Print the benchmark in the chosen format (nothing with `--quiet`).
 pub fn print(output: Output, report: &BenchReport) -> Result<()> {
-    if output.quiet {
-        return Ok(());
+    super::emit_document(output, &Bench(report))
+}
+
+/// `bench`'s document.
+struct Bench<'a>(&'a BenchReport);
+
+impl Document for Bench<'_> {
+    fn human(&self, mut out: &mut dyn Write) -> Result<()> {
+        human(&mut out, self.0)
     }
-    let stdout = super::stdout();
-    let mut out = stdout.lock();
-    match output.format {
-        Format::Json => {
-            serde_json::to_writer_pretty(&mut out, &super::equiv::Document::new(report))
-                .context("writing the JSON report")?;
-            writeln!(out)?;
+
+    fn json(&self, out: &mut dyn Write) -> Result<()> {
+        serde_json::to_writer_pretty(&mut *out, &super::equiv::WithSchema::new(self.0))
+            .context("writing the JSON report")?;
+        writeln!(out)?;
+        Ok(())
+    }
+
+    /// A warning for each target not met; a notice with each target's value.
+    fn github(&self, out: &mut dyn Write) -> Result<()> {
+        let r = self.0;
+        let mut said = Vec::new();
+        for target in &r.targets {
+            let value = target.value.map_or("not measured".to_string(), |v| format!("{v:.2}x"));
+            if target.met == Some(false) {
+                super::github::annotation(
+                    out,
+                    "warning",
+                    None,
+                    &format!("gaudi-fixes bench: target not met: {}: {value}", target.name),
+                )?;
+            }
+            said.push(format!("{}: {value}", target.name));
         }
-        Format::Human | Format::Github => human(&mut out, report)?,
+        let message = format!(
+            "gaudi-fixes bench: vLLM {} stock vs subset (K={}), {} shape(s), libtorch CPU (HPU speed not measured): {}",
+            r.release,
+            r.window,
+            r.shapes.len(),
+            said.join("; ")
+        );
+        super::github::annotation(out, "notice", None, &message)
     }
-    out.flush()?;
-    Ok(())
 }
 
 fn human(out: &mut impl Write, r: &BenchReport) -> Result<()> {

@@ -5,96 +5,12 @@
 
 use std::io::Write;
 
-use anyhow::Result;
-use colored::Colorize;
-use serde::{Deserialize, Serialize};
-
 use super::json::SCHEMA;
 use super::Format;
 use crate::exit_status::ExitStatus;
-
-/// What the suite printed (its one JSON line), and the fixes `conform` names per feature.
-#[derive(Debug, Default, Deserialize, Serialize)]
-pub struct Conformance {
-    #[serde(default)]
-    pub root: Option<String>,
-    /// Schedules run.
-    #[serde(default)]
-    pub schedules: u32,
-    /// Schedules asked for, as the suite understood the request.
-    #[serde(default)]
-    pub requested: Option<u32>,
-    /// Whether every schedule asked for ran (or, with `--first`, it stopped at a difference).
-    #[serde(default)]
-    pub complete: Option<bool>,
-    #[serde(default)]
-    pub seed: u64,
-    #[serde(default)]
-    pub seconds: f64,
-    /// By feature, in the suite's order.
-    #[serde(default)]
-    pub features: Vec<Feature>,
-    /// The differential reference the suite drove (vLLM's GPU path), when it drove one.
-    #[serde(default)]
-    pub reference: Option<String>,
-    /// Where HPU and vLLM's GPU path differ but the GPU path disagrees with the request itself:
-    /// listed, never counted against HPU.
-    #[serde(default)]
-    pub gpu_disagrees: Vec<GpuDisagrees>,
-    /// Failures of vLLM's own GPU reference: the reference's, never counted as HPU differences.
-    #[serde(default)]
-    pub reference_errors: Vec<serde_json::Value>,
-    /// With `--first`, the schedule that found the difference, as data (`--replay` takes it).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub failing_schedule: Option<serde_json::Value>,
-    /// Set when the suite cannot run.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub error: Option<String>,
-    /// The modules it lacks (a list; one name from older suites).
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub missing: Option<serde_json::Value>,
-    /// The pip line that installs a missing module.
-    #[serde(default, skip_serializing_if = "Option::is_none")]
-    pub pip: Option<String>,
-}
-
-/// One feature's row.
-#[derive(Debug, Deserialize, Serialize, Clone)]
-pub struct Feature {
-    pub name: String,
-    pub schedules: u32,
-    pub differences: u32,
-    pub first: Option<String>,
-    /// The catalogue's fixes whose `conform:` names this feature (filled in by `conform`).
-    #[serde(default)]
-    pub fixes: Vec<String>,
-}
-
-/// One feature in which vLLM's GPU path disagrees with the request.
-#[derive(Debug, Deserialize, Serialize, Clone)]
-pub struct GpuDisagrees {
-    pub name: String,
-    pub count: u32,
-    pub first: Option<String>,
-}
-
-impl Conformance {
-    /// Differences over every feature.
-    pub fn differences(&self) -> u32 {
-        self.features.iter().map(|f| f.differences).sum()
-    }
-
-    /// The modules the suite said it lacks.
-    pub fn missing_names(&self) -> Vec<String> {
-        match &self.missing {
-            Some(serde_json::Value::String(s)) => vec![s.clone()],
-            Some(serde_json::Value::Array(a)) => {
-                a.iter().map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_string)).collect()
-            }
-            _ => Vec::new(),
-        }
-    }
-}
+pub use crate::upkeep::conform::{Conformance, Feature, GpuDisagrees};
+use anyhow::Result;
+use colored::Colorize;
 
 /// A run to print: the report, how it ended, and what `conform` adds.
 pub struct Shown<'a> {
@@ -252,7 +168,11 @@ pub fn requirements(out: &mut dyn Write, format: Format, text: &str, pins: &[Str
             serde_json::to_writer_pretty(&mut *out, &doc)?;
             writeln!(out)?;
         }
-        _ => write!(out, "{text}")?,
+        Format::Github => {
+            let message = format!("gaudi-fixes conform: {} pinned requirement(s): {}", pins.len(), pins.join(", "));
+            super::github::annotation(out, "notice", None, &message)?;
+        }
+        Format::Human => write!(out, "{text}")?,
     }
     Ok(())
 }
@@ -284,7 +204,22 @@ pub fn setup(out: &mut dyn Write, format: Format, s: &SetupShown<'_>) -> Result<
             serde_json::to_writer_pretty(&mut *out, &doc)?;
             writeln!(out)?;
         }
-        Format::Github | Format::Human => {
+        Format::Github => {
+            let torch = s.torch.map_or("no torch".to_string(), |v| format!("torch {v}"));
+            let have = s.pinned - s.missing.iter().filter(|m| m.contains("==")).count();
+            let (level, state) = if s.missing.is_empty() {
+                ("notice", "ready".to_string())
+            } else {
+                ("error", format!("still missing: {}", s.missing.join(", ")))
+            };
+            let notes: String = s.other_versions.iter().map(|v| format!("; note: {v}")).collect();
+            let message = format!(
+                "gaudi-fixes conform --setup: {} has {torch}, {have} of {} pinned distributions (ran: {}){notes}; {state}",
+                s.python, s.pinned, s.pip
+            );
+            super::github::annotation(out, level, None, &message)?;
+        }
+        Format::Human => {
             let torch = s.torch.map_or("no torch".to_string(), |v| format!("torch {v}"));
             let have = s.pinned - s.missing.iter().filter(|m| m.contains("==")).count();
             writeln!(out, "conform --setup: {} has {torch}, {have} of {} pinned distributions", s.python, s.pinned)?;

@@ -8,7 +8,7 @@ use anyhow::{Context, Result};
 use colored::Colorize;
 use serde::Serialize;
 
-use super::{Format, Output};
+use super::{Document, Output};
 use crate::reference::statistical::BiasDirection;
 use crate::reference::suite::{Step, SuiteReport, Verdict};
 use crate::reference::vectors::Emitted;
@@ -33,68 +33,88 @@ impl Progress {
 
 /// A report as a JSON document: `schema` (README, "JSON output"), then the report's fields.
 #[derive(Serialize)]
-pub(super) struct Document<'a, T: Serialize> {
+pub(super) struct WithSchema<'a, T: Serialize> {
     schema: u32,
     #[serde(flatten)]
     report: &'a T,
 }
 
-impl<'a, T: Serialize> Document<'a, T> {
-    pub(super) fn new(report: &'a T) -> Document<'a, T> {
-        Document { schema: super::json::SCHEMA, report }
+impl<'a, T: Serialize> WithSchema<'a, T> {
+    pub(super) fn new(report: &'a T) -> WithSchema<'a, T> {
+        WithSchema { schema: super::json::SCHEMA, report }
     }
 }
 
 /// Print the suite's report in the chosen format (nothing with `--quiet`).
 pub fn print(output: Output, report: &SuiteReport) -> Result<()> {
-    if output.quiet {
-        return Ok(());
+    super::emit_document(output, &Suite(report))
+}
+
+/// `equiv`'s document.
+struct Suite<'a>(&'a SuiteReport);
+
+impl Document for Suite<'_> {
+    fn human(&self, mut out: &mut dyn Write) -> Result<()> {
+        human(&mut out, self.0)
     }
-    let stdout = super::stdout();
-    let mut out = stdout.lock();
-    match output.format {
-        Format::Json => {
-            serde_json::to_writer_pretty(&mut out, &Document::new(report)).context("writing the JSON report")?;
-            writeln!(out)?;
-        }
-        Format::Human => human(&mut out, report)?,
-        Format::Github => {
-            human(&mut out, report)?;
-            annotations(&mut out, report)?;
-        }
+
+    fn json(&self, out: &mut dyn Write) -> Result<()> {
+        serde_json::to_writer_pretty(&mut *out, &WithSchema::new(self.0)).context("writing the JSON report")?;
+        writeln!(out)?;
+        Ok(())
     }
-    out.flush()?;
-    Ok(())
+
+    /// An error for each failed check (and a broken suite); a notice with the verdict.
+    fn github(&self, mut out: &mut dyn Write) -> Result<()> {
+        annotations(&mut out, self.0)?;
+        let verdict = match self.0.verdict {
+            Verdict::Equivalent => "equivalent",
+            Verdict::NotEquivalent => "NOT equivalent",
+            Verdict::SuiteBroken => "suite broken (no verdict)",
+        };
+        let message = format!("gaudi-fixes equiv: the subset sampler is {verdict}");
+        super::github::annotation(out, "notice", None, &message)
+    }
 }
 
 /// Say where the test vectors went.
 pub fn print_emitted(output: Output, emitted: &Emitted) -> Result<()> {
-    if output.quiet {
-        return Ok(());
+    super::emit_document(output, &Vectors(emitted))
+}
+
+/// `equiv --emit-vectors`'s document.
+struct Vectors<'a>(&'a Emitted);
+
+impl Vectors<'_> {
+    fn said(&self) -> String {
+        let e = self.0;
+        format!("wrote {} cases ({:.1} MB) to {} (see manifest.json)", e.cases, e.bytes as f64 / 1e6, e.dir.display())
     }
-    let stdout = super::stdout();
-    let mut out = stdout.lock();
-    match output.format {
-        Format::Json => {
-            let doc = serde_json::json!({
-                "schema": super::json::SCHEMA,
-                "vectors_dir": emitted.dir,
-                "cases": emitted.cases,
-                "bytes": emitted.bytes,
-                "manifest": emitted.dir.join("manifest.json"),
-            });
-            serde_json::to_writer_pretty(&mut out, &doc)?;
-            writeln!(out)?;
-        }
-        Format::Human | Format::Github => writeln!(
-            out,
-            "wrote {} cases ({:.1} MB) to {} (see manifest.json)",
-            emitted.cases,
-            emitted.bytes as f64 / 1e6,
-            emitted.dir.display()
-        )?,
+}
+
+impl Document for Vectors<'_> {
+    fn human(&self, out: &mut dyn Write) -> Result<()> {
+        writeln!(out, "{}", self.said())?;
+        Ok(())
     }
-    Ok(())
+
+    fn json(&self, out: &mut dyn Write) -> Result<()> {
+        let e = self.0;
+        let doc = serde_json::json!({
+            "schema": super::json::SCHEMA,
+            "vectors_dir": e.dir,
+            "cases": e.cases,
+            "bytes": e.bytes,
+            "manifest": e.dir.join("manifest.json"),
+        });
+        serde_json::to_writer_pretty(&mut *out, &doc)?;
+        writeln!(out)?;
+        Ok(())
+    }
+
+    fn github(&self, out: &mut dyn Write) -> Result<()> {
+        super::github::annotation(out, "notice", None, &format!("gaudi-fixes equiv: {}", self.said()))
+    }
 }
 
 fn pass_fail(passed: bool) -> colored::ColoredString {

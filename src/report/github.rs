@@ -132,6 +132,13 @@ pub fn error(out: &mut dyn Write, message: &str) -> Result<()> {
     Ok(())
 }
 
+/// One annotation: `level` (`notice`, `warning`, `error`), at `file` when given.
+pub fn annotation(out: &mut dyn Write, level: &str, file: Option<&str>, message: &str) -> Result<()> {
+    let at = file.map_or(String::new(), |f| format!(" file={}", escape_prop(f)));
+    writeln!(out, "::{level}{at}::{}", escape(message))?;
+    Ok(())
+}
+
 fn escape(s: &str) -> String {
     s.replace('%', "%25").replace('\r', "%0D").replace('\n', "%0A")
 }

@@ -11,8 +11,8 @@ use crate::error::Located;
 use crate::exit_status::ExitStatus;
 use crate::plan::FixReport;
 
-/// Schema version; bumped only on incompatible changes.
-pub const SCHEMA: u32 = 1;
+/// Schema version; bumped only on incompatible changes (see [`crate::schema`]).
+pub const SCHEMA: u32 = crate::schema::JSON;
 
 /// The document `apply`, `revert`, `status` and `diff` print with `--format json`.
 #[derive(Debug, Serialize)]

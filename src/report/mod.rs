@@ -1,6 +1,7 @@
 //! Everything that formats output lives here: human (coloured on a terminal), JSON, GitHub
 //! annotations. Other modules return data.
 
+pub mod advice;
 #[cfg(feature = "reference")]
 pub mod bench;
 pub mod conform;
@@ -79,6 +80,32 @@ pub fn progress_allowed(output: Output) -> bool {
 /// Whether stderr is a terminal (pytest's colours, progress lines).
 pub fn stderr_is_terminal() -> bool {
     std::io::stderr().is_terminal()
+}
+
+/// A command's document: it answers every format. A new format is a new method here, and the
+/// compiler then names every document that lacks it.
+pub trait Document {
+    /// For people (coloured on a terminal).
+    fn human(&self, out: &mut dyn std::io::Write) -> anyhow::Result<()>;
+    /// The JSON document, `schema` first (README, "JSON output").
+    fn json(&self, out: &mut dyn std::io::Write) -> anyhow::Result<()>;
+    /// GitHub Actions: annotations where something needs a look, and a `::notice` that says
+    /// what the run saw; never human text.
+    fn github(&self, out: &mut dyn std::io::Write) -> anyhow::Result<()>;
+}
+
+/// Write `doc` in `format`.
+pub fn render(out: &mut dyn std::io::Write, format: Format, doc: &dyn Document) -> anyhow::Result<()> {
+    match format {
+        Format::Human => doc.human(out),
+        Format::Json => doc.json(out),
+        Format::Github => doc.github(out),
+    }
+}
+
+/// [`emit`] `doc` in `output`'s format.
+pub fn emit_document(output: Output, doc: &dyn Document) -> anyhow::Result<()> {
+    emit(output.quiet, |out| render(out, output.format, doc))
 }
 
 /// Hand `print` the report writer: the locked, closed-pipe-safe [`stdout`], unless `--quiet`

@@ -32,10 +32,21 @@ pub struct RunOutcome {
     pub nothing_selected: bool,
     /// `-v`: every fix's block even when a check finds everything applied.
     pub verbose: bool,
+    /// `gaudi-fixes` with the flags that chose this run's catalogue and trees: the commands
+    /// its advice names are written with it.
+    pub invocation: String,
 }
 
-/// Render `outcome` in `format`.
+/// Render `outcome` in `format`, its advice written out (see [`super::advice`]).
 pub fn render(out: &mut dyn Write, format: Format, outcome: &RunOutcome) -> Result<()> {
+    let outcome = &RunOutcome {
+        trees: outcome.trees.clone(),
+        reports: super::advice::written_out(&outcome.reports, &outcome.invocation),
+        written: outcome.written.clone(),
+        notes: outcome.notes.clone(),
+        invocation: outcome.invocation.clone(),
+        ..*outcome
+    };
     match format {
         Format::Json => json::print(
             out,

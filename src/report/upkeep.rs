@@ -9,7 +9,7 @@ use anyhow::Result;
 use colored::Colorize;
 
 use super::json::SCHEMA;
-use super::Format;
+use super::{Document, Format};
 use crate::catalog::{CatalogIdentity, Fix};
 use crate::exit_status::ExitStatus;
 use crate::plan::FixState;
@@ -19,24 +19,51 @@ use crate::upkeep::pytest::TestRun;
 use crate::upkeep::Written;
 
 /// What `record` / `port` wrote (`how`: port's account of each file, for people).
-pub fn written(
-    out: &mut dyn Write,
-    format: Format,
-    catalog: Option<&Path>,
-    fix: &str,
-    w: &Written,
-    command: &str,
-    how: &[String],
-) -> Result<()> {
-    {
-        if format == Format::Json {
-            let doc =
-                serde_json::json!({ "schema": SCHEMA, "command": command, "exit_code": 0, "fix": fix, "written": w });
-            serde_json::to_writer_pretty(&mut *out, &doc)?;
-            writeln!(out)?;
-            return Ok(());
-        }
-        for line in how {
+pub struct WrittenDoc<'a> {
+    pub catalog: Option<&'a Path>,
+    pub fix: &'a str,
+    pub written: &'a Written,
+    pub command: &'a str,
+    pub how: &'a [String],
+}
+
+impl WrittenDoc<'_> {
+    /// The catalogue as the next command names it.
+    fn catalog(&self) -> String {
+        self.catalog.map_or(".".into(), |p| p.display().to_string())
+    }
+}
+
+impl Document for WrittenDoc<'_> {
+    fn json(&self, out: &mut dyn Write) -> Result<()> {
+        let doc = serde_json::json!({ "schema": SCHEMA, "command": self.command, "exit_code": 0, "fix": self.fix, "written": self.written });
+        serde_json::to_writer_pretty(&mut *out, &doc)?;
+        writeln!(out)?;
+        Ok(())
+    }
+
+    /// One notice at the manifest written: the variant, its patches, and what to run next.
+    fn github(&self, out: &mut dyn Write) -> Result<()> {
+        let w = self.written;
+        let mut parts: Vec<String> = w.patches.iter().map(|p| format!("patch {}", p.display())).collect();
+        parts.extend(w.reused.iter().map(|p| format!("reused {p}")));
+        let message = format!(
+            "gaudi-fixes {}: {} {}: wrote {}{}{}; next: `gaudi-fixes --catalog {} lint --upstream DIR`, then `gaudi-fixes matrix --releases {} --record`",
+            self.command,
+            self.fix,
+            w.release,
+            w.manifest.display(),
+            if parts.is_empty() { String::new() } else { format!(" ({})", parts.join(", ")) },
+            w.notes.iter().map(|n| format!("; {n}")).collect::<String>(),
+            self.catalog(),
+            w.release
+        );
+        super::github::annotation(out, "notice", Some(&w.manifest.display().to_string()), &message)
+    }
+
+    fn human(&self, out: &mut dyn Write) -> Result<()> {
+        let (fix, w, command) = (self.fix, self.written, self.command);
+        for line in self.how {
             writeln!(out, "{line}")?;
         }
         writeln!(out, "{command}: {fix} {}: wrote {}", w.release, w.manifest.display())?;
@@ -55,55 +82,61 @@ pub fn written(
         writeln!(
             out,
             "next: `gaudi-fixes --catalog {} lint --upstream DIR`, then `gaudi-fixes matrix --releases {} --record`",
-            catalog.map_or(".".into(), |p| p.display().to_string()),
+            self.catalog(),
             w.release
         )?;
         Ok(())
     }
 }
 
-/// Print what `record` / `port` wrote, unless `--quiet`.
-pub fn emit_written(
-    output: super::Output,
-    catalog: Option<&Path>,
-    fix: &str,
-    w: &Written,
-    command: &str,
-    how: &[String],
-) -> Result<()> {
-    super::emit(output.quiet, |out| written(out, output.format, catalog, fix, w, command, how))
+/// `port`'s conflicts: the lines the fix changes that the new release changed too.
+pub struct PortConflicts<'a> {
+    pub fix: &'a str,
+    pub from: &'a str,
+    pub to: &'a str,
+    pub conflicts: &'a [(String, Vec<Conflict>)],
 }
 
-/// `port`'s conflicts: the lines the fix changes that the new release changed too.
-pub fn port_conflicts(
-    out: &mut dyn Write,
-    format: Format,
-    fix: &str,
-    from: &str,
-    to: &str,
-    conflicts: &[(String, Vec<Conflict>)],
-) -> Result<()> {
-    {
-        if format == Format::Json {
-            let files: Vec<_> = conflicts
-                .iter()
-                .map(|(f, cs)| {
-                    serde_json::json!({ "file": f, "conflicts": cs.iter().map(|c| serde_json::json!({
-                        "base_line": c.base_line, "base": c.base, "ours": c.ours, "theirs": c.theirs })).collect::<Vec<_>>() })
-                })
-                .collect();
-            let doc = serde_json::json!({ "schema": SCHEMA, "command": "port", "exit_code": 2, "fix": fix, "from": from,
-                "release": to, "conflicts": files });
-            serde_json::to_writer_pretty(&mut *out, &doc)?;
-            writeln!(out)?;
-            return Ok(());
+impl Document for PortConflicts<'_> {
+    fn json(&self, out: &mut dyn Write) -> Result<()> {
+        let files: Vec<_> = self
+            .conflicts
+            .iter()
+            .map(|(f, cs)| {
+                serde_json::json!({ "file": f, "conflicts": cs.iter().map(|c| serde_json::json!({
+                    "base_line": c.base_line, "base": c.base, "ours": c.ours, "theirs": c.theirs })).collect::<Vec<_>>() })
+            })
+            .collect();
+        let doc = serde_json::json!({ "schema": SCHEMA, "command": "port", "exit_code": 2, "fix": self.fix, "from": self.from,
+            "release": self.to, "conflicts": files });
+        serde_json::to_writer_pretty(&mut *out, &doc)?;
+        writeln!(out)?;
+        Ok(())
+    }
+
+    /// One error per conflicting place.
+    fn github(&self, out: &mut dyn Write) -> Result<()> {
+        let (fix, from, to) = (self.fix, self.from, self.to);
+        for (file, cs) in self.conflicts {
+            for c in cs {
+                let message = format!(
+                    "gaudi-fixes port: {fix} {from} → {to}: near line {} of {file} in {from}, the fix changes lines that {to} changed too; nothing was written (make the change by hand on a copy of the {to} tree and use `record`)",
+                    c.base_line
+                );
+                super::github::annotation(out, "error", None, &message)?;
+            }
         }
+        Ok(())
+    }
+
+    fn human(&self, out: &mut dyn Write) -> Result<()> {
+        let (fix, from, to) = (self.fix, self.from, self.to);
         writeln!(
             out,
             "{} {fix} {from} → {to}: the fix changes lines that {to} changed too; nothing was written",
             "port: conflict:".red().bold()
         )?;
-        for (file, cs) in conflicts {
+        for (file, cs) in self.conflicts {
             for c in cs {
                 writeln!(out, "{}", format!("--- {file} near line {} of {from}", c.base_line).bold())?;
                 writeln!(out, "  {from} (pristine) → the fix:")?;
@@ -378,8 +411,8 @@ fn markdown(out: &mut dyn Write, fixes: &[&Fix], cells: &[Cell]) -> Result<()> {
     Ok(())
 }
 
-/// `matrix`'s result: one Markdown table per fix (`--markdown`), the JSON document, or the
-/// human table (with why tests did not run, when they did not).
+/// `matrix`'s result: one Markdown table per fix (`--markdown`), else its [`Matrix`] document
+/// in `format`.
 #[allow(clippy::too_many_arguments)]
 pub fn matrix(
     out: &mut dyn Write,
@@ -394,23 +427,87 @@ pub fn matrix(
     if markdown_tables {
         return markdown(out, fixes, cells);
     }
-    if format == Format::Json {
+    super::render(out, format, &Matrix { status, run, releases, cells })
+}
+
+/// `matrix`'s document: each release's trees and every cell (fix × release).
+pub struct Matrix<'a> {
+    pub status: ExitStatus,
+    pub run: &'a MatrixRun<'a>,
+    pub releases: &'a [ReleaseTrees],
+    pub cells: &'a [Cell],
+}
+
+impl Document for Matrix<'_> {
+    fn json(&self, out: &mut dyn Write) -> Result<()> {
         let doc = MatrixDocument {
             schema: SCHEMA,
             command: "matrix",
-            exit_code: status.code(),
-            python: run.python,
+            exit_code: self.status.code(),
+            python: self.run.python,
             gaudi_fixes: crate::provenance::tool_version(),
-            catalogue: run.catalogue,
-            tests_not_run: run.no_tests,
-            releases,
-            cells,
+            catalogue: self.run.catalogue,
+            tests_not_run: self.run.no_tests,
+            releases: self.releases,
+            cells: self.cells,
         };
         serde_json::to_writer_pretty(&mut *out, &doc)?;
         writeln!(out)?;
-        return Ok(());
+        Ok(())
     }
-    matrix_human(out, releases, cells, run.no_tests)
+
+    /// An error for each release that could not be prepared, each cell drifted or in error and
+    /// each whose tests failed; then a notice counting the cells by state.
+    fn github(&self, out: &mut dyn Write) -> Result<()> {
+        use super::github::annotation;
+        for r in self.releases {
+            if let Some(e) = &r.error {
+                annotation(out, "error", None, &format!("gaudi-fixes matrix: {}: cannot prepare: {e}", r.release))?;
+            }
+        }
+        for c in self.cells {
+            if matches!(c.state, CellState::Drifted | CellState::Error) {
+                let why = c.message.as_deref().map(|m| format!(": {m}")).unwrap_or_default();
+                annotation(
+                    out,
+                    "error",
+                    None,
+                    &format!("gaudi-fixes matrix: {} {}: {}{why}", c.release, c.fix, state_text(c)),
+                )?;
+            }
+            if matches!(c.tests, TestsResult::Failed | TestsResult::Error) {
+                let message = format!(
+                    "gaudi-fixes matrix: {} {}: tests {}: {}",
+                    c.release,
+                    c.fix,
+                    c.tests.as_str(),
+                    c.tests_summary.as_deref().unwrap_or("")
+                );
+                annotation(out, "error", None, &message)?;
+            }
+        }
+        let mut counts: Vec<(&str, usize)> = Vec::new();
+        for c in self.cells {
+            match counts.iter_mut().find(|(s, _)| *s == c.state.as_str()) {
+                Some((_, n)) => *n += 1,
+                None => counts.push((c.state.as_str(), 1)),
+            }
+        }
+        let counted: Vec<String> = counts.iter().map(|(s, n)| format!("{n} {s}")).collect();
+        let releases: Vec<&str> = self.releases.iter().map(|r| r.release.as_str()).collect();
+        let tests = self.run.no_tests.map(|why| format!("; tests not run: {why}")).unwrap_or_default();
+        let message = format!(
+            "gaudi-fixes matrix: {} cell(s) on {}: {}{tests}",
+            self.cells.len(),
+            releases.join(", "),
+            counted.join(", ")
+        );
+        annotation(out, "notice", None, &message)
+    }
+
+    fn human(&self, out: &mut dyn Write) -> Result<()> {
+        matrix_human(out, self.releases, self.cells, self.run.no_tests)
+    }
 }
 
 /// Notes a command has for people before its result (on stderr; nothing under `--quiet`).

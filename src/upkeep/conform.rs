@@ -16,11 +16,10 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 
 use anyhow::{bail, Context, Result};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
 use crate::catalog::{Catalog, SUPPORT_DIR};
 use crate::error::{FileContext, Located};
-use crate::report::conform::Conformance;
 
 /// The suite's script in the test-support folder.
 pub const SUITE: &str = "conform.py";
@@ -413,4 +412,87 @@ pub fn replay_file(path: &Path) -> Result<PathBuf> {
         }
     }
     std::path::absolute(path).with_context(|| format!("resolving {}", path.display()))
+}
+
+/// What the suite printed (its one JSON line), and the fixes `conform` names per feature.
+#[derive(Debug, Default, Deserialize, Serialize)]
+pub struct Conformance {
+    #[serde(default)]
+    pub root: Option<String>,
+    /// Schedules run.
+    #[serde(default)]
+    pub schedules: u32,
+    /// Schedules asked for, as the suite understood the request.
+    #[serde(default)]
+    pub requested: Option<u32>,
+    /// Whether every schedule asked for ran (or, with `--first`, it stopped at a difference).
+    #[serde(default)]
+    pub complete: Option<bool>,
+    #[serde(default)]
+    pub seed: u64,
+    #[serde(default)]
+    pub seconds: f64,
+    /// By feature, in the suite's order.
+    #[serde(default)]
+    pub features: Vec<Feature>,
+    /// The differential reference the suite drove (vLLM's GPU path), when it drove one.
+    #[serde(default)]
+    pub reference: Option<String>,
+    /// Where HPU and vLLM's GPU path differ but the GPU path disagrees with the request itself:
+    /// listed, never counted against HPU.
+    #[serde(default)]
+    pub gpu_disagrees: Vec<GpuDisagrees>,
+    /// Failures of vLLM's own GPU reference: the reference's, never counted as HPU differences.
+    #[serde(default)]
+    pub reference_errors: Vec<serde_json::Value>,
+    /// With `--first`, the schedule that found the difference, as data (`--replay` takes it).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub failing_schedule: Option<serde_json::Value>,
+    /// Set when the suite cannot run.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+    /// The modules it lacks (a list; one name from older suites).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub missing: Option<serde_json::Value>,
+    /// The pip line that installs a missing module.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub pip: Option<String>,
+}
+
+/// One feature's row.
+#[derive(Debug, Deserialize, Serialize, Clone)]
+pub struct Feature {
+    pub name: String,
+    pub schedules: u32,
+    pub differences: u32,
+    pub first: Option<String>,
+    /// The catalogue's fixes whose `conform:` names this feature (filled in by `conform`).
+    #[serde(default)]
+    pub fixes: Vec<String>,
+}
+
+/// One feature in which vLLM's GPU path disagrees with the request.
+#[derive(Debug, Deserialize, Serialize, Clone)]
+pub struct GpuDisagrees {
+    pub name: String,
+    pub count: u32,
+    pub first: Option<String>,
+}
+
+impl Conformance {
+    /// Differences over every feature.
+    pub fn differences(&self) -> u32 {
+        self.features.iter().map(|f| f.differences).sum()
+    }
+
+    /// The modules the suite said it lacks.
+    pub fn missing_names(&self) -> Vec<String> {
+        match &self.missing {
+            Some(serde_json::Value::String(s)) => vec![s.clone()],
+            Some(serde_json::Value::Array(a)) => {
+                a.iter().map(|v| v.as_str().map_or_else(|| v.to_string(), str::to_string)).collect()
+            }
+            _ => Vec::new(),
+        }
+    }
 }

@@ -2,7 +2,7 @@
 //! applies, and whether its tests pass on a patched hard-link copy — and `--record`, which
 //! writes the releases whose cell applied exactly and passed into `verified:`.
 
-use std::collections::{BTreeMap, BTreeSet};
+use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
 
 use crate::error::FileContext;
@@ -215,12 +215,12 @@ pub fn merge(catalog: &Catalog, files: &[PathBuf]) -> Result<Merged> {
         let results: Results = serde_json::from_str(&text).map_err(|e| {
             anyhow::anyhow!("{shown}:{}:{}: not a `matrix --format json` document: {e}", e.line(), e.column())
         })?;
-        if results.command != "matrix" || results.schema != crate::report::json::SCHEMA {
+        if results.command != "matrix" || results.schema != crate::schema::JSON {
             bail!(
                 "{shown}: a `{}` document (schema {}), not `matrix --format json` (schema {})",
                 results.command,
                 results.schema,
-                crate::report::json::SCHEMA
+                crate::schema::JSON
             );
         }
         match &results.gaudi_fixes {
@@ -302,16 +302,10 @@ pub fn merge(catalog: &Catalog, files: &[PathBuf]) -> Result<Merged> {
 /// The fixes `fix` comes after or requires, transitively, that the catalogue has: `apply`
 /// applies what a fix requires first, so its tests run with them.
 pub fn with_predecessors(catalog: &Catalog, fix: &Fix) -> Vec<String> {
-    let mut names = BTreeSet::new();
-    let mut todo = vec![fix.manifest.name.clone()];
-    while let Some(n) = todo.pop() {
-        if names.insert(n.clone()) {
-            if let Ok(f) = catalog.fix(&n) {
-                todo.extend(f.manifest.after.iter().chain(&f.manifest.requires).cloned());
-            }
-        }
-    }
-    names.into_iter().collect()
+    let mut names = catalog.predecessors(&fix.manifest.name).unwrap_or_default();
+    names.push(fix.manifest.name.clone());
+    names.sort();
+    names
 }
 
 /// What a release's run is doing, for the progress display.

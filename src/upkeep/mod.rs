@@ -8,6 +8,7 @@ pub mod conform;
 pub mod diffgen;
 pub mod matrix;
 pub mod merge;
+pub mod port;
 pub mod pytest;
 pub mod upstream;
 pub mod yaml_edit;
@@ -291,19 +292,35 @@ pub fn write_variant_checked(
         &Catalog::from_files(planned)
             .context("the catalogue does not load with the new variant; nothing was written")?,
     )?;
+    write_or_put_back(dir, catalog, &to_write, &manifest_path, &old_manifest, &new_manifest)?;
+    written.patches = to_write.into_iter().map(|(p, _)| p).collect();
+    Ok(written)
+}
+
+/// Write the patch files `to_write` and the new fix.yaml (`new_manifest` over `old_manifest`
+/// at `manifest_path`), then load the catalogue at `dir` again; when any of it fails, every file
+/// is put back as it was (a patch file that did not exist is removed).
+fn write_or_put_back(
+    dir: &Path,
+    catalog: &Catalog,
+    to_write: &[(PathBuf, String)],
+    manifest_path: &Path,
+    old_manifest: &str,
+    new_manifest: &str,
+) -> Result<()> {
     let mut backups: Vec<(PathBuf, Option<Vec<u8>>)> = Vec::new();
     let result = (|| -> Result<()> {
-        for (path, text) in &to_write {
+        for (path, text) in to_write {
             backups.push((path.clone(), std::fs::read(path).ok()));
             std::fs::create_dir_all(path.parent().expect("has a parent"))?;
             upstream::replace_file(path, text.as_bytes())?;
         }
-        upstream::replace_file(&manifest_path, new_manifest.as_bytes())?;
+        upstream::replace_file(manifest_path, new_manifest.as_bytes())?;
         Catalog::load(Some(dir)).context("the catalogue does not load with the new variant")?;
         Ok(())
     })();
     if let Err(err) = result {
-        let _ = upstream::replace_file(&manifest_path, old_manifest.as_bytes());
+        let _ = upstream::replace_file(manifest_path, old_manifest.as_bytes());
         for (path, old) in backups {
             match old {
                 Some(bytes) => {
@@ -316,8 +333,7 @@ pub fn write_variant_checked(
         }
         return Err(err.context(format!("nothing was changed in {}", catalog.files.origin)));
     }
-    written.patches = to_write.into_iter().map(|(p, _)| p).collect();
-    Ok(written)
+    Ok(())
 }
 
 /// Lock the catalogue directory `dir` for a writer (`record`, `port`, `matrix --record`), as a

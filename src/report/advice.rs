@@ -1,0 +1,79 @@
+//! Advice written out: a next step `plan/` gives as data ([`Advice`]) becomes a command line in
+//! the sentence that names it (its `{0}`, `{1}`, … slot). gaudi-fixes' own commands carry the
+//! run's invocation (the flags that chose its catalogue and trees), so one works as printed;
+//! the JSON document keeps the data beside the sentence.
+
+use crate::plan::{Advice, FixReport};
+
+/// `advice` as the command line that does it; `invocation` is `gaudi-fixes` with the run's
+/// catalogue and tree flags.
+pub fn command(advice: &Advice, invocation: &str) -> String {
+    let with = |words: &[String]| words.iter().map(|w| format!(" {w}")).collect::<String>();
+    match advice {
+        Advice::Apply { fixes } => format!("{invocation} apply{}", with(fixes)),
+        Advice::Revert { fixes } => format!("{invocation} revert{}", with(fixes)),
+        Advice::Diff { fix } => format!("{invocation} diff {fix}"),
+        Advice::Test { fix } => format!("{invocation} test {fix}"),
+        Advice::RecordRelease { release } => format!("gaudi-fixes matrix --releases {release} --record"),
+        Advice::Port { fix, from, release } => {
+            format!("gaudi-fixes port {fix} --from {from} --release {release} --to DIR --catalog CATALOG")
+        }
+        Advice::Reinstall { package, version } => format!(
+            "pip install --force-reinstall --no-deps {package}=={}",
+            version.as_deref().unwrap_or("<its version>")
+        ),
+        Advice::RestoreFromSource { file, tag } => {
+            let rel = file.strip_prefix("vllm_gaudi/").unwrap_or(file);
+            format!(
+                "in a checkout of https://github.com/vllm-project/vllm-gaudi, `git checkout {tag} -- vllm_gaudi/{rel}` \
+                 and reinstall it (`pip install --no-deps --force-reinstall .`)"
+            )
+        }
+    }
+}
+
+/// `text` with each `{i}` replaced by the command of `advice[i]`.
+pub fn fill(text: &str, advice: &[Advice], invocation: &str) -> String {
+    let mut out = text.to_string();
+    for (i, a) in advice.iter().enumerate() {
+        out = out.replace(&format!("{{{i}}}"), &command(a, invocation));
+    }
+    out
+}
+
+/// `reports` with every message and next step written out for a run invoked as `invocation`.
+pub fn written_out(reports: &[FixReport], invocation: &str) -> Vec<FixReport> {
+    let mut out = reports.to_vec();
+    for report in &mut out {
+        if let Some(message) = &mut report.message {
+            *message = fill(message, &report.advice, invocation);
+        }
+        let reasons = report.reason.iter_mut().chain(report.files.iter_mut().filter_map(|f| f.reason.as_mut()));
+        for reason in reasons {
+            reason.next_step = fill(&reason.next_step, &reason.advice, invocation);
+        }
+    }
+    out
+}
+
+#[cfg(test)]
+mod tests {
+    /// Commands a next step names are written here, from data: below `report/` no sentence
+    /// spells `gaudi-fixes …` (plan/ gives the advice; the run's invocation is added here).
+    #[test]
+    fn no_command_line_is_built_below_report() {
+        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/plan");
+        let mut found = Vec::new();
+        for entry in std::fs::read_dir(&dir).unwrap() {
+            let path = entry.unwrap().path();
+            let text = std::fs::read_to_string(&path).unwrap();
+            for (n, line) in text.lines().enumerate() {
+                let code = line.split("//").next().unwrap_or_default();
+                if code.contains("gaudi-fixes ") || code.contains("pip install") {
+                    found.push(format!("{}:{}: {}", path.display(), n + 1, line.trim()));
+                }
+            }
+        }
+        assert!(found.is_empty(), "command lines built in plan/ (give them as Advice):\n{}", found.join("\n"));
+    }
+}
