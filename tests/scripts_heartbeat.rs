@@ -51,6 +51,7 @@ fn the_ticker_still_ticks_and_the_command_s_status_comes_back() {
         .output()
         .unwrap();
     let err = String::from_utf8_lossy(&out.stderr);
-    assert!(err.contains("step: still running (1 s)") && err.contains("step: still running (2 s)"), "{err}");
+    // Two ticks at least; which seconds they name depends on the machine's load.
+    assert!(err.matches("step: still running (").count() >= 2, "{err}");
     assert_eq!(String::from_utf8_lossy(&out.stdout), "failed\n");
 }

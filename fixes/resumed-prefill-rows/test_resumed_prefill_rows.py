@@ -23,7 +23,8 @@ STEPS_BEFORE = 6  # decodes after the first token: R has 7 tokens of output when
 STEPS_AFTER = 3
 
 
-def _run(root, mode, preempt: bool) -> tuple[harness.Harness, list[harness.Step]]:
+def _run(root, mode, preempt: bool, chunks: tuple[int, ...] = ()) -> tuple[harness.Harness, list[harness.Step]]:
+    """`chunks`: the resume's recompute in these chunks (the rest in the last one), else one."""
     h = harness.Harness(root, mode)
     h.add("R", harness.prompt(9, 1), temperature=0.0, max_tokens=32)
     h.add("Q", harness.prompt(5, 2), temperature=0.0, max_tokens=32)
@@ -36,7 +37,12 @@ def _run(root, mode, preempt: bool) -> tuple[harness.Harness, list[harness.Step]
         h.step({"Q": 1})
         hit = h.scheduler.hit("R")
         assert hit > 0 and hit % harness.BLOCK == 0
-        resumed.append(h.step({"Q": 1, "R": len(h.scheduler.requests["R"].tokens) - hit}))
+        rest = len(h.scheduler.requests["R"].tokens) - hit
+        h.resume = (hit, len(h.scheduler.requests["R"].tokens))  # type: ignore[attr-defined]
+        for n in chunks:
+            resumed.append(h.step({"Q": 1, "R": n}))
+            rest -= n
+        resumed.append(h.step({"Q": 1, "R": rest}))
     else:
         h.step({"Q": 1})
         h.step({"Q": 1, "R": 1})
@@ -55,6 +61,23 @@ def test_the_resume_is_what_the_scheduler_sends(runs):
     (_, _), (h, resumed) = runs
     (step, ) = resumed
     assert step.scheduled["R"] > 1 and h.scheduler.requests["R"].computed > len(h.scheduler.requests["R"].prompt)
+
+
+def test_a_one_token_recompute_chunk_short_of_the_end_returns_nothing(root, mode):  # noqa: F811
+    """The resume's recompute in chunks of 2, 1 and the rest: the one-token chunk does not reach
+    R's end, so it is still a prompt chunk (vllm_gaudi took it for a decode: one token scheduled,
+    its prompt computed) and R gets nothing back for it."""
+    plain, _ = _run(root, mode, preempt=False)
+    chunked, resumed = _run(root, mode, preempt=True, chunks=(2, 1))
+    one = resumed[1]
+    assert one.scheduled["R"] == 1 and resumed[2].scheduled["R"] >= 1
+    assert not one.returned.get("R"), (
+        f"request R got {one.returned.get('R')} back for a one-token chunk of its recompute after preemption "
+        f"({chunked.resume[0] + 3} of its {chunked.resume[1]} tokens computed after it): a token predicted "
+        f"mid-recompute (it returns {plain.output('R')} unpreempted, {chunked.output('R')} here)")
+    assert chunked.output("R") == plain.output("R"), (
+        f"request R returned {chunked.output('R')} after a resume recomputed in chunks of 2, 1 and the rest, and "
+        f"{plain.output('R')} unpreempted")
 
 
 def test_resumed_request_returns_what_it_returns_unpreempted(runs):

@@ -279,7 +279,13 @@ mod tests {
         let roots = std::iter::once(empty.path().to_path_buf()).chain(cache.filter(|c| c.join("vllm_gaudi").is_dir()));
         for root in roots {
             let tree = |name: TreeName| {
-                Some(Tree { name, root: root.clone(), found_by: "test".into(), version: Some("0.26.0".into()) })
+                Some(Tree {
+                    name,
+                    root: root.clone(),
+                    found_by: "test".into(),
+                    version: Some("0.26.0".into()),
+                    outside_site_packages: false,
+                })
             };
             let trees = Trees { vllm: tree(TreeName::Vllm), vllm_gaudi: tree(TreeName::VllmGaudi), notes: Vec::new() };
             let all: Vec<&Fix> = catalog.fixes.iter().collect();
