@@ -171,7 +171,7 @@ def judge_step(ctx: checks.Ctx, hpu: Any, gpu: Any, f: Findings) -> None:
             for sentence in c.fn(ctx, hpu):
                 f.add(STRUCTURED if hpu.structured and c.feature != RETURNED else c.feature, f"{where}: {sentence}")
         elif c.scope == "pair_step" and gpu:
-            for sentence in c.fn(ctx, hpu, gpu):
+            for sentence in c.fn(ctx, hpu, gpu, f.gpu_suspect):
                 f.add(c.feature, f"{where}: {sentence}")
 
 

@@ -489,10 +489,12 @@ def logprobs_served(ctx: Ctx, step: Any) -> Iterable[str]:
 
 
 @check("logprobs", "pair_step")
-def logprob_values(ctx: Ctx, hpu: Any, gpu: Any) -> Iterable[str]:
-    """The logprob values each request is served, against vLLM's GPU path for the same token."""
+def logprob_values(ctx: Ctx, hpu: Any, gpu: Any, suspect: set[str]) -> Iterable[str]:
+    """The logprob values each request is served, against vLLM's GPU path for the same token (not
+    for a request the GPU path itself mishandled)."""
     for rid, (ids, values) in hpu.logprobs.items():
-        if ctx.requests[rid].asked.get("logprobs") is None or not hpu.returned.get(rid) or rid not in gpu.logprobs:
+        if (ctx.requests[rid].asked.get("logprobs") is None or not hpu.returned.get(rid) or rid not in gpu.logprobs
+                or rid in suspect):
             continue
         gids, gvalues = gpu.logprobs[rid]
         if ids[:1] == gids[:1] and any(abs(a - b) > 1e-3 for a, b in zip(values[:1], gvalues[:1])):

@@ -31,11 +31,13 @@ import numpy as np
 import torch
 
 import harness
+import lift
 from conform_checks import Call
 from conform_schedule import EOS, MAX_REQS, VOCAB
 
 MARK = 1000.0  # column 0 of a logits row holds -(MARK + code(request, position)); token 0 is never drawn
 POSITIONS = 128
+GPU_RUNNER_REL = Path("vllm/v1/worker/gpu_model_runner.py")
 
 
 def mark(rid: str, position: int) -> float:
@@ -268,6 +270,8 @@ class GpuEngine:
             kw["pin_memory"] = False
         self.batch = m.gib.InputBatch(**kw)
         self.requests: dict[str, Any] = {}
+        self.runner = _GpuRunner(self.batch, self.requests)
+        lift_gpu_update_states(root, self.runner, m)
         self.recorder = Recorder("GPU", sampler, self)
         self.number, self.ends = 0, {}
 
@@ -332,44 +336,43 @@ class GpuEngine:
         return StepOut(dict(scheduled), self.ends, list(self.recorder.calls), returned, logprobs)
 
     def _update_states(self, so: Any) -> None:
-        """``GPUModelRunner._update_states`` on the input batch: finished and unscheduled requests
-        out, new ones in, cached ones' computed tokens (and, for one not in the batch, its output
-        ids from ``all_token_ids``) updated and put back in, condense, refresh the metadata."""
-        batch, m = self.batch, self.m
-        for rid in so.finished_req_ids:
-            self.requests.pop(rid, None)
-            batch.remove_request(rid)
-        for rid in set(batch.req_id_to_index) - set(so.num_scheduled_tokens):
-            batch.remove_request(rid)
-        to_add = []
-        for new in so.scheduled_new_reqs:
-            params = new.sampling_params
-            generator = None
-            if params.sampling_type == m.vllm.SamplingType.RANDOM_SEED:
-                generator = torch.Generator().manual_seed(params.seed)
-            state = harness.make(m.gib.CachedRequestState, req_id=new.req_id,
-                                 prompt_token_ids=list(new.prompt_token_ids), mm_features=[], sampling_params=params,
-                                 generator=generator, pooling_params=None, block_ids=new.block_ids,
-                                 num_computed_tokens=new.num_computed_tokens, output_token_ids=[])
-            self.requests[new.req_id] = state
-            to_add.append(state)
-        cached = so.scheduled_cached_reqs
-        for i, rid in enumerate(cached.req_ids):
-            state = self.requests[rid]
-            state.num_computed_tokens = cached.num_computed_tokens[i]
-            if rid in cached.resumed_req_ids:
-                state.block_ids = cached.new_block_ids[i]
-            if rid in batch.req_id_to_index:
-                batch.num_computed_tokens_cpu[batch.req_id_to_index[rid]] = state.num_computed_tokens
-                continue
-            if rid in cached.all_token_ids:
-                tokens = cached.all_token_ids[rid]
-                state.output_token_ids = list(tokens[len(state.prompt_token_ids):])
-            to_add.append(state)
-        for state in to_add:
-            batch.add_request(state)
-        batch.condense()
-        batch.refresh_metadata()
+        """vLLM's own ``GPUModelRunner._update_states`` of the tree, lifted and bound to a stand-in
+        runner (``_GpuRunner``)."""
+        self.runner._update_states(so)
+
+
+class _GpuRunner:
+    """What vLLM's ``GPUModelRunner._update_states`` reads of its runner, for a sync, last-rank,
+    text-only, non-pooling runner without speculative decoding; its helper methods for encoder
+    caches, KV-block zeroing, pooling and reordering do nothing here. Any other attribute it asks
+    for is an error naming it (upstream changed: update the stand-in)."""
+
+    def __init__(self, batch: Any, requests: dict[str, Any]):
+        self.input_batch, self.requests = batch, requests
+        self.num_prompt_logprobs: dict[str, int] = {}
+        self.late_interaction_runner = types.SimpleNamespace(on_requests_finished=lambda ids: None,
+                                                             register_request=lambda *a: None)
+        self.speculative_config = None
+        self.is_pooling_model = self.uses_mrope = self.use_async_spec_decode = self.use_async_scheduling = False
+        self.device = torch.device("cpu")
+        self.encoder_cache: dict[str, Any] = {}
+        self.uses_xdrope_dim = 0  # 0.26.0: no XD-RoPE positions
+
+    _QUIET = ("_on_request_state_removed", "_zero_block_ids", "_process_encoder_cache_scheduler_output",
+              "_may_reorder_batch", "_update_streaming_request", "_init_mrope_positions")
+
+    def __getattr__(self, name: str) -> Any:
+        if name in _GpuRunner._QUIET:
+            return lambda *a, **k: None
+        raise AttributeError(f"the GPU reference's stand-in runner has no {name} (vLLM's _update_states asks it)")
+
+
+def lift_gpu_update_states(root: Path, runner: _GpuRunner, m: Any) -> None:
+    """Bind vLLM's ``GPUModelRunner._update_states`` (vllm/v1/worker/gpu_model_runner.py) to `runner`."""
+    namespace = {"torch": torch, "np": np, "SamplingType": m.vllm.SamplingType,
+                 "CachedRequestState": m.gib.CachedRequestState, "cast": lambda t, v: v,
+                 "get_pp_group": lambda: types.SimpleNamespace(is_last_rank=True)}
+    lift.bind(runner, root / GPU_RUNNER_REL, ["GPUModelRunner._update_states"], namespace)
 
 
 def _parameters(fn: Any) -> set[str]:
