@@ -153,6 +153,7 @@ def judge_step(ctx: checks.Ctx, hpu: Any, gpu: Any, f: Findings) -> None:
             rid = next((r for r in call.rows if r and f"request {r} " in sentence), None)
             own.add((feature, rid))
             f.gpu_suspect.add(rid)
+            ctx.suspect.add(rid)
             f.gpu_disagrees.append((feature, f"{sentence}; vLLM's GPU path disagrees with the request"))
     for call in hpu.calls:
         f.found.extend(_call_findings(ctx, call))

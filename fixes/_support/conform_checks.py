@@ -88,6 +88,10 @@ class Ctx:
     requests: dict[str, Request]
     bad_words: Callable[..., None]
     mode: str
+    number: int = 0  # the step being judged
+    # Requests vLLM's GPU path itself mishandled (its own checks disagreed with the request): their
+    # history there is not the reference's.
+    suspect: set[str] = dataclasses.field(default_factory=set)
 
 
 @dataclasses.dataclass
@@ -205,7 +209,7 @@ def views(ctx: Ctx, call: Call) -> dict[str, dict[str, Any]]:
                 v["seeds"] = owner.get(id((md.generators or {}).get(i)), "none")
         # A request drawn by chance (no seed) has other tokens on each side: what depends on its
         # history is compared as "its own history" or not.
-        chance = a["temperature"] > 0 and "seed" not in a
+        chance = (a["temperature"] > 0 and "seed" not in a) or rid in ctx.suspect
         if "frequency_penalty" in a:
             seen = _seen(call, i, rid)
             if chance and seen == call.generated[rid]:
@@ -491,10 +495,12 @@ def logprobs_served(ctx: Ctx, step: Any) -> Iterable[str]:
 @check("logprobs", "pair_step")
 def logprob_values(ctx: Ctx, hpu: Any, gpu: Any, suspect: set[str]) -> Iterable[str]:
     """The logprob values each request is served, against vLLM's GPU path for the same token (not
-    for a request the GPU path itself mishandled)."""
+    for a request drawn by chance, whose earlier tokens differ, nor one the GPU path itself
+    mishandled)."""
     for rid, (ids, values) in hpu.logprobs.items():
-        if (ctx.requests[rid].asked.get("logprobs") is None or not hpu.returned.get(rid) or rid not in gpu.logprobs
-                or rid in suspect):
+        r = ctx.requests[rid]
+        if (r.asked.get("logprobs") is None or not hpu.returned.get(rid) or rid not in gpu.logprobs
+                or rid in suspect or (r.asked["temperature"] > 0 and not r.seeded)):
             continue
         gids, gvalues = gpu.logprobs[rid]
         if ids[:1] == gids[:1] and any(abs(a - b) > 1e-3 for a, b in zip(values[:1], gvalues[:1])):
