@@ -252,20 +252,9 @@ done
 # fix's feature, one the default profile does not differ in (else the check proves nothing and
 # fails). Each run imports the tree's vllm once (~15 s) and takes ~0.15 s a schedule; the mutants
 # run $(nproc) at a time.
-# conform_feature maps a fix to the feature its bug shows in.
+# conform_feature FIX: the features its bug shows in, as its fix.yaml's `conform:` names them.
 conform_feature() {
-  case $1 in
-    swap-states-sampling-params) echo "temperature/top_k/top_p" ;;
-    allowed-token-ids-rows) echo allowed_token_ids ;;
-    seeded-padding-rows) echo seeds ;;
-    logprobs-whole-vocab) echo logprobs ;;
-    bad-words-rows) echo bad_words ;;
-    logitsprocs-batch-updates) echo min_p ;;
-    async-penalties-output-tokens) echo "penalties bad_words" ;;  # async: output ids the penalties / bad_words see
-    structured-output-rows) echo structured_output ;;  # a structured step's rows sampled with others' parameters
-    unfinished-prompt-no-token) echo returned_tokens ;;  # sync: a token handed back for a chunk mid-prompt
-    *) echo "" ;;
-  esac
+  sed -n 's/^conform: *\[\([^]]*\)\].*/\1/p' "fixes/$1/fix.yaml" | tr -d ','
 }
 # conform_names JSON FEATURE...: the report has differences in every FEATURE.
 conform_names() {

@@ -179,6 +179,7 @@ def judge_step(ctx: checks.Ctx, hpu: Any, gpu: Any, f: Findings) -> None:
 def run_schedule(root: Path, schedule: dict[str, Any], reference: bool) -> Findings:
     """Both engines through one schedule, judged step by step, then the token streams."""
     f = Findings()
+    torch.manual_seed(schedule["seed"])  # unseeded draws: the same on a replay, whatever ran before
     requests = {rid: checks.Request(rid, r["params"], r["grammar"], r["prompt"])
                 for rid, r in schedule["requests"].items()}
     ctx = checks.Ctx(requests, stubs_bad_words(root), schedule["mode"])

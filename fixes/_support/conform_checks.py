@@ -305,6 +305,25 @@ def penalties(ctx: Ctx, call: Call) -> Iterable[str]:
             yield f"{r.describe('frequency_penalty')}; the {call.side} sampler used {float(md.frequency_penalties[i]):g}"
 
 
+@check("penalties", "call")
+def prompt_ids(ctx: Ctx, call: Call) -> Iterable[str]:
+    """The prompt ids the penalties read (``prompt_token_ids``, padded with the vocabulary size)
+    are the request's prompt, as far as they count: the repetition penalty reads the tokens of
+    the prompt and the output together (a recompute from 0 may count earlier output as prompt)."""
+    md = call.md
+    if md.no_penalties or md.prompt_token_ids is None:
+        return
+    for i, rid in call.first_rows():
+        r = ctx.requests[rid]
+        if "frequency_penalty" not in r.asked or i >= md.prompt_token_ids.shape[0]:
+            continue
+        seen = [int(t) for t in md.prompt_token_ids[i] if 0 <= int(t) < VOCAB]
+        generated = set(call.generated[rid])
+        if set(seen) | generated != set(r.prompt) | generated:
+            yield (f"request {rid} has the prompt {r.prompt}; the {call.side} sampler's penalties read the prompt "
+                   f"{seen}")
+
+
 @check("logprobs", "call")
 def logprobs(ctx: Ctx, call: Call) -> Iterable[str]:
     got = call.md.max_num_logprobs
