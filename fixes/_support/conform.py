@@ -50,6 +50,12 @@ import traceback
 from pathlib import Path
 from typing import Any, Optional
 
+# Bytecode of the trees goes to a cache of ours, never into a tree (it may be read-only or shared):
+# with it, a run does not recompile vLLM (gaudi-fixes runs the suite with PYTHONDONTWRITEBYTECODE).
+if sys.pycache_prefix is None:
+    sys.pycache_prefix = str(Path.home() / ".cache" / "gaudi-fixes" / "pycache")
+sys.dont_write_bytecode = False
+
 
 def _cannot_run(reason: str, module: Optional[str] = None) -> None:
     out: dict[str, Any] = {"error": reason}
