@@ -339,6 +339,12 @@ for g in json.load(open(sys.argv[1])).get("gpu_disagrees") or []:
     elif conform_names "$mut.json" $feature; then ok "$rel: default minus $(cat "$mut.dropped"): conform names $feature"
     else bad "$rel: default minus $(cat "$mut.dropped"): conform does not name $feature"; fi
   done
+  # Single-statement mutants of the sampling path (scripts/conform-mutants.py), on one release:
+  # every one that changes what a request is handed must be named.
+  if [ "$rel" = v0.30.0 ]; then
+    expect 0 "$rel: conform names every single-statement mutant of the sampling path" \
+      python scripts/conform-mutants.py --root "$cgt" --schedules 12
+  fi
   echo "conformance suite on $rel: $((SECONDS - started)) s"
   rm -rf "$WORK"/conform-*
 done
