@@ -198,25 +198,31 @@ def views(ctx: Ctx, call: Call) -> dict[str, dict[str, Any]]:
         r = ctx.requests[rid]
         a = r.asked
         v: dict[str, Any] = {}
+        # Every row's parameters, whether or not its request asked for them: a leak is a difference.
+        top_k = None if md.top_k is None else int(md.top_k[i])
+        top_p = None if md.top_p is None else round(float(md.top_p[i]), 5)
+        temperature = None if md.temperature is None else float(md.temperature[i])
+        if temperature is None and md.all_greedy:  # vLLM's GPU batch hands no temperatures then
+            temperature = 0.0
+        v["temperature/top_k/top_p"] = (
+            None if temperature is None else "greedy" if temperature < 1e-5 else round(temperature, 5),
+            None if top_k is None or top_k <= 0 or top_k >= VOCAB else top_k,
+            None if top_p is None or top_p >= 1.0 else top_p)
         if a["temperature"] > 0:
-            top_k = None if md.top_k is None else int(md.top_k[i])
-            top_p = None if md.top_p is None else round(float(md.top_p[i]), 5)
-            v["temperature/top_k/top_p"] = (
-                round(float(md.temperature[i]), 5) if md.temperature is not None else None,
-                None if top_k is None or top_k <= 0 or top_k >= VOCAB else top_k,
-                None if top_p is None or top_p >= 1.0 else top_p)
-            if "seed" in a:
-                v["seeds"] = owner.get(id((md.generators or {}).get(i)), "none")
+            v["seeds"] = owner.get(id((md.generators or {}).get(i)), "none")
         # A request drawn by chance (no seed) has other tokens on each side: what depends on its
         # history is compared as "its own history" or not.
         chance = (a["temperature"] > 0 and "seed" not in a) or rid in ctx.suspect
+        values = ((0.0, 0.0, 1.0) if md.no_penalties else
+                  tuple(round(float(t[i]), 5) for t in (md.frequency_penalties, md.presence_penalties,
+                                                        md.repetition_penalties)))
         if "frequency_penalty" in a:
             seen = _seen(call, i, rid)
             if chance and seen == call.generated[rid]:
                 seen = "its own output"
-            v["penalties"] = (md.no_penalties, None if md.no_penalties else
-                              tuple(round(float(t[i]), 5) for t in (md.frequency_penalties, md.presence_penalties,
-                                                                    md.repetition_penalties)), seen)
+            v["penalties"] = (values, seen)
+        else:
+            v["penalties"] = values
         want = a.get("logprobs")
         if want is not None:
             got = md.max_num_logprobs
@@ -258,6 +264,32 @@ def temperature_top_k_top_p(ctx: Ctx, call: Call) -> Iterable[str]:
             yield f"{r.describe('top_p')}; the {call.side} sampler used {got}"
 
 
+@check("temperature/top_k/top_p", "call")
+def greedy_and_random(ctx: Ctx, call: Call) -> Iterable[str]:
+    """``all_greedy`` / ``all_random`` hold for the call's rows (the sampler skips one kind)."""
+    kinds = {rid: ctx.requests[rid].asked["temperature"] > 0 for _, rid in call.first_rows()}
+    if call.md.all_greedy and any(kinds.values()):
+        yield (f"the {call.side} sampler was told all_greedy, but request "
+               f"{next(r for r, random in kinds.items() if random)} samples at random")
+    if call.md.all_random and not all(kinds.values()):
+        yield (f"the {call.side} sampler was told all_random, but request "
+               f"{next(r for r, random in kinds.items() if not random)} is greedy")
+
+
+@check("metadata_rows", "call")
+def metadata_rows(ctx: Ctx, call: Call) -> Iterable[str]:
+    """Every per-row tensor of the metadata has a row for each logits row."""
+    rows = len(call.rows)
+    for name in ("temperature", "top_k", "top_p", "frequency_penalties", "presence_penalties", "repetition_penalties",
+                 "allowed_token_ids_mask"):
+        value = getattr(call.md, name, None)
+        if isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape[0] < rows:
+            yield f"the {call.side} sampler got {rows} logits rows but {value.shape[0]} rows of {name}"
+    ids = getattr(call.md, "output_token_ids", None)
+    if not call.md.no_penalties and ids is not None and len(ids) < rows:  # read by the penalties
+        yield f"the {call.side} sampler got {rows} logits rows but {len(ids)} lists of output ids"
+
+
 @check("seeds", "call")
 def seeds(ctx: Ctx, call: Call) -> Iterable[str]:
     md = call.md
@@ -281,10 +313,9 @@ def _seen(call: Call, i: int, rid: str) -> Optional[list[int]]:
     seen = md.output_token_ids[i] if i < len(md.output_token_ids or []) else None
     if seen is None:
         return None
-    generated = call.generated[rid]
-    # Under async scheduling the ids are placeholders (-1) until the next step's _update_states
-    # fills them: only their number is checked.
-    return [t if t >= 0 else g for t, g in zip(seen, generated)] + list(seen[len(generated):])
+    # As the sampler receives them: an async placeholder (-1) left in is a difference (vLLM's
+    # penalties and bad_words would read it as a token).
+    return list(seen)
 
 
 @check("penalties", "call")
