@@ -36,10 +36,8 @@ MUTANTS = [
      "batch_changed = len(removed_req_indices) > 0", False),
     ("async-resume-output-ids", RUNNER, "req_state.output_token_ids = resumed_token_ids[-num_output_tokens:]",
      "req_state.output_token_ids = resumed_token_ids[:num_output_tokens]", False),
-    # Harmless here: with async-penalties-output-tokens applied, a request's placeholders are filled
-    # before it comes back, so its output ids are right without the scheduler's copy.
     ("async-resume-not-recovered", RUNNER, "if self.use_async_scheduling and num_output_tokens > 0:",
-     "if False:", True),
+     "if False:", False),
     ("computed-tokens-stale-in-batch", RUNNER,
      "self.input_batch.num_computed_tokens_cpu[req_index] = (num_computed_tokens)", "pass", False),
     ("unscheduled-kept", RUNNER, "unscheduled_req_ids = cached_req_ids - scheduled_req_ids",
@@ -47,8 +45,7 @@ MUTANTS = [
     ("no-metadata-refresh", RUNNER, "        if batch_changed:\n            self.input_batch.refresh_sampling_metadata()",
      "        if False:\n            self.input_batch.refresh_sampling_metadata()", False),
     # the sampling calls
-    # Harmless: refresh_sampling_metadata already copied the rows on every batch change.
-    ("metadata-never-copied", RUNNER, "skip_copy=not batch_changed)", "skip_copy=True)", True),
+    ("metadata-never-copied", RUNNER, "skip_copy=not batch_changed)", "skip_copy=True)", False),
     ("logits-requests-dropped", RUNNER,
      "sampling_metadata = self._prepare_sampling(batch_changed, request_ids, pad_to, logits_requests)",
      "sampling_metadata = self._prepare_sampling(batch_changed, request_ids, pad_to, None)",
