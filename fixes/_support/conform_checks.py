@@ -202,7 +202,7 @@ def views(ctx: Ctx, call: Call) -> dict[str, dict[str, Any]]:
         top_k = None if md.top_k is None else int(md.top_k[i])
         top_p = None if md.top_p is None else round(float(md.top_p[i]), 5)
         temperature = None if md.temperature is None else float(md.temperature[i])
-        if temperature is None and md.all_greedy:  # vLLM's GPU batch hands no temperatures then
+        if md.all_greedy:  # the sampler reads no temperature then (vLLM's GPU batch hands none)
             temperature = 0.0
         v["temperature/top_k/top_p"] = (
             None if temperature is None else "greedy" if temperature < 1e-5 else round(temperature, 5),
