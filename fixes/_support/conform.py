@@ -312,7 +312,8 @@ def main() -> None:
     except ModuleNotFoundError as e:
         _cannot_run(f"vLLM's modules (the sampler, the GPU reference) need the Python module {e.name}; "
                     "install fixes/_support/requirements.txt with --no-deps", e.name)
-    print(json.dumps(run(args.root.resolve(), plan, args.seed, args.first, not args.no_reference, args.progress)))
+    seed = plan[0]["seed"] if args.replay else args.seed
+    print(json.dumps(run(args.root.resolve(), plan, seed, args.first, not args.no_reference, args.progress)))
 
 
 if __name__ == "__main__":

@@ -395,17 +395,24 @@ def _expected(ctx: Ctx, call: Call, i: int, rid: str) -> torch.Tensor:
     return x
 
 
+def _processed_rows(ctx: Ctx, call: Call) -> Iterable[tuple[str, Request, torch.Tensor, torch.Tensor]]:
+    """Per request of the call: its row as the call's processors left it (the greedy view for a
+    greedy request) and as its own parameters would (``_expected``); nothing where they raised."""
+    p = _cached(call, ctx)
+    if p.error is not None:
+        return
+    for i, rid in call.first_rows():
+        r = ctx.requests[rid]
+        yield rid, r, (p.random[i] if r.asked["temperature"] > 0 else p.greedy[i]), _expected(ctx, call, i, rid)
+
+
 @check("min_p", "call")
 def min_p(ctx: Ctx, call: Call) -> Iterable[str]:
     p = _cached(call, ctx)
     if p.error is not None:
         yield f"the {call.side} sampler's logits processors raised {p.error}"
-        return
-    for i, rid in call.first_rows():
-        r = ctx.requests[rid]
+    for rid, r, got, x in _processed_rows(ctx, call):
         a = r.asked
-        got = p.random[i] if a["temperature"] > 0 else p.greedy[i]
-        x = _expected(ctx, call, i, rid)
         keep = torch.ones(got.shape[0], dtype=torch.bool)  # EOS is min_tokens' (its own check)
         keep[EOS] = not a.get("min_tokens")
         if "min_p" in a and not torch.equal(torch.isinf(got)[keep], torch.isinf(x)[keep]):
@@ -418,28 +425,16 @@ def min_p(ctx: Ctx, call: Call) -> Iterable[str]:
 
 @check("logit_bias", "call")
 def logit_bias_check(ctx: Ctx, call: Call) -> Iterable[str]:
-    p = _cached(call, ctx)
-    if p.error is not None:
-        return
-    for i, rid in call.first_rows():
-        r = ctx.requests[rid]
-        got = p.random[i] if r.asked["temperature"] > 0 else p.greedy[i]
-        x = _expected(ctx, call, i, rid)
+    for rid, r, got, x in _processed_rows(ctx, call):
         for tok, b in logit_bias(r).items():
             if torch.isfinite(x[tok]) and abs(float(got[tok] - x[tok])) > 1e-4:
                 yield (f"request {rid} asked logit_bias={{{tok}: {b:g}}}; the {call.side} sampler added "
-                       f"{float(got[tok] - call.probe[i][tok]):g}")
+                       f"{float(got[tok] - x[tok]) + b:g}")
 
 
 @check("min_tokens", "call")
 def min_tokens(ctx: Ctx, call: Call) -> Iterable[str]:
-    p = _cached(call, ctx)
-    if p.error is not None:
-        return
-    for i, rid in call.first_rows():
-        r = ctx.requests[rid]
-        got = p.random[i] if r.asked["temperature"] > 0 else p.greedy[i]
-        x = _expected(ctx, call, i, rid)
+    for rid, r, got, x in _processed_rows(ctx, call):
         if r.asked.get("min_tokens") and (got[EOS] == NEG_INF) != (x[EOS] == NEG_INF):
             masked = "masked EOS" if got[EOS] == NEG_INF else "allowed EOS"
             yield (f"request {rid} asked min_tokens={r.asked['min_tokens']} and has generated "
