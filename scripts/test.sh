@@ -250,7 +250,7 @@ done
 # pristine -> differences (exit 1) in every default fix's feature; the default profile minus any
 # one fix (and minus the fixes that require it: apply would put it back) -> the suite names that
 # fix's feature, one the default profile does not differ in (else the check proves nothing and
-# fails). Each run imports the tree's vllm once (~15 s) and takes ~0.15 s a schedule; the mutants
+# fails). Each run imports the tree's vllm once (~15 s) and takes ~0.25-0.5 s a schedule; the mutants
 # run $(nproc) at a time.
 # conform_feature FIX: the features its bug shows in, as its fix.yaml's `conform:` names them.
 conform_feature() {
