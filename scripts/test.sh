@@ -326,7 +326,7 @@ for g in json.load(open(sys.argv[1])).get("gpu_disagrees") or []:
     if ! dropped=$(conform_without "$mut" "$fix"); then bad "$rel: apply the default profile without $fix"; continue; fi
     echo "$dropped" >"$mut.dropped"
     while [ "$(jobs -rp | wc -l)" -ge "$(nproc)" ]; do wait -n; done
-    "$BIN" --root "$mut" --python python --format json conform --schedules 60 >"$mut.json" &
+    "$BIN" --root "$mut" --python python --format json conform --schedules 40 >"$mut.json" &
     mutants+=("$fix")
   done
   wait
