@@ -407,13 +407,14 @@ fn the_built_in_suite_finds_the_pristine_trees_bugs_and_names_their_fixes() {
     let d = Dir::new();
     let python = python.to_str().expect("utf-8 path");
     let root = tree.to_str().expect("utf-8 path");
-    let (out, _) =
-        d.cmd().args(["--root", root, "--python", python, "--format", "json", "conform", "--schedules", "2"]).expect(1);
+    let args = ["--root", root, "--python", python, "--format", "json", "conform", "--schedules", "2", "--seed", "8"];
+    let (out, _) = d.cmd().args(args).expect(1);
     let v = json(&out);
     let feature = |name: &str| v["features"].as_array().unwrap().iter().find(|f| f["name"] == name).cloned();
     let differs = |name: &str| feature(name).is_some_and(|f| f["differences"].as_u64() > Some(0));
-    // Pristine 0.30.0: the logits processors never learn about rows (logitsprocs-batch-updates).
-    assert!(differs("min_p") && differs("logit_bias"), "{out}");
+    // Pristine 0.30.0: the logits processors never learn about rows (logitsprocs-batch-updates),
+    // and an exception in the HPU path is its own feature (schedule 8: bad_words on the wrong rows).
+    assert!(differs("min_p") && differs("raised"), "{out}");
     assert_eq!(feature("min_p").unwrap()["fixes"], serde_json::json!(["logitsprocs-batch-updates"]), "{out}");
     // The differential half ran: vLLM's own GPU path of the tree, compared row by request id.
     assert!(v["reference"].as_str().is_some_and(|r| r.contains("gpu_input_batch")), "{out}");

@@ -206,17 +206,17 @@ class Model:
     """The forward pass: logits row of a request at position q depends only on its tokens
     ``[0, q]`` (as the scheduler knows them), so recomputing a position predicts the same."""
 
-    def __init__(self, scheduler: Scheduler):
-        self.scheduler = scheduler
+    def __init__(self, scheduler: Scheduler, vocab: int = VOCAB):
+        self.scheduler, self.vocab = scheduler, vocab
 
     def row(self, rid: str, position: int) -> torch.Tensor:
         context = self.scheduler.requests[rid].tokens[:position + 1]
         seed = zlib.crc32(np.asarray(context, dtype=np.int64).tobytes())
-        return torch.randn(VOCAB, generator=torch.Generator().manual_seed(seed)) * 4.0
+        return torch.randn(self.vocab, generator=torch.Generator().manual_seed(seed)) * 4.0
 
     def logits(self, rows: list[tuple[str, int]]) -> torch.Tensor:
         if not rows:
-            return torch.zeros(0, VOCAB)
+            return torch.zeros(0, self.vocab)
         return torch.stack([self.row(rid, q) for rid, q in rows])
 
 
@@ -253,26 +253,40 @@ class Step:
     returned: dict[str, list[int]]
     rows: dict[str, int]  # logits rows per prompt chunk
     batch_changed: bool
+    ns: dict[str, Any] = dataclasses.field(default_factory=dict, repr=False)  # sample_tokens' locals
+
+
+_LOADED: dict[tuple[Path, int], Any] = {}
+
+
+def _load(root: Path) -> Any:
+    """The tree's InputBatch module and logits processors, loaded once per version of the file."""
+    key = (root.resolve(), (root / stubs.INPUT_BATCH_REL).stat().st_mtime_ns)
+    if key not in _LOADED:
+        _LOADED[key] = stubs.load(root, stubs.H2DRecorder(root / stubs.UTILS_REL), name="gaudi_fixes_harness_ib")
+    return _LOADED[key]
 
 
 class Harness:
     """vllm_gaudi's runner driven step by step (``step``), sync or async (`mode`)."""
 
-    def __init__(self, root: Path, mode: str):
+    def __init__(self, root: Path, mode: str, grammar: bool = False, vocab: int = VOCAB):
+        """With `grammar`, the runner's own ``apply_grammar_bitmask`` and structured-output block run
+        (``step(..., grammar_output=…)``); `vocab`: the logits' width."""
         assert mode in ("sync", "async")
-        self.root, self.mode = root, mode
+        self.root, self.mode, self.vocab = root, mode, vocab
         self.vllm = Vllm.get(root)
-        loaded = stubs.load(root, stubs.H2DRecorder(root / stubs.UTILS_REL), name="gaudi_fixes_harness_ib")
+        loaded = _load(root)
         self.module = loaded.input_batch
         config = types.SimpleNamespace(scheduler_config=types.SimpleNamespace(max_num_seqs=MAX_REQS),
                                        speculative_config=None)
         logitsprocs = loaded.build_logitsprocs(config, torch.device("cpu"), False, False, [])
         self.batch = self.module.InputBatch(max_num_reqs=MAX_REQS, max_model_len=MAX_MODEL_LEN,
                                             max_num_batched_tokens=256, device=torch.device("cpu"),
-                                            pin_memory=False, vocab_size=VOCAB, block_sizes=[BLOCK],
+                                            pin_memory=False, vocab_size=vocab, block_sizes=[BLOCK],
                                             kernel_block_sizes=[BLOCK], logitsprocs=logitsprocs)
         runner = self.runner = stubs.Runner(root, self.batch, reorder=True)
-        self.code = engine_step.lift_step(runner, root)
+        self.code = engine_step.lift_step(runner, root, grammar=grammar)
         runner.max_model_len = MAX_MODEL_LEN
         runner.use_async_scheduling = mode == "async"
         runner.encoder_cache = {}
@@ -284,7 +298,7 @@ class Harness:
                      "get_pp_group": lambda: types.SimpleNamespace(is_last_rank=True), "cast": lambda t, v: v}
         lift.bind(runner, path, ["HPUModelRunner._update_states"], namespace)
         self.scheduler = Scheduler(self.vllm)
-        self.model = Model(self.scheduler)
+        self.model = Model(self.scheduler, vocab)
         runner.sampler = self.sampler = Sampler(self.vllm.TopKTopPSampler())
         self.steps: list[Step] = []
 
@@ -294,21 +308,19 @@ class Harness:
     def add(self, rid: str, prompt: list[int], **params: Any) -> None:
         self.scheduler.add(rid, prompt, self.params(**params))
 
-    def step(self, scheduled: dict[str, int], structured: bool = False) -> Step:
+    def step(self, scheduled: dict[str, int], grammar_output: Any = None) -> Step:
         """One engine step: the scheduler's output, ``_update_states``, ``sample_tokens``; the tokens
-        each request gets back (as the engine reads them) go to the scheduler. `structured`: the
-        step has a structured-output request (a grammar output with no bitmask rows: the runner takes
-        its structured-output path, one sampler call for every logits row)."""
+        each request gets back (as the engine reads them) go to the scheduler. `grammar_output`:
+        the scheduler's ``GrammarOutput`` (``structured_output_request_ids``, ``grammar_bitmask``)."""
         runner, batch = self.runner, self.batch
         sched = self.scheduler.output(scheduled)
         batch_changed = runner._update_states(sched)
         runner._sample_tokens_reorder(sched)
         pd_info = runner._get_prompts_and_decodes(sched)
         num_decodes, num_prefills = len(pd_info.decode_req_ids), len(pd_info.prompt_req_ids)
-        grammar = types.SimpleNamespace(structured_output_request_ids=[]) if structured else None
         ns: dict[str, Any] = {"self": runner, "torch": torch, "num_decodes": num_decodes, "num_prefills": num_prefills,
                               "num_reqs": num_decodes + num_prefills, "pd_info": pd_info, "batch_changed": batch_changed,
-                              "scheduler_output": sched, "spec_decode_num_tokens": None, "grammar_output": grammar}
+                              "scheduler_output": sched, "spec_decode_num_tokens": None, "grammar_output": grammar_output}
         exec(self.code["head"], ns)
         num_scheduled = [scheduled[rid] for rid in batch.req_ids]
         contents, _ = runner._extract_prefill_batch_contents(num_prefills, num_decodes, num_scheduled)
@@ -318,7 +330,7 @@ class Harness:
             exec(self.code["structured"], ns)
         exec(self.code["tail"], ns)
         returned = engine_step.returned(runner, ns)
-        step = Step(len(self.steps) + 1, dict(scheduled), returned, rows, batch_changed)
+        step = Step(len(self.steps) + 1, dict(scheduled), returned, rows, batch_changed, ns)
         self.steps.append(step)
         self.scheduler.update(scheduled, returned)
         return step
@@ -330,7 +342,6 @@ class Harness:
         runner, batch = self.runner, self.batch
         ns.update(prefill_sampled_token_ids=[], prefill_sampled_requests=[], decode_sampled_token_ids=[],
                   decode_sampled_requests=[], logprobs_segments=[], logits_prompt=[], logits_decode=[])
-        structured = runner.use_structured_output  # the logits are joined and sampled in one call
         rows: dict[str, int] = {}
         for bc in contents:
             if not bc.req_ids:
@@ -341,7 +352,7 @@ class Harness:
             for rid in bc.req_ids:
                 rows[rid] = logits_requests.count(rid)
             logits = self.model.logits(positions)
-            if structured:
+            if runner.use_structured_output:  # one sampler call after the loop (the structured block)
                 ns["logits_prompt"].append(logits)
                 ns["prefill_sampled_requests"].extend(logits_requests)
             elif logits.numel() > 0:
@@ -353,7 +364,7 @@ class Harness:
             decode = [(rid, int(batch.num_computed_tokens_cpu[i])) for i, rid in enumerate(pd_info.decode_req_ids)]
             padded = decode + [decode[0]] * (max(num_decodes, 4) - num_decodes)  # a decode bucket of 4
             logits = self.model.logits(padded)
-            if structured:
+            if runner.use_structured_output:
                 ns["logits_decode"].append(logits[:num_decodes])
             else:
                 out, _ = runner._run_sampling(batch_changed, logits, pd_info.decode_req_ids, logits.shape[0])

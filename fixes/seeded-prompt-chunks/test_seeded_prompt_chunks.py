@@ -21,6 +21,8 @@ Run: ``GAUDI_FIXES_ROOT=<dir holding vllm/ and vllm_gaudi/> pytest fixes/seeded-
 
 from __future__ import annotations
 
+import types
+
 import pytest
 from fixtures import root  # noqa: F401  (pytest fixture)
 
@@ -32,6 +34,8 @@ SEED = 1234
 # (scheduling, every step has a structured-output request)
 MODES = [("sync", False), ("sync", True), ("async", False)]
 MODE_IDS = ["sync", "sync-structured", "async"]
+# a step with a structured-output request (no bitmask rows: only the runner's path changes)
+GRAMMAR = types.SimpleNamespace(structured_output_request_ids=[], grammar_bitmask=None)
 
 
 def _describe(mode: str, structured: bool) -> str:
@@ -46,12 +50,12 @@ def _new(root, mode: str) -> harness.Harness:  # noqa: F811
 
 
 def _chunked(root, mode: str, structured: bool, chunks: list[int]) -> list[int]:  # noqa: F811
-    h = _new(root, mode)
-    h.step({"D": 6, "S": chunks[0]}, structured)
+    h, g = _new(root, mode), GRAMMAR if structured else None
+    h.step({"D": 6, "S": chunks[0]}, g)
     for n in chunks[1:]:
-        h.step({"D": 1, "S": n}, structured)
+        h.step({"D": 1, "S": n}, g)
     while len(h.output("S")) < DECODES:
-        h.step({"D": 1, "S": 1}, structured)
+        h.step({"D": 1, "S": 1}, g)
     return h.output("S")[:DECODES]
 
 
@@ -66,21 +70,21 @@ def test_seeded_tokens_do_not_depend_on_prompt_chunking(root, mode, structured):
 
 
 def _resumed(root, mode: str, structured: bool, preempt: bool) -> list[int]:  # noqa: F811
-    h = _new(root, mode)
-    h.step({"D": 6, "S": PROMPT}, structured)
+    h, g = _new(root, mode), GRAMMAR if structured else None
+    h.step({"D": 6, "S": PROMPT}, g)
     for _ in range(3):
-        h.step({"D": 1, "S": 1}, structured)  # S has 4 tokens of output
+        h.step({"D": 1, "S": 1}, g)  # S has 4 tokens of output
     if preempt:
         h.scheduler.preempt("S")
-        h.step({"D": 1}, structured)
+        h.step({"D": 1}, g)
         rest = len(h.scheduler.requests["S"].tokens) - h.scheduler.hit("S")
         assert rest > 2, "the resume must recompute more than one token for two chunks"
-        h.step({"D": 1, "S": rest - rest // 2}, structured)  # the first chunk does not reach S's end
-        h.step({"D": 1, "S": rest // 2}, structured)
+        h.step({"D": 1, "S": rest - rest // 2}, g)  # the first chunk does not reach S's end
+        h.step({"D": 1, "S": rest // 2}, g)
     else:
-        h.step({"D": 1}, structured)
+        h.step({"D": 1}, g)
     while len(h.output("S")) < DECODES + 2:
-        h.step({"D": 1, "S": 1}, structured)
+        h.step({"D": 1, "S": 1}, g)
     return h.output("S")[:DECODES + 2]
 
 

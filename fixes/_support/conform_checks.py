@@ -1,0 +1,572 @@
+"""The conformance suite's checks: each one function registered in ``CHECKS`` with the feature it
+reports under and what it looks at; the feature list of the report comes from this table.
+
+Scopes:
+
+- ``call``: one sampler call as one side handed it (``Call``: the logits rows with the request and
+  position each was taken from, the sampling metadata, the sampler's output), held against what
+  each request asked; run on the HPU side and on vLLM's GPU path (there its findings are the
+  reference's disagreement with the request, never counted against HPU);
+- ``views``: per request, what the sampler sees (``views``), HPU against vLLM's GPU path of the
+  same step;
+- ``step``: what each request was handed back at the end of the step;
+- ``run``: each request's whole token stream, HPU against vLLM's GPU path.
+
+A check returns sentences, each one difference. A new check is one function and one row.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any, Callable, Iterable, Optional
+
+import torch
+
+from conform_schedule import EOS, VOCAB
+
+NEG_INF = float("-inf")
+RAISED = "raised"
+
+
+@dataclasses.dataclass
+class Request:
+    """A request of the schedule as the suite knows it: what it asked, its grammar."""
+
+    rid: str
+    asked: dict[str, Any]
+    grammar: Optional[list[int]]
+    prompt: list[int]
+
+    @property
+    def seeded(self) -> bool:
+        return "seed" in self.asked and self.asked["temperature"] > 0
+
+    def describe(self, key: str) -> str:
+        return f"request {self.rid} asked {key}={self.asked[key]}"
+
+
+@dataclasses.dataclass
+class Call:
+    """One sampler call: its rows (request and position per logits row; ``None`` for a row of no
+    request), what it was handed, what it returned, and the side's state then."""
+
+    side: str  # "HPU" or "GPU"
+    where: str
+    rows: list[Optional[str]]
+    positions: list[int]
+    logits: torch.Tensor  # as handed to the sampler
+    probe: torch.Tensor  # per row, noise fixed by its request and position: what the processors are tried on
+    md: Any
+    states: dict[str, Any]  # the side's CachedRequestState per request id
+    generated: dict[str, list[int]]  # each request's output before this step, as its scheduler knows it
+    structured: list[str]  # the step's structured-output request ids, when this is that step's one call
+    ends: dict[str, tuple[int, int]] = dataclasses.field(default_factory=dict)  # per request: computed after
+    # the chunk, and its tokens (prompt and output) at this step
+    tokens: Optional[list[int]] = None  # sampled per row
+    logprobs: Any = None
+    error: Optional[str] = None
+
+    def discarded(self, rid: str) -> bool:
+        """Whether request `rid`'s first row is one whose token is dropped (its chunk does not
+        reach the request's end): such a row may be handed no generator."""
+        ends = self.ends.get(rid)
+        return ends is not None and ends[0] < ends[1]
+
+    def first_rows(self) -> Iterable[tuple[int, str]]:
+        """(row, request) for each request's first row: later ones are padding or recompute rows."""
+        seen: set[str] = set()
+        for i, rid in enumerate(self.rows):
+            if rid is not None and rid not in seen:
+                seen.add(rid)
+                yield i, rid
+
+
+@dataclasses.dataclass
+class Ctx:
+    """What every check may read: the schedule's requests, vLLM's bad-words op."""
+
+    requests: dict[str, Request]
+    bad_words: Callable[..., None]
+    mode: str
+    number: int = 0  # the step being judged
+    # Requests vLLM's GPU path itself mishandled (its own checks disagreed with the request): their
+    # history there is not the reference's.
+    suspect: set[str] = dataclasses.field(default_factory=set)
+
+
+@dataclasses.dataclass
+class Check:
+    feature: Optional[str]  # None: each difference names its feature
+    scope: str  # call | views | step | pair_step | run
+    fn: Callable[..., Iterable[str]]
+
+
+CHECKS: list[Check] = []
+
+
+def check(feature: Optional[str], scope: str) -> Callable[[Callable[..., Iterable[str]]], Callable[..., Iterable[str]]]:
+    def register(fn: Callable[..., Iterable[str]]) -> Callable[..., Iterable[str]]:
+        CHECKS.append(Check(feature, scope, fn))
+        return fn
+    return register
+
+
+def features() -> list[str]:
+    """Every feature the checks report under, in table order, then ``raised``."""
+    out: list[str] = []
+    for c in CHECKS:
+        if c.feature is not None and c.feature not in out:
+            out.append(c.feature)
+    return out + [RAISED]
+
+
+# Which feature a SamplingParams keyword exercises.
+PARAM_FEATURE = {"temperature": "temperature/top_k/top_p", "top_k": "temperature/top_k/top_p",
+                 "top_p": "temperature/top_k/top_p", "seed": "seeds", "frequency_penalty": "penalties",
+                 "presence_penalty": "penalties", "repetition_penalty": "penalties", "min_p": "min_p",
+                 "logit_bias": "logit_bias", "min_tokens": "min_tokens", "logprobs": "logprobs",
+                 "bad_words_token_ids": "bad_words", "allowed_token_ids": "allowed_token_ids"}
+
+
+def asked_for(r: Request, feature: str) -> str:
+    keys = [k for k in r.asked if PARAM_FEATURE[k] == feature]
+    return ", ".join(f"{k}={r.asked[k]}" for k in keys) or f"no {feature}"
+
+
+def allowed_text(row: Optional[torch.Tensor]) -> str:
+    if row is None:
+        return "every token"
+    ids = torch.nonzero(~row[:VOCAB].bool()).flatten().tolist()
+    return str(ids) if len(ids) < VOCAB else "every token"
+
+
+def logit_bias(r: Request) -> dict[int, float]:
+    return {int(t): b for t, b in r.asked.get("logit_bias", {}).items()}
+
+
+# --- what the sampler sees, per request of a call ----------------------------------------------
+
+
+@dataclasses.dataclass
+class Processed:
+    """The call's logits through its logits processors and bad_words (``None`` where they raised)."""
+
+    greedy: Optional[torch.Tensor]  # after the non-argmax-invariant processors (a greedy row's view)
+    random: Optional[torch.Tensor]  # after all of them
+    banned: Optional[torch.Tensor]
+    error: Optional[str]
+    bad_words_error: Optional[str]
+
+
+def processed(ctx: Ctx, call: Call) -> Processed:
+    probe = call.probe.clone()
+    md = call.md
+    greedy = random = None
+    error = bad_words_error = None
+    try:
+        out = probe.clone()
+        for proc in md.logitsprocs.non_argmax_invariant:
+            out = proc.apply(out)
+        greedy = out.clone()
+        for proc in md.logitsprocs.argmax_invariant:
+            out = proc.apply(out)
+        random = out
+    except Exception as e:  # noqa: BLE001 - the sampler would raise it
+        error = f"{type(e).__name__}: {e}"
+    banned: Optional[torch.Tensor] = probe.clone()
+    try:
+        if md.bad_words_token_ids:
+            ctx.bad_words(banned, md.bad_words_token_ids, md.output_token_ids)
+    except Exception as e:  # noqa: BLE001
+        bad_words_error, banned = f"{type(e).__name__}: {e}", None
+    return Processed(greedy, random, banned, error, bad_words_error)
+
+
+def _cached(call: Call, ctx: Ctx) -> Processed:
+    if not hasattr(call, "_processed"):
+        call._processed = processed(ctx, call)  # type: ignore[attr-defined]
+    return call._processed  # type: ignore[attr-defined]
+
+
+def views(ctx: Ctx, call: Call) -> dict[str, dict[str, Any]]:
+    """Per request of the call, what its row is handed, per feature, in terms both sides share (a
+    generator is named by the request that owns it; tokens by value)."""
+    md, p = call.md, _cached(call, ctx)
+    owner = {id(st.generator): rid for rid, st in call.states.items() if st.generator is not None}
+    out: dict[str, dict[str, Any]] = {}
+    for i, rid in call.first_rows():
+        r = ctx.requests[rid]
+        a = r.asked
+        v: dict[str, Any] = {}
+        # Every row's parameters, whether or not its request asked for them: a leak is a difference.
+        top_k = None if md.top_k is None else int(md.top_k[i])
+        top_p = None if md.top_p is None else round(float(md.top_p[i]), 5)
+        temperature = None if md.temperature is None else float(md.temperature[i])
+        if md.all_greedy:  # the sampler reads no temperature then (vLLM's GPU batch hands none)
+            temperature = 0.0
+        v["temperature/top_k/top_p"] = (
+            None if temperature is None else "greedy" if temperature < 1e-5 else round(temperature, 5),
+            None if top_k is None or top_k <= 0 or top_k >= VOCAB else top_k,
+            None if top_p is None or top_p >= 1.0 else top_p)
+        if a["temperature"] > 0:
+            v["seeds"] = owner.get(id((md.generators or {}).get(i)), "none")
+        # A request drawn by chance (no seed) has other tokens on each side: what depends on its
+        # history is compared as "its own history" or not.
+        chance = (a["temperature"] > 0 and "seed" not in a) or rid in ctx.suspect
+        values = ((0.0, 0.0, 1.0) if md.no_penalties else
+                  tuple(round(float(t[i]), 5) for t in (md.frequency_penalties, md.presence_penalties,
+                                                        md.repetition_penalties)))
+        if "frequency_penalty" in a:
+            seen = _seen(call, i, rid)
+            if chance and seen == call.generated[rid]:
+                seen = "its own output"
+            v["penalties"] = (values, seen)
+        else:
+            v["penalties"] = values
+        want = a.get("logprobs")
+        if want is not None:
+            got = md.max_num_logprobs
+            v["logprobs"] = got is not None and (got == -1 or got >= (VOCAB if want == -1 else want))
+        mask = md.allowed_token_ids_mask
+        v["allowed_token_ids"] = allowed_text(None if mask is None or i >= mask.shape[0] else mask[i])
+        v["bad_words"] = (None if p.banned is None else
+                          sorted(int(t) for t in torch.nonzero(torch.isinf(p.banned[i])).flatten()))
+        if chance and v["bad_words"] is not None and set(v["bad_words"]) == _bad_words_want(r, call.generated[rid]):
+            v["bad_words"] = "its own bad words"
+        if p.error is None:
+            got = p.random[i] if a["temperature"] > 0 else p.greedy[i]
+            v["min_tokens"] = bool(got[EOS] == NEG_INF)
+            v["logit_bias"] = tuple(round(float(got[t] - call.probe[i][t]), 3) for t in sorted(logit_bias(r))
+                                    if torch.isfinite(got[t]))
+            keep = torch.ones(VOCAB, dtype=torch.bool)
+            keep[EOS] = False
+            v["min_p"] = tuple(int(t) for t in torch.nonzero(torch.isinf(got[:VOCAB]) & keep).flatten())
+        out[rid] = v
+    return out
+
+
+# --- call checks: what each request asked -------------------------------------------------------
+
+
+@check("temperature/top_k/top_p", "call")
+def temperature_top_k_top_p(ctx: Ctx, call: Call) -> Iterable[str]:
+    md = call.md
+    for i, rid in call.first_rows():
+        r = ctx.requests[rid]
+        a, t = r.asked, r.asked["temperature"]
+        if t > 0 and md.temperature is not None and abs(float(md.temperature[i]) - t) > 1e-6:
+            yield f"{r.describe('temperature')}; the {call.side} sampler used {float(md.temperature[i]):g}"
+        if "top_k" in a and t > 0 and (md.top_k is None or int(md.top_k[i]) != a["top_k"]):
+            got = "none" if md.top_k is None else int(md.top_k[i])
+            yield f"{r.describe('top_k')}; the {call.side} sampler used {got}"
+        if "top_p" in a and t > 0 and (md.top_p is None or abs(float(md.top_p[i]) - a["top_p"]) > 1e-6):
+            got = "none" if md.top_p is None else f"{float(md.top_p[i]):g}"
+            yield f"{r.describe('top_p')}; the {call.side} sampler used {got}"
+
+
+@check("temperature/top_k/top_p", "call")
+def greedy_and_random(ctx: Ctx, call: Call) -> Iterable[str]:
+    """``all_greedy`` / ``all_random`` hold for the call's rows (the sampler skips one kind)."""
+    kinds = {rid: ctx.requests[rid].asked["temperature"] > 0 for _, rid in call.first_rows()}
+    if call.md.all_greedy and any(kinds.values()):
+        yield (f"the {call.side} sampler was told all_greedy, but request "
+               f"{next(r for r, random in kinds.items() if random)} samples at random")
+    if call.md.all_random and not all(kinds.values()):
+        yield (f"the {call.side} sampler was told all_random, but request "
+               f"{next(r for r, random in kinds.items() if not random)} is greedy")
+
+
+@check("metadata_rows", "call")
+def metadata_rows(ctx: Ctx, call: Call) -> Iterable[str]:
+    """Every per-row tensor of the metadata has a row for each logits row."""
+    rows = len(call.rows)
+    for name in ("temperature", "top_k", "top_p", "frequency_penalties", "presence_penalties", "repetition_penalties",
+                 "allowed_token_ids_mask"):
+        value = getattr(call.md, name, None)
+        if isinstance(value, torch.Tensor) and value.dim() > 0 and value.shape[0] < rows:
+            yield f"the {call.side} sampler got {rows} logits rows but {value.shape[0]} rows of {name}"
+    ids = getattr(call.md, "output_token_ids", None)
+    if not call.md.no_penalties and ids is not None and len(ids) < rows:  # read by the penalties
+        yield f"the {call.side} sampler got {rows} logits rows but {len(ids)} lists of output ids"
+
+
+@check("seeds", "call")
+def seeds(ctx: Ctx, call: Call) -> Iterable[str]:
+    md = call.md
+    first = dict((rid, i) for i, rid in call.first_rows())
+    for i, rid in enumerate(call.rows):
+        if rid is None or not ctx.requests[rid].seeded:
+            continue
+        r, gen = ctx.requests[rid], (md.generators or {}).get(i)
+        own = call.states[rid].generator
+        if first[rid] != i:
+            if gen is own and call.side == "HPU" and call.positions[i] == call.positions[first[rid]]:
+                yield (f"{r.describe('seed')}; a padding row of the decode bucket drew from its generator too, so "
+                       "its tokens depend on the bucket's padding")
+        elif gen is not own and not (gen is None and call.discarded(rid)):
+            yield (f"{r.describe('seed')}; the {call.side} sampler drew from "
+                   f"{'no generator' if gen is None else chr(39).join(['another request', 's generator'])}")
+
+
+def _seen(call: Call, i: int, rid: str) -> Optional[list[int]]:
+    md = call.md
+    seen = md.output_token_ids[i] if i < len(md.output_token_ids or []) else None
+    if seen is None:
+        return None
+    # As the sampler receives them: an async placeholder (-1) left in is a difference (vLLM's
+    # penalties and bad_words would read it as a token).
+    return list(seen)
+
+
+@check("penalties", "call")
+def penalties(ctx: Ctx, call: Call) -> Iterable[str]:
+    md = call.md
+    for i, rid in call.first_rows():
+        r = ctx.requests[rid]
+        a = r.asked
+        if "frequency_penalty" not in a:
+            continue
+        seen = _seen(call, i, rid)
+        if seen is None or seen != call.generated[rid]:
+            yield (f"request {rid} has generated {call.generated[rid]}; the {call.side} sampler saw "
+                   f"{'nothing' if seen is None else seen} for its penalties")
+        if md.no_penalties:
+            yield f"{r.describe('frequency_penalty')}; the {call.side} sampler applied no penalties"
+        elif abs(float(md.frequency_penalties[i]) - a["frequency_penalty"]) > 1e-6:
+            yield f"{r.describe('frequency_penalty')}; the {call.side} sampler used {float(md.frequency_penalties[i]):g}"
+
+
+@check("penalties", "call")
+def prompt_ids(ctx: Ctx, call: Call) -> Iterable[str]:
+    """The prompt ids the penalties read (``prompt_token_ids``, padded with the vocabulary size)
+    are the request's prompt, as far as they count: the repetition penalty reads the tokens of
+    the prompt and the output together (a recompute from 0 may count earlier output as prompt)."""
+    md = call.md
+    if md.no_penalties or md.prompt_token_ids is None:
+        return
+    for i, rid in call.first_rows():
+        r = ctx.requests[rid]
+        if "frequency_penalty" not in r.asked or i >= md.prompt_token_ids.shape[0]:
+            continue
+        seen = [int(t) for t in md.prompt_token_ids[i] if 0 <= int(t) < VOCAB]
+        generated = set(call.generated[rid])
+        if set(seen) | generated != set(r.prompt) | generated:
+            yield (f"request {rid} has the prompt {r.prompt}; the {call.side} sampler's penalties read the prompt "
+                   f"{seen}")
+
+
+@check("logprobs", "call")
+def logprobs(ctx: Ctx, call: Call) -> Iterable[str]:
+    got = call.md.max_num_logprobs
+    for _, rid in call.first_rows():
+        r = ctx.requests[rid]
+        want = r.asked.get("logprobs")
+        if want is not None and (got is None or (got != -1 and got < (VOCAB if want == -1 else want))):
+            yield f"{r.describe('logprobs')}; the {call.side} sampler serves {'none' if got is None else got}"
+
+
+@check("allowed_token_ids", "call")
+def allowed_token_ids(ctx: Ctx, call: Call) -> Iterable[str]:
+    mask = call.md.allowed_token_ids_mask
+    for i, rid in call.first_rows():
+        allowed = ctx.requests[rid].asked.get("allowed_token_ids")
+        row = None if mask is None or i >= mask.shape[0] else mask[i]
+        if allowed is not None:
+            want = torch.ones(VOCAB, dtype=torch.bool)
+            want[allowed] = False
+            if row is None or not torch.equal(row[:VOCAB].bool(), want):
+                yield f"request {rid} asked allowed_token_ids={allowed}; the {call.side} sampler allowed {allowed_text(row)}"
+        elif row is not None and bool(row.any()):
+            yield f"request {rid} asked no allowed_token_ids; the {call.side} sampler allowed only {allowed_text(row)}"
+
+
+def _expected(ctx: Ctx, call: Call, i: int, rid: str) -> torch.Tensor:
+    """Row `i` as request `rid`'s own parameters would process it: logit_bias, min_tokens, min_p."""
+    r = ctx.requests[rid]
+    a = r.asked
+    x = call.probe[i].clone()
+    for tok, b in logit_bias(r).items():
+        x[tok] += b
+    if len(call.generated[rid]) < a.get("min_tokens", 0):
+        x[EOS] = NEG_INF
+    if "min_p" in a and a["temperature"] > 0:
+        p = torch.softmax(x, -1)
+        x = x.masked_fill(p < a["min_p"] * p.max(), NEG_INF)
+    return x
+
+
+def _processed_rows(ctx: Ctx, call: Call) -> Iterable[tuple[str, Request, torch.Tensor, torch.Tensor]]:
+    """Per request of the call: its row as the call's processors left it (the greedy view for a
+    greedy request) and as its own parameters would (``_expected``); nothing where they raised."""
+    p = _cached(call, ctx)
+    if p.error is not None:
+        return
+    for i, rid in call.first_rows():
+        r = ctx.requests[rid]
+        yield rid, r, (p.random[i] if r.asked["temperature"] > 0 else p.greedy[i]), _expected(ctx, call, i, rid)
+
+
+@check("min_p", "call")
+def min_p(ctx: Ctx, call: Call) -> Iterable[str]:
+    p = _cached(call, ctx)
+    if p.error is not None:
+        yield f"the {call.side} sampler's logits processors raised {p.error}"
+    for rid, r, got, x in _processed_rows(ctx, call):
+        a = r.asked
+        keep = torch.ones(got.shape[0], dtype=torch.bool)  # EOS is min_tokens' (its own check)
+        keep[EOS] = not a.get("min_tokens")
+        if "min_p" in a and not torch.equal(torch.isinf(got)[keep], torch.isinf(x)[keep]):
+            applied = "none" if not torch.isinf(got).any() else "another mask"
+            yield f"{r.describe('min_p')}; the {call.side} sampler applied {applied}"
+        if "min_p" not in a and not a.get("min_tokens") and bool(torch.isinf(got).any()):
+            yield (f"request {rid} asked no min_p and no min_tokens; the {call.side} sampler masked "
+                   f"{int(torch.isinf(got).sum())} tokens")
+
+
+@check("logit_bias", "call")
+def logit_bias_check(ctx: Ctx, call: Call) -> Iterable[str]:
+    for rid, r, got, x in _processed_rows(ctx, call):
+        for tok, b in logit_bias(r).items():
+            if torch.isfinite(x[tok]) and abs(float(got[tok] - x[tok])) > 1e-4:
+                yield (f"request {rid} asked logit_bias={{{tok}: {b:g}}}; the {call.side} sampler added "
+                       f"{float(got[tok] - x[tok]) + b:g}")
+
+
+@check("min_tokens", "call")
+def min_tokens(ctx: Ctx, call: Call) -> Iterable[str]:
+    for rid, r, got, x in _processed_rows(ctx, call):
+        if r.asked.get("min_tokens") and (got[EOS] == NEG_INF) != (x[EOS] == NEG_INF):
+            masked = "masked EOS" if got[EOS] == NEG_INF else "allowed EOS"
+            yield (f"request {rid} asked min_tokens={r.asked['min_tokens']} and has generated "
+                   f"{len(call.generated[rid])}; the {call.side} sampler {masked}")
+
+
+@check("bad_words", "call")
+def bad_words(ctx: Ctx, call: Call) -> Iterable[str]:
+    p = _cached(call, ctx)
+    if p.bad_words_error is not None:
+        yield f"the {call.side} sampler's bad_words step raised {p.bad_words_error}"
+        return
+    for i, rid in call.first_rows():
+        r = ctx.requests[rid]
+        words = r.asked.get("bad_words_token_ids", [])
+        generated = call.generated[rid]
+        if any(len(w) > 1 for w in words):
+            seen = _seen(call, i, rid)
+            if seen is None or seen != generated:
+                yield (f"request {rid} has generated {generated}; the {call.side} sampler saw "
+                       f"{'nothing' if seen is None else seen} for its multi-token bad_words")
+        want = _bad_words_want(r, generated)
+        have = {int(t) for t in torch.nonzero(torch.isinf(p.banned[i])).flatten()}
+        if want != have:
+            asked = f"asked bad_words={words} after {generated[-2:]}" if words else "asked no bad_words"
+            yield f"request {rid} {asked}; the {call.side} sampler blocked {sorted(have) or 'nothing'}"
+
+
+def _bad_words_want(r: Request, generated: list[int]) -> set[int]:
+    """The tokens request `r`'s bad_words block after `generated`."""
+    return {w[-1] for w in r.asked.get("bad_words_token_ids", []) if len(w) == 1 or generated[-(len(w) - 1):] == w[:-1]}
+
+
+@check("structured_output", "call")
+def grammar_rows(ctx: Ctx, call: Call) -> Iterable[str]:
+    """The grammar bitmask went on each structured request's own row, and on no other."""
+    if call.side != "HPU" or not call.structured:
+        return
+    for i, rid in call.first_rows():
+        r = ctx.requests[rid]
+        want = set() if rid not in call.structured else set(range(2, VOCAB)) - set(r.grammar or [])
+        have = {int(t) + 2 for t in torch.nonzero(torch.isneginf(call.logits[i, 2:VOCAB])).flatten()}
+        if want != have:
+            asked = (f"request {rid} is structured (its grammar allows {r.grammar})" if rid in call.structured else
+                     f"request {rid} has no grammar this step")
+            yield (f"{asked}; the grammar bitmask on its row "
+                   f"{'masked nothing' if not have else 'allows ' + str(sorted(set(range(2, VOCAB)) - have))}")
+
+
+# --- HPU against vLLM's GPU path -----------------------------------------------------------------
+
+
+@check(None, "views")
+def same_views(ctx: Ctx, hpu: Call, gpu: Call, gpu_own: set[tuple[str, str]]) -> Iterable[tuple[str, str]]:
+    """Per request of the HPU call, what its row is handed against its row of vLLM's GPU path
+    (same step), feature by feature. Where the GPU path itself disagrees with the request
+    (`gpu_own`: (feature, request) its own call checks found), the difference is the reference's:
+    yielded under ``gpu_disagrees``."""
+    theirs = views(ctx, gpu)
+    for rid, v in views(ctx, hpu).items():
+        g = theirs.get(rid, {})
+        discarded = hpu.discarded(rid)
+        for feature, value in v.items():
+            if feature not in g or g[feature] == value or (feature == "seeds" and discarded and value == "none"):
+                continue
+            sentence = (f"request {rid} ({asked_for(ctx.requests[rid], feature)}): the HPU path hands the "
+                        f"sampler {value!r} for {feature}, vLLM's GPU path {g[feature]!r}")
+            yield ("gpu_disagrees" if (feature, rid) in gpu_own else feature), sentence
+
+
+@check("returned_tokens", "step")
+def returned_tokens(ctx: Ctx, step: Any) -> Iterable[str]:
+    """What the runner hands back per request: the token sampled at its last position when the
+    chunk reaches its end (a decode, a prompt or a recompute that finishes), nothing otherwise."""
+    drawn = step.drawn()
+    for rid, n in step.scheduled.items():
+        done, end = step.ends[rid]
+        have = step.returned.get(rid, [])
+        if step.completes(rid):
+            token = drawn.get((rid, end - 1))
+            want = [] if token is None else [token]
+            why = (f"it sampled {want} at its last position {end - 1}" if token is not None
+                   else f"its last position {end - 1} was never sampled")
+            what = f"request {rid}"
+        else:
+            want, why = [], "a token predicted mid-prompt"
+            what = f"request {rid} ({done} of its {end} tokens computed)"
+        if have != want:
+            yield f"{what} got {have} back, {why}"
+
+
+@check("logprobs", "step")
+def logprobs_served(ctx: Ctx, step: Any) -> Iterable[str]:
+    """The logprobs a request is served are for the token it got back."""
+    for rid, toks in step.returned.items():
+        if ctx.requests[rid].asked.get("logprobs") is None or not toks or rid not in step.logprobs:
+            continue
+        served = step.logprobs[rid][0][:1]
+        if served != toks[:1]:
+            yield f"request {rid} got {toks[0]} back; the logprobs it was served are for token {served}"
+
+
+@check("logprobs", "pair_step")
+def logprob_values(ctx: Ctx, hpu: Any, gpu: Any, suspect: set[str]) -> Iterable[str]:
+    """The logprob values each request is served, against vLLM's GPU path for the same token (not
+    for a request drawn by chance, whose earlier tokens differ, nor one the GPU path itself
+    mishandled)."""
+    for rid, (ids, values) in hpu.logprobs.items():
+        r = ctx.requests[rid]
+        if (r.asked.get("logprobs") is None or not hpu.returned.get(rid) or rid not in gpu.logprobs
+                or rid in suspect or (r.asked["temperature"] > 0 and not r.seeded)):
+            continue
+        gids, gvalues = gpu.logprobs[rid]
+        if ids[:1] == gids[:1] and any(abs(a - b) > 1e-3 for a, b in zip(values[:1], gvalues[:1])):
+            yield (f"request {rid} is served logprob {values[0]} for token {ids[0]}; vLLM's GPU path serves "
+                   f"{gvalues[0]}")
+
+
+@check("seeded_tokens", "run")
+def seeded_tokens(ctx: Ctx, hpu: dict[str, list[int]], gpu: dict[str, list[int]],
+                  suspect: set[str]) -> Iterable[tuple[str, str]]:
+    """Each request whose tokens do not depend on chance (greedy, or seeded) gets the tokens vLLM's
+    GPU path gives it for the same schedule; a seeded one's under ``seeded_tokens``, a greedy one's
+    under ``returned_tokens``. Not for a request the GPU path itself mishandled (`suspect`: its
+    own checks disagreed with the request)."""
+    for rid, r in ctx.requests.items():
+        if rid not in hpu or rid not in gpu or rid in suspect or not (r.seeded or r.asked["temperature"] == 0):
+            continue
+        n = min(len(hpu[rid]), len(gpu[rid]))
+        if hpu[rid][:n] != gpu[rid][:n] or len(hpu[rid]) != len(gpu[rid]):
+            at = next((k for k in range(n) if hpu[rid][k] != gpu[rid][k]), n)
+            asked = f"seed={r.asked['seed']}" if r.seeded else "temperature=0"
+            yield ("seeded_tokens" if r.seeded else "returned_tokens",
+                   f"request {rid} ({asked}) got {hpu[rid]} where vLLM's GPU path gives it {gpu[rid]} "
+                   f"(first difference at token {at})")

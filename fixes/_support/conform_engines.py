@@ -1,0 +1,380 @@
+"""The conformance suite's two engines, each running one schedule (conform_schedule.py) step by
+step and recording every sampler call (conform_checks.Call) and what each request got back.
+
+- ``HpuEngine``: the harness (harness.py): vllm_gaudi's real ``_update_states`` fed by vLLM's real
+  ``SchedulerOutput``, its real ``InputBatch``, ``sample_tokens``' blocks (prompt chunks' logits
+  rows, the structured-output block with the runner's own ``apply_grammar_bitmask``, the tail that
+  hands tokens back, ``_build_logprobs_output``), under the schedule's sync or async scheduling.
+- ``GpuEngine``: vLLM's own GPU path of the tree: ``gpu_input_batch.InputBatch`` updated from the
+  same kind of ``SchedulerOutput`` as ``GPUModelRunner._update_states`` does, one logits row per
+  scheduled request at its last scheduled position (``query_start_loc[1:] - 1``), a row whose chunk
+  does not reach the request's end discarded with its generator put back (``_bookkeeping_sync``'s
+  rewind), the sampled token appended to the request's output ids. Always sync: it is the
+  reference.
+
+Both sides: vLLM's ``SamplingParams`` of the tree, the same forward pass (``MarkedModel``: a logits
+row is a fixed function of the request's tokens up to its position, and carries a mark saying
+which request and position it was taken for) and vLLM's own ``Sampler`` drawing (each seeded row
+from the generator it is handed).
+"""
+
+from __future__ import annotations
+
+import copy
+import dataclasses
+import sys
+import types
+from pathlib import Path
+from typing import Any, Optional
+
+import numpy as np
+import torch
+
+import harness
+import lift
+from conform_checks import Call
+from conform_schedule import EOS, MAX_REQS, VOCAB
+
+MARK = 1000.0  # column 0 of a logits row holds -(MARK + code(request, position)); token 0 is never drawn
+POSITIONS = 128
+GPU_RUNNER_REL = Path("vllm/v1/worker/gpu_model_runner.py")
+
+
+def mark(rid: str, position: int) -> float:
+    return -(MARK + int(rid[1:]) * POSITIONS + position)
+
+
+def unmark(value: float) -> tuple[Optional[str], int]:
+    code = int(round(-value - MARK))
+    if code < 0 or not np.isfinite(value):
+        return None, -1
+    return f"r{code // POSITIONS}", code % POSITIONS
+
+
+class MarkedModel(harness.Model):
+    """The harness's forward pass, each row marked with its request and position in column 0."""
+
+    def row(self, rid: str, position: int) -> torch.Tensor:
+        x = super().row(rid, position)
+        x[0] = mark(rid, position)
+        return x
+
+
+def sampling_params(vllm: Any, asked: dict[str, Any]) -> Any:
+    """vLLM's SamplingParams of the tree for what a request asked, with what the engine's
+    input processing adds (the stop ids from the generation config, bad words as token ids)."""
+    kw = {k: v for k, v in asked.items() if k != "bad_words_token_ids"}
+    if "logit_bias" in kw:
+        kw["logit_bias"] = {int(t): b for t, b in kw["logit_bias"].items()}
+    params = vllm.SamplingParams(**kw)
+    params._all_stop_token_ids = {EOS}
+    params._eos_token_id = EOS
+    if "bad_words_token_ids" in asked:
+        params._bad_words_token_ids = [list(w) for w in asked["bad_words_token_ids"]]
+    return params
+
+
+@dataclasses.dataclass
+class StepOut:
+    """What one step of one engine did."""
+
+    scheduled: dict[str, int]
+    ends: dict[str, tuple[int, int]]  # per request: computed after the chunk, its tokens at this step
+    calls: list[Call]
+    returned: dict[str, list[int]]  # the tokens each scheduled request got back
+    logprobs: dict[str, tuple[list[int], list[float]]]  # served per request: token ids, logprobs
+    structured: bool = False
+
+    @property
+    def computed(self) -> dict[str, int]:
+        return {rid: self.ends[rid][0] - n for rid, n in self.scheduled.items()}
+
+    def completes(self, rid: str) -> bool:
+        done, total = self.ends[rid]
+        return done >= total
+
+    def drawn(self) -> dict[tuple[str, int], int]:
+        """The token drawn per (request, position), from the first row taken there."""
+        out: dict[tuple[str, int], int] = {}
+        for call in self.calls:
+            for rid, q, t in zip(call.rows, call.positions, call.tokens or []):
+                if rid is not None:
+                    out.setdefault((rid, q), int(t))
+        return out
+
+
+def ends(scheduler: harness.Scheduler, scheduled: dict[str, int]) -> dict[str, tuple[int, int]]:
+    """Per scheduled request: where its chunk ends and how many tokens it has (prompt and output),
+    a resumed one's computed tokens being its prefix-cache hit."""
+    out = {}
+    for rid, n in scheduled.items():
+        r = scheduler.requests[rid]
+        computed = scheduler.hit(rid) if r.preempted else r.computed
+        out[rid] = (computed + n, len(r.tokens))
+    return out
+
+
+def probe(rows: Any, positions: Any) -> torch.Tensor:
+    """Per row, noise fixed by its request and position (the same on both sides): what the checks
+    try each row's logits processors on."""
+    out = torch.zeros(len(rows), VOCAB)
+    for i, (rid, q) in enumerate(zip(rows, positions)):
+        if rid is not None:
+            out[i] = torch.randn(VOCAB, generator=torch.Generator().manual_seed(int(rid[1:]) * POSITIONS + q)) * 3
+    return out
+
+
+class Recorder:
+    """The sampler both runners call: records what it is handed (a ``Call``) and draws with vLLM's
+    ``Sampler``."""
+
+    def __init__(self, side: str, sampler: Any, engine: Any):
+        self.side, self.sampler, self.engine = side, sampler, engine
+        self.calls: list[Call] = []
+
+    def __call__(self, logits: torch.Tensor, sampling_metadata: Any, **_: Any) -> Any:
+        rows, positions = zip(*(unmark(float(v)) for v in logits[:, 0])) if logits.shape[0] else ((), ())
+        e = self.engine
+        # The output ids are the requests' live lists, which grow after the call: kept as handed.
+        md = copy.copy(sampling_metadata)
+        if getattr(md, "output_token_ids", None) is not None:
+            md.output_token_ids = [list(ids) for ids in md.output_token_ids]
+        call = Call(self.side, e.where(), list(rows), list(positions), logits.clone(), probe(rows, positions), md,
+                    dict(e.states()), {rid: list(o) for rid, o in e.outputs().items()},
+                    e.structured_ids(), dict(e.ends))
+        self.calls.append(call)
+        out = self.sampler(logits, sampling_metadata)
+        call.tokens = out.sampled_token_ids.flatten().tolist()
+        call.logprobs = out.logprobs_tensors
+        return out
+
+
+class HpuEngine:
+    """vllm_gaudi's runner through the harness, fed the schedule."""
+
+    side = "HPU"
+
+    def __init__(self, root: Path, schedule: dict[str, Any], sampler: Any):
+        self.schedule, self.mode = schedule, schedule["mode"]
+        self.h = harness.Harness(root, self.mode, grammar=True, vocab=VOCAB)
+        self.h.model = MarkedModel(self.h.scheduler, VOCAB)
+        self.recorder = self.h.runner.sampler = Recorder("HPU", sampler, self)
+        self.number, self.structured, self.ends = 0, [], {}
+
+    def where(self) -> str:
+        kind = "structured-output" if self.h.runner.use_structured_output else "sampler"
+        return f"step {self.number} ({self.mode}, {kind} call)"
+
+    def states(self) -> dict[str, Any]:
+        return self.h.runner.requests
+
+    def structured_ids(self) -> list[str]:
+        """The step's structured requests, when the call is the structured-output step's one call."""
+        return list(self.structured) if self.h.runner.use_structured_output else []
+
+    def outputs(self) -> dict[str, list[int]]:
+        return {rid: r.output for rid, r in self.h.scheduler.requests.items()}
+
+    def step(self, number: int, step: dict[str, Any]) -> StepOut:
+        h, requests = self.h, self.schedule["requests"]
+        self.number, self.structured = number, list(step["structured"])
+        for rid in step["finish"]:
+            h.scheduler.finish(rid)
+        for rid in step["preempt"]:
+            h.scheduler.preempt(rid)
+        for rid in step["arrive"]:
+            h.scheduler.add(rid, requests[rid]["prompt"], sampling_params(h.vllm, requests[rid]["params"]))
+        self.recorder.calls = []
+        scheduled = step["scheduled"]
+        self.ends = ends(h.scheduler, scheduled)
+        if not scheduled:
+            return StepOut({}, {}, [], {}, {})
+        grammar = grammar_output(step["structured"], requests) if step["structured"] else None
+        out = h.step(scheduled, grammar_output=grammar)
+        batch = h.batch
+        served = h.runner._build_logprobs_output(out.ns["logprobs_segments"], max(batch.req_id_to_index.values()) + 1)
+        logprobs = {}
+        if served is not None:
+            for rid, i in batch.req_id_to_index.items():
+                if i < len(served.logprob_token_ids):
+                    logprobs[rid] = ([int(t) for t in served.logprob_token_ids[i]],
+                                     [round(float(v), 4) for v in served.logprobs[i]])
+        return StepOut(dict(scheduled), self.ends, list(self.recorder.calls), out.returned, logprobs,
+                       bool(h.runner.use_structured_output))
+
+
+def grammar_output(ids: list[str], requests: dict[str, Any]) -> Any:
+    """The scheduler's GrammarOutput: per structured request, in its order, its bitmask row
+    (columns 0 and 1 always allowed: column 0 carries the row's mark)."""
+    words = (VOCAB + 31) // 32
+    bitmask = np.zeros((len(ids), words), dtype=np.uint32)
+    for j, rid in enumerate(ids):
+        for t in (0, 1, *requests[rid]["grammar"]):
+            bitmask[j, t // 32] |= np.uint32(1 << (t % 32))
+    return types.SimpleNamespace(structured_output_request_ids=list(ids), grammar_bitmask=bitmask.view(np.int32))
+
+
+class GpuModules:
+    """vLLM's own GPU-path modules of the tree (vllm/ under the root), imported for real with the
+    pinned pure-Python deps; only what cannot run on CPU is turned off (pinned memory). One tree
+    per process: vLLM is imported by name."""
+
+    _loaded: dict[Path, Any] = {}
+
+    @classmethod
+    def get(cls, root: Path) -> Any:
+        if root not in cls._loaded:
+            if cls._loaded:
+                raise RuntimeError("one vllm tree per process: the GPU reference imports `vllm` by name")
+            vllm = harness.Vllm.get(root)  # sys.path, bytecode cache outside the tree, quiet logging
+            import logging
+            import warnings
+            logging.disable(logging.WARNING)
+            warnings.simplefilter("ignore")
+            import vllm.v1.worker.gpu_input_batch as gib
+            from vllm.v1.sample.logits_processor import build_logitsprocs
+            from vllm.v1.sample.sampler import Sampler
+            for name, module in list(sys.modules.items()):
+                if name.startswith("vllm") and module is not None:
+                    if hasattr(module, "PIN_MEMORY"):
+                        module.PIN_MEMORY = False
+                    if hasattr(module, "is_pin_memory_available"):
+                        module.is_pin_memory_available = lambda: False
+            cls._loaded[root] = types.SimpleNamespace(gib=gib, vllm=vllm, build_logitsprocs=build_logitsprocs,
+                                                      Sampler=Sampler,
+                                                      saved={n: m for n, m in sys.modules.items()
+                                                             if n == "vllm" or n.startswith("vllm.")})
+        return cls._loaded[root]
+
+
+class GpuEngine:
+    """vLLM's GPU path of the tree fed the same schedule (sync: the reference)."""
+
+    side = "GPU"
+
+    def __init__(self, root: Path, schedule: dict[str, Any], sampler: Any):
+        m = self.m = GpuModules.get(root)
+        self.schedule, self.mode = schedule, "sync"
+        self.scheduler = harness.Scheduler(m.vllm)
+        self.model = MarkedModel(self.scheduler, VOCAB)
+        config = types.SimpleNamespace(scheduler_config=types.SimpleNamespace(max_num_seqs=MAX_REQS),
+                                       speculative_config=None)
+        kw: dict[str, Any] = dict(max_num_reqs=MAX_REQS, max_model_len=harness.MAX_MODEL_LEN,
+                                  max_num_batched_tokens=256, device=torch.device("cpu"), vocab_size=VOCAB,
+                                  block_sizes=[harness.BLOCK],
+                                  max_num_blocks_per_req=[harness.MAX_MODEL_LEN // harness.BLOCK],
+                                  logitsprocs=m.build_logitsprocs(config, torch.device("cpu"), False, False, ()))
+        if "kernel_block_sizes" in _parameters(m.gib.InputBatch.__init__):
+            kw["kernel_block_sizes"] = [harness.BLOCK]
+        if "pin_memory" in _parameters(m.gib.InputBatch.__init__):
+            kw["pin_memory"] = False
+        self.batch = m.gib.InputBatch(**kw)
+        self.requests: dict[str, Any] = {}
+        self.runner = _GpuRunner(self.batch, self.requests)
+        lift_gpu_update_states(root, self.runner, m)
+        self.recorder = Recorder("GPU", sampler, self)
+        self.number, self.ends = 0, {}
+
+    def where(self) -> str:
+        return f"step {self.number} (vLLM's GPU path)"
+
+    def states(self) -> dict[str, Any]:
+        return self.requests
+
+    def outputs(self) -> dict[str, list[int]]:
+        return {rid: r.output for rid, r in self.scheduler.requests.items()}
+
+    def structured_ids(self) -> list[str]:
+        return []
+
+    def step(self, number: int, step: dict[str, Any]) -> StepOut:
+        requests, scheduler = self.schedule["requests"], self.scheduler
+        self.number = number
+        for rid in step["finish"]:
+            scheduler.finish(rid)
+        for rid in step["preempt"]:
+            scheduler.preempt(rid)
+        for rid in step["arrive"]:
+            scheduler.add(rid, requests[rid]["prompt"], sampling_params(self.m.vllm, requests[rid]["params"]))
+        scheduled = step["scheduled"]
+        self.ends = ends(scheduler, scheduled)
+        self.recorder.calls = []
+        if not scheduled:
+            return StepOut({}, {}, [], {}, {})
+        self._update_states(scheduler.output(scheduled))
+        batch = self.batch
+        rows = [(rid, self.ends[rid][0] - 1) for rid in batch.req_ids[:batch.num_reqs]]
+        discarded = [rid for rid, _ in rows if self.ends[rid][0] < self.ends[rid][1]]
+        kept = {rid: self.requests[rid].generator.get_state() for rid in discarded
+                if self.requests[rid].generator is not None}
+        logits = self.model.logits(rows)
+        for j, (rid, _) in enumerate(rows):  # apply_grammar_bitmask: each structured row its grammar's
+            if rid in step["structured"]:
+                allowed = torch.zeros(VOCAB, dtype=torch.bool)
+                allowed[[0, 1, *requests[rid]["grammar"]]] = True
+                logits[j][~allowed] = float("-inf")
+        out = self.recorder(logits, batch.sampling_metadata)
+        for rid, state in kept.items():  # _bookkeeping_sync: a discarded row's draw is rewound
+            self.requests[rid].generator.set_state(state)
+        tokens = out.sampled_token_ids.flatten().tolist()
+        returned: dict[str, list[int]] = {}
+        logprobs = {}
+        for i, (rid, _) in enumerate(rows):
+            returned[rid] = [] if rid in discarded else [int(tokens[i])]
+            if returned[rid]:
+                self.requests[rid].output_token_ids.append(int(tokens[i]))
+                end = batch.num_tokens_no_spec[i]  # _bookkeeping_sync: the token joins the batch's ids
+                batch.token_ids_cpu[i, end] = int(tokens[i])
+                batch.num_tokens_no_spec[i] = end + 1
+                if hasattr(batch, "is_token_ids"):
+                    batch.is_token_ids[i, end] = True
+                if out.logprobs_tensors is not None:
+                    lp = out.logprobs_tensors
+                    logprobs[rid] = ([int(t) for t in lp.logprob_token_ids[i]],
+                                     [round(float(v), 4) for v in lp.logprobs[i]])
+        scheduler.update(scheduled, returned)
+        return StepOut(dict(scheduled), self.ends, list(self.recorder.calls), returned, logprobs)
+
+    def _update_states(self, so: Any) -> None:
+        """vLLM's own ``GPUModelRunner._update_states`` of the tree, lifted and bound to a stand-in
+        runner (``_GpuRunner``)."""
+        self.runner._update_states(so)
+
+
+class _GpuRunner:
+    """What vLLM's ``GPUModelRunner._update_states`` reads of its runner, for a sync, last-rank,
+    text-only, non-pooling runner without speculative decoding; its helper methods for encoder
+    caches, KV-block zeroing, pooling and reordering do nothing here. Any other attribute it asks
+    for is an error naming it (upstream changed: update the stand-in)."""
+
+    def __init__(self, batch: Any, requests: dict[str, Any]):
+        self.input_batch, self.requests = batch, requests
+        self.num_prompt_logprobs: dict[str, int] = {}
+        self.late_interaction_runner = types.SimpleNamespace(on_requests_finished=lambda ids: None,
+                                                             register_request=lambda *a: None)
+        self.speculative_config = None
+        self.is_pooling_model = self.uses_mrope = self.use_async_spec_decode = self.use_async_scheduling = False
+        self.device = torch.device("cpu")
+        self.encoder_cache: dict[str, Any] = {}
+        self.uses_xdrope_dim = 0  # 0.26.0: no XD-RoPE positions
+
+    _QUIET = ("_on_request_state_removed", "_zero_block_ids", "_process_encoder_cache_scheduler_output",
+              "_may_reorder_batch", "_update_streaming_request", "_init_mrope_positions")
+
+    def __getattr__(self, name: str) -> Any:
+        if name in _GpuRunner._QUIET:
+            return lambda *a, **k: None
+        raise AttributeError(f"the GPU reference's stand-in runner has no {name} (vLLM's _update_states asks it)")
+
+
+def lift_gpu_update_states(root: Path, runner: _GpuRunner, m: Any) -> None:
+    """Bind vLLM's ``GPUModelRunner._update_states`` (vllm/v1/worker/gpu_model_runner.py) to `runner`."""
+    namespace = {"torch": torch, "np": np, "SamplingType": m.vllm.SamplingType,
+                 "CachedRequestState": m.gib.CachedRequestState, "cast": lambda t, v: v,
+                 "get_pp_group": lambda: types.SimpleNamespace(is_last_rank=True)}
+    lift.bind(runner, root / GPU_RUNNER_REL, ["GPUModelRunner._update_states"], namespace)
+
+
+def _parameters(fn: Any) -> set[str]:
+    import inspect
+    return set(inspect.signature(fn).parameters)

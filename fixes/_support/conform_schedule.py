@@ -1,0 +1,141 @@
+"""The conformance suite's schedules, as data: what a scheduler decides, drawn from a seed before
+any engine runs, so a schedule can be printed, saved and replayed exactly (``--replay FILE``).
+
+A schedule is one JSON object::
+
+    {"version": 1, "seed": 7, "mode": "sync" | "async",
+     "requests": {"r0": {"prompt": [...], "params": {...SamplingParams keywords...},
+                         "grammar": [allowed ids] | null}, ...},
+     "steps": [{"finish": ["r2"], "preempt": ["r1"], "arrive": ["r3"],
+                "scheduled": {"r0": 1, "r3": 8}, "structured": ["r0"]}, ...]}
+
+Per step, in the order vLLM's scheduler does it: ``finish`` (its ``finished_req_ids``),
+``preempt`` (blocks freed, ``num_computed_tokens`` back to 0; the request is left out until it is
+scheduled again, then comes back resumed with the block-aligned prefix hit), ``arrive`` (new
+requests), ``scheduled`` (tokens per request: a prompt chunk, a recompute chunk or one decode; a
+running request left out of a step is paused: the runner drops it from its batch and gets it back
+later), ``structured`` (the scheduler's ``structured_output_request_ids``, in its order: the
+scheduled structured requests whose chunk reaches their end).
+
+The generator keeps each request's progress (prompt, tokens computed, tokens of output so far) but
+never a token value: those are the engines'.
+"""
+
+from __future__ import annotations
+
+import json
+import random
+from pathlib import Path
+from typing import Any
+
+VERSION = 1
+VOCAB = 64
+EOS = 2
+MAX_REQS = 8
+STEPS = 12
+CHUNK = 8  # the longest chunk a step schedules for one request
+BLOCK = 4  # the prefix cache's block size (harness.BLOCK): resumption hits are multiples of it
+
+
+def random_params(rng: random.Random) -> dict[str, Any]:
+    """A request's SamplingParams, as keyword arguments; each feature present with some chance."""
+    p: dict[str, Any] = {"temperature": rng.choice([0.0, 0.7, 1.0])}
+    if rng.random() < 0.3:
+        p["top_k"] = rng.randint(1, 20)
+    if rng.random() < 0.3:
+        p["top_p"] = rng.choice([0.5, 0.9])
+    if rng.random() < 0.35:
+        p["seed"] = rng.randint(0, 1000)
+    if rng.random() < 0.25:
+        p["frequency_penalty"], p["presence_penalty"], p["repetition_penalty"] = 0.5, 0.3, 1.2
+    if rng.random() < 0.3:
+        p["min_p"] = rng.choice([0.1, 0.2, 0.5])
+    if rng.random() < 0.3:
+        p["logit_bias"] = {str(rng.randrange(3, VOCAB)): rng.choice([-5.0, 8.0])}
+    if rng.random() < 0.3:
+        p["min_tokens"] = rng.randint(1, 5)
+    if rng.random() < 0.3:
+        p["logprobs"] = rng.choice([-1, 0, 3])
+    if rng.random() < 0.3:
+        words = [[rng.randrange(3, VOCAB)]]
+        if rng.random() < 0.7:
+            words.append([rng.randrange(3, VOCAB), rng.randrange(3, VOCAB)])
+        p["bad_words_token_ids"] = words
+    if rng.random() < 0.2:
+        p["allowed_token_ids"] = sorted(rng.sample(range(3, VOCAB), 8) + [EOS])
+    return p
+
+
+class _Progress:
+    """What the generator knows of a request: its prompt length, tokens computed, output so far."""
+
+    def __init__(self, prompt: int):
+        self.prompt, self.computed, self.output = prompt, 0, 0
+        self.cached = 0  # computed when it was preempted: still in the prefix cache
+        self.state = "running"  # running | paused | preempted
+
+    @property
+    def tokens(self) -> int:
+        return self.prompt + self.output
+
+    def hit(self) -> int:
+        """The scheduler's prefix-cache hit on resumption: full cached blocks, at most all but one token."""
+        return min(self.cached, self.tokens - 1) // BLOCK * BLOCK
+
+
+def generate(seed: int, mode: str) -> dict[str, Any]:
+    """The schedule of `seed` under `mode` scheduling (``sync`` or ``async``)."""
+    rng = random.Random(seed)
+    requests: dict[str, Any] = {}
+    live: dict[str, _Progress] = {}
+    steps: list[dict[str, Any]] = []
+    for _ in range(STEPS):
+        running = [rid for rid, p in live.items() if p.state == "running"]
+        finish = [rid for rid in running if live[rid].output and rng.random() < 0.15]
+        for rid in finish:
+            del live[rid]
+        preempt = [rid for rid in running if rid in live and live[rid].computed and rng.random() < 0.08]
+        for rid in preempt:
+            p = live[rid]
+            p.cached, p.computed, p.state = p.computed, 0, "preempted"
+        for rid in running:
+            if rid in live and rid not in preempt and live[rid].output and rng.random() < 0.1:
+                live[rid].state = "paused"
+        for rid, p in live.items():
+            if p.state != "running" and rid not in preempt and rng.random() < 0.6:
+                if p.state == "preempted":
+                    p.computed = p.hit()
+                p.state = "running"
+        arrive = []
+        for _ in range(rng.randint(0, min(2, MAX_REQS - len(live)))):
+            rid = f"r{len(requests)}"
+            params = random_params(rng)
+            prompt = [rng.randrange(3, VOCAB) for _ in range(rng.randint(2, 20))]
+            grammar = sorted(rng.sample(range(3, VOCAB), 12) + [EOS]) if rng.random() < 0.25 else None
+            requests[rid] = {"prompt": prompt, "params": params, "grammar": grammar}
+            live[rid] = _Progress(len(prompt))
+            arrive.append(rid)
+        scheduled: dict[str, int] = {}
+        for rid, p in live.items():
+            if p.state == "running":
+                left = p.tokens - p.computed
+                scheduled[rid] = min(left, rng.randint(1, CHUNK)) if left > 1 else 1
+        completes = [rid for rid, n in scheduled.items() if live[rid].computed + n >= live[rid].tokens]
+        structured = [rid for rid in completes if requests[rid]["grammar"] is not None]
+        rng.shuffle(structured)
+        for rid, n in scheduled.items():
+            live[rid].computed += n
+            if rid in completes:
+                live[rid].output += 1
+        steps.append({"finish": finish, "preempt": preempt, "arrive": arrive, "scheduled": scheduled,
+                      "structured": structured})
+    return {"version": VERSION, "seed": seed, "mode": mode, "requests": requests, "steps": steps}
+
+
+def load(path: Path) -> dict[str, Any]:
+    """A schedule saved from ``--first``; a ValueError naming the file when it is not one."""
+    doc = json.loads(path.read_text())
+    if not isinstance(doc, dict) or doc.get("version") != VERSION or not {"requests", "steps", "mode"} <= set(doc):
+        raise ValueError(f"{path}: not a conform schedule of version {VERSION} (the `failing_schedule` of "
+                         "`gaudi-fixes conform --first --format json`)")
+    return doc
