@@ -76,8 +76,13 @@ class RealVllm:
                 from vllm.v1.spec_decode.metadata import SpecDecodeMetadata
             finally:
                 logging.disable(level)
+            # What InputBatch must import to hand out the classes RejectionSampler checks for
+            # (``harness.Harness`` may have left the tree's logits-processor package, executed
+            # by ``vllm_gaudi_stubs.load``, under these names: whichever is there now is kept).
+            pinned = {n: m for n, m in sys.modules.items()
+                      if n.startswith(stubs.LOGITSPROCS_PKG) or n == "vllm.v1.sample.metadata"}
             cls._loaded[root] = types.SimpleNamespace(
-                logits_processor=logits_processor, rejection_sampler=rejection_sampler,
+                pinned=pinned, logits_processor=logits_processor, rejection_sampler=rejection_sampler,
                 vllm_rejection_sample=rejection_sampler.rejection_sample, SamplingMetadata=SamplingMetadata,
                 Sampler=Sampler, RejectionSampler=rejection_sampler.RejectionSampler,
                 SpecDecodeMetadata=SpecDecodeMetadata, hpu_rejection_sample=_load_hpu_rejection_sample(root,
@@ -176,10 +181,11 @@ def load_input_batch(root: Path, h2d: stubs.H2DRecorder, name: str = "gaudi_fixe
     gaudi.__path__ = []
     utils = types.ModuleType("vllm_gaudi.utils")
     utils.async_h2d_copy, utils.async_h2d_update = h2d.async_h2d_copy, h2d.async_h2d_update
-    with stubs._installed({"vllm.v1.worker.block_table": block_table, "vllm_gaudi": gaudi,  # noqa: SLF001
+    with stubs._installed({**real.pinned, "vllm.v1.worker.block_table": block_table, "vllm_gaudi": gaudi,  # noqa: SLF001
                            "vllm_gaudi.utils": utils}):
         module = stubs._exec_module(name, root / stubs.INPUT_BATCH_REL)  # noqa: SLF001
     assert module.SamplingMetadata is real.SamplingMetadata
+    assert module.LogitsProcessors is real.logits_processor.LogitsProcessors
     return module
 
 
