@@ -7,8 +7,8 @@ Drives vllm_gaudi's real ``InputBatch`` with vLLM's real ``MinTokensLogitsProces
 ``sample_tokens``' decode-sampling statement, vLLM's real ``Sampler`` and ``RejectionSampler`` with
 vllm_gaudi's ``rejection_sample`` (spec_decode.py; sync scheduling: vllm_gaudi turns async off with
 a speculative config). Greedy requests B (plain, row 0), A (``min_tokens=4``, stop token 9; the
-model prefers 9 after A's context, row 1) and later C (plain) are prefilled, then decode with
-drafts: the drafter proposes each request's greedy continuation without min_tokens (A's drafts are
+model prefers 9 after A's context, row 1) and later C (plain) are prefilled, decode once without
+drafts, then with drafts: the drafter proposes each request's greedy continuation without min_tokens (A's drafts are
 its stop token, which min_tokens must reject), with differing counts, in a bucket of 2 holding
 exactly the batch (the call's rows are rows 0..1), beside C's prefill, and in a bucket of 4 padded
 after 3 decodes, with a wrong first draft for C, then for B. A must not say 9 among its first 4
@@ -50,7 +50,9 @@ def greedy(context: list[int], n: int) -> list[int]:
 # Steps after the prefill of B and A: C's prompt (or None), then each decode's draft count, and
 # the request whose first draft is wrong.
 STEPS = (
-    (False, {"B": 1, "A": 3}, None),  # bucket 2, no padding: the call's rows are rows 0..1
+    # bucket 2, no padding: the call's rows are rows 0..1; in vLLM's compact layout A's 2 rows to
+    # hold back would be B's padding rows
+    (False, {"B": 1, "A": 3}, None),
     (True, {"B": 2, "A": 2}, None),  # C's prefill in the same step
     (False, {"B": 1, "A": 3, "C": 2}, "C"),  # bucket 4, padded after 3 decodes
     (False, {"B": 2, "A": 2, "C": 2}, "B"),
@@ -63,8 +65,9 @@ def _run(root):  # noqa: F811
     h.add("A", PROMPTS["A"], temperature=0.0, min_tokens=MIN_TOKENS, stop_token_ids=[STOP], max_tokens=32)
     h.add("C", PROMPTS["C"], temperature=0.0, max_tokens=32)
     h.step({"B": len(PROMPTS["B"]), "A": len(PROMPTS["A"])})
+    h.step({"B": 1, "A": 1})  # a decode without drafts: A has 2 of its 4 tokens, 2 to hold back
     steps = []
-    for number, (prefill, counts, wrong) in enumerate(STEPS, start=2):
+    for number, (prefill, counts, wrong) in enumerate(STEPS, start=3):
         drafts = {rid: greedy(h.scheduler.requests[rid].tokens, n) for rid, n in counts.items()}
         if wrong:
             drafts[wrong][0] = (drafts[wrong][0] + 1) % harness.VOCAB
