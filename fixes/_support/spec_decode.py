@@ -39,6 +39,7 @@ from __future__ import annotations
 import ast
 import contextlib
 import dataclasses
+import logging
 import sys
 import types
 from pathlib import Path
@@ -66,7 +67,6 @@ class RealVllm:
         root = root.resolve()
         if root not in cls._loaded:
             harness.Vllm.get(root)
-            import logging
             level = logging.root.manager.disable
             logging.disable(logging.WARNING)
             try:
@@ -81,12 +81,12 @@ class RealVllm:
             # by ``vllm_gaudi_stubs.load``, under these names: whichever is there now is kept).
             pinned = {n: m for n, m in sys.modules.items()
                       if n.startswith(stubs.LOGITSPROCS_PKG) or n == "vllm.v1.sample.metadata"}
+            hpu_rejection_sample = _load_hpu_rejection_sample(root, rejection_sampler)
             cls._loaded[root] = types.SimpleNamespace(
                 pinned=pinned, logits_processor=logits_processor, rejection_sampler=rejection_sampler,
                 vllm_rejection_sample=rejection_sampler.rejection_sample, SamplingMetadata=SamplingMetadata,
                 Sampler=Sampler, RejectionSampler=rejection_sampler.RejectionSampler,
-                SpecDecodeMetadata=SpecDecodeMetadata, hpu_rejection_sample=_load_hpu_rejection_sample(root,
-                                                                                                      rejection_sampler))
+                SpecDecodeMetadata=SpecDecodeMetadata, hpu_rejection_sample=hpu_rejection_sample)
         return cls._loaded[root]
 
 
@@ -181,8 +181,9 @@ def load_input_batch(root: Path, h2d: stubs.H2DRecorder, name: str = "gaudi_fixe
     gaudi.__path__ = []
     utils = types.ModuleType("vllm_gaudi.utils")
     utils.async_h2d_copy, utils.async_h2d_update = h2d.async_h2d_copy, h2d.async_h2d_update
-    with stubs._installed({**real.pinned, "vllm.v1.worker.block_table": block_table, "vllm_gaudi": gaudi,  # noqa: SLF001
-                           "vllm_gaudi.utils": utils}):
+    replaced = {**real.pinned, "vllm.v1.worker.block_table": block_table, "vllm_gaudi": gaudi,
+                "vllm_gaudi.utils": utils}
+    with stubs._installed(replaced):  # noqa: SLF001
         module = stubs._exec_module(name, root / stubs.INPUT_BATCH_REL)  # noqa: SLF001
     assert module.SamplingMetadata is real.SamplingMetadata
     assert module.LogitsProcessors is real.logits_processor.LogitsProcessors
@@ -221,7 +222,7 @@ class SpecHarness(harness.Harness):
         runner.uses_mrope = False
         path = root / stubs.RUNNER_REL
         namespace = {"torch": torch, "np": np, "SamplingType": self.vllm.SamplingType,
-                     "CachedRequestState": module.CachedRequestState, "logger": harness.logging.getLogger("harness"),
+                     "CachedRequestState": module.CachedRequestState, "logger": logging.getLogger("harness"),
                      "get_pp_group": lambda: types.SimpleNamespace(is_last_rank=True), "cast": lambda t, v: v,
                      "SpecDecodeMetadata": self.real.SpecDecodeMetadata, "Optional": Optional}
         lift.bind(runner, path, ["HPUModelRunner._update_states", "HPUModelRunner._prepare_spec_decode_inputs",
@@ -308,6 +309,15 @@ def context_row(context: list[int]) -> torch.Tensor:
     return torch.randn(harness.VOCAB, generator=torch.Generator().manual_seed(seed)) * 4.0
 
 
+def greedy(context: list[int], n: int, row: Callable[[list[int]], torch.Tensor] = context_row) -> list[int]:
+    """The `n` tokens greedy decoding of `row`'s model gives after `context`: drafts a drafter that
+    proposes the model's own continuation would send."""
+    out: list[int] = []
+    for _ in range(n):
+        out.append(int(row(context + out).argmax()))
+    return out
+
+
 class SpecModel(harness.Model):
     """``harness.Model`` whose rows come from ``context_row(context)``: a draft position's context
     is the request's tokens and the drafts before it."""
@@ -330,7 +340,8 @@ class GpuRequest:
     drafts: list[int]
 
 
-def gpu_step(root: Path, requests: list[GpuRequest], context_row: Callable[[list[int]], torch.Tensor]) -> list[list[int]]:
+def gpu_step(root: Path, requests: list[GpuRequest],
+             context_row: Callable[[list[int]], torch.Tensor]) -> list[list[int]]:
     """vLLM's GPU path for one spec-decode step of `requests` (batch rows in this order): the
     compact layout, one metadata row per request, vLLM's real ``MinTokensLogitsProcessor`` and
     ``RejectionSampler``; ``greedy_rejection_sample`` for the Triton kernel. The tokens each request
@@ -358,7 +369,8 @@ def gpu_step(root: Path, requests: list[GpuRequest], context_row: Callable[[list
     metadata = real.SpecDecodeMetadata(
         draft_token_ids=torch.tensor([t for r in requests for t in r.drafts], dtype=torch.int32),
         num_draft_tokens=num_draft, cu_num_draft_tokens=torch.from_numpy(cu_draft),
-        cu_num_sampled_tokens=torch.from_numpy(cu_sampled), target_logits_indices=torch.tensor(target, dtype=torch.int32),
+        cu_num_sampled_tokens=torch.from_numpy(cu_sampled),
+        target_logits_indices=torch.tensor(target, dtype=torch.int32),
         bonus_logits_indices=torch.tensor(bonus, dtype=torch.int32),
         logits_indices=torch.arange(len(rows), dtype=torch.int32))
     n = len(requests)

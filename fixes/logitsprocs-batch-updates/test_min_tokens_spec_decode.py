@@ -40,13 +40,6 @@ def model(context: list[int]) -> torch.Tensor:
     return row
 
 
-def greedy(context: list[int], n: int) -> list[int]:
-    out: list[int] = []
-    for _ in range(n):
-        out.append(int(model(context + out).argmax()))
-    return out
-
-
 # Steps after the prefill of B and A: C's prompt (or None), then each decode's draft count, and
 # the request whose first draft is wrong.
 STEPS = (
@@ -68,7 +61,7 @@ def _run(root):  # noqa: F811
     h.step({"B": 1, "A": 1})  # a decode without drafts: A has 2 of its 4 tokens, 2 to hold back
     steps = []
     for number, (prefill, counts, wrong) in enumerate(STEPS, start=3):
-        drafts = {rid: greedy(h.scheduler.requests[rid].tokens, n) for rid, n in counts.items()}
+        drafts = {rid: spec_decode.greedy(h.scheduler.requests[rid].tokens, n, model) for rid, n in counts.items()}
         if wrong:
             drafts[wrong][0] = (drafts[wrong][0] + 1) % harness.VOCAB
         before = {rid: list(h.scheduler.requests[rid].output) for rid in counts}

@@ -27,20 +27,13 @@ import spec_decode
 PROMPTS = {"A": harness.prompt(6, 4), "B": harness.prompt(5, 5)}
 
 
-def greedy(context: list[int], n: int) -> list[int]:
-    out: list[int] = []
-    for _ in range(n):
-        out.append(int(spec_decode.context_row(context + out).argmax()))
-    return out
-
-
 def test_spec_steps_run(root):  # noqa: F811
     h = spec_decode.SpecHarness(root, buckets=(2, 4))
     for rid, p in PROMPTS.items():
         h.add(rid, p, temperature=0.0, max_tokens=32)
     h.step({rid: len(p) for rid, p in PROMPTS.items()})
     for number, wrong in ((2, None), (3, "B"), (4, None)):
-        drafts = {rid: greedy(h.scheduler.requests[rid].tokens, 2) for rid in PROMPTS}
+        drafts = {rid: spec_decode.greedy(h.scheduler.requests[rid].tokens, 2) for rid in PROMPTS}
         if wrong:
             drafts[wrong][1] = (drafts[wrong][1] + 1) % harness.VOCAB
         want = spec_decode.gpu_step(root, [

@@ -31,13 +31,6 @@ STEPS = (
 )
 
 
-def greedy(context: list[int], n: int) -> list[int]:
-    out: list[int] = []
-    for _ in range(n):
-        out.append(int(spec_decode.context_row(context + out).argmax()))
-    return out
-
-
 @pytest.fixture(scope="module")
 def steps(root):  # noqa: F811
     h = spec_decode.SpecHarness(root, buckets=(2, 4))
@@ -46,7 +39,7 @@ def steps(root):  # noqa: F811
     h.step({rid: len(p) for rid, p in PROMPTS.items()})
     out = []
     for number, (counts, wrong) in enumerate(STEPS, start=2):
-        drafts = {rid: greedy(h.scheduler.requests[rid].tokens, n) for rid, n in counts.items() if n}
+        drafts = {rid: spec_decode.greedy(h.scheduler.requests[rid].tokens, n) for rid, n in counts.items() if n}
         if wrong:
             drafts[wrong][-1] = (drafts[wrong][-1] + 1) % harness.VOCAB
         want = spec_decode.gpu_step(root, [
