@@ -128,7 +128,9 @@ class Checker:
             tmp_path = Path(tmp)
             tree = scratch_tree(self.pristine, tmp_path)
             variant = variant_for(self.binary, REPO, tree, fix)
-            self.expect(f"{fix}: its tests fail on the pristine tree", self.gf(REPO, tree, "test", fix), 1)
+            # -x: a failure is the verdict, so pytest stops at the first (the later tests may import
+            # vLLM for real, tens of seconds each).
+            self.expect(f"{fix}: its tests fail on the pristine tree", self.gf(REPO, tree, "test", fix, "--", "-x"), 1)
             if not self.expect(f"{fix}: applies", self.gf(REPO, tree, "apply", *before, fix), 0):
                 return
             self.expect(f"{fix}: its tests pass once applied", self.gf(REPO, tree, "test", fix), 0)
@@ -149,7 +151,7 @@ class Checker:
                       flush=True)
                 print(applied.stdout[-3000:] + applied.stderr[-3000:], flush=True)
                 return
-            tested = self.gf(REPO, tree, "test", fix)
+            tested = self.gf(REPO, tree, "test", fix, "--", "-x")  # stop at the first failure: it is the verdict
             if tested.returncode == 1:
                 print(f"PASS: {where}: its tests fail (exit 1)", flush=True)
             else:

@@ -227,7 +227,8 @@ for rel in $RELEASES; do
   cft=$WORK/fixes-$rel
   cp -a "$cfp" "$cft"
   for fix in $DEFAULT_FIXES; do
-    expect_quiet 1 "$rel: $fix: its tests fail on the pristine tree" "$BIN" --root "$cft" --python python test "$fix"
+    # -x: the first failure is the verdict (later tests may import vLLM for real, tens of seconds each)
+    expect_quiet 1 "$rel: $fix: its tests fail on the pristine tree" "$BIN" --root "$cft" --python python test "$fix" -- -x
   done
   expect 0 "$rel: apply (default profile, one run)" "$BIN" --root "$cft" apply
   expect_quiet 0 "$rel: apply --check (default profile) after apply" "$BIN" --root "$cft" apply --check

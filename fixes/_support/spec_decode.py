@@ -1,0 +1,389 @@
+"""Speculative-decoding steps of vllm_gaudi on CPU, and vLLM's GPU path for the same step.
+
+What runs (``SpecHarness``, an additive extension of ``harness.Harness``):
+
+- vllm_gaudi's ``InputBatch`` (``hpu_input_batch.py``) executed with vLLM's **real** modules of the
+  tree in ``sys.modules`` (``SamplingMetadata``, the logits-processor package, ``SamplingParams``),
+  so the processors it hands out are the classes vLLM's ``RejectionSampler`` checks for; only the
+  block table (a no-op) and ``vllm_gaudi.utils`` (the real ``async_h2d_copy`` / ``async_h2d_update``
+  lifted out of their file: it imports habana_frameworks) stand in;
+- its logits processors built by vLLM's **real** ``build_logitsprocs`` with a speculative config
+  (vLLM then builds only ``MinTokensLogitsProcessor``);
+- the runner's real ``_update_states`` (it writes the scheduled draft tokens into the batch),
+  ``_prepare_spec_decode_inputs`` and ``_get_cumsum_and_arange`` (the HPU layout of the draft
+  rows: every request padded to the step's most drafts, ``-1`` target indices for the padding),
+  and ``sample_tokens``' decode-sampling statement (``if self.use_structured_output: … else: …``
+  inside ``if num_decodes > 0:``), lifted as they are, with the one device string ``"hpu"``
+  read as ``"cpu"``;
+- vLLM's **real** ``Sampler`` and ``RejectionSampler``, with vllm_gaudi's ``rejection_sample``
+  (``hpu_rejection_sampler.py``, executed for real) installed in vLLM's module for the HPU step
+  only, as vllm_gaudi installs it at import.
+
+``gpu_step`` is vLLM's GPU path for the same step: the compact layout of
+``GPUModelRunner._calc_spec_decode_metadata`` (request i's drafts at rows ``cu[i-1]..cu[i]-1``,
+its bonus row after them), one ``SamplingMetadata`` row per request with ``output_token_ids``,
+vLLM's real ``MinTokensLogitsProcessor`` told of every request in order, vLLM's real
+``RejectionSampler``. The one stand-in: vLLM's Triton ``rejection_greedy_sample_kernel`` does not
+run on CPU, so ``greedy_rejection_sample`` (a torch loop) takes ``rejection_sample``'s place; its
+contract — per request, each draft position's target argmax is written until the first draft that
+differs from it (that position's argmax included); the bonus token follows only when every draft
+matched; everything else is ``PLACEHOLDER_TOKEN_ID`` — is checked by ``test_stand_in`` cases in
+the tests that use it.
+
+The model (``Model.context_row``): a logits row is a fixed function of the context it follows,
+so a draft position predicts what the plain decode of the same context predicts.
+"""
+
+from __future__ import annotations
+
+import ast
+import contextlib
+import dataclasses
+import logging
+import sys
+import types
+from pathlib import Path
+from typing import Any, Callable, Optional
+
+import numpy as np
+import torch
+
+import engine_step
+import harness
+import lift
+import vllm_gaudi_stubs as stubs
+
+REJECTION_REL = Path("vllm_gaudi/v1/sample/hpu_rejection_sampler.py")
+
+
+class RealVllm:
+    """vLLM's sampler, rejection sampler, spec-decode metadata and logits-processor package of the
+    tree, imported for real (after ``harness.Vllm.get``: one vllm tree per process)."""
+
+    _loaded: dict[Path, Any] = {}
+
+    @classmethod
+    def get(cls, root: Path) -> Any:
+        root = root.resolve()
+        if root not in cls._loaded:
+            harness.Vllm.get(root)
+            level = logging.root.manager.disable
+            logging.disable(logging.WARNING)
+            try:
+                from vllm.v1.sample import logits_processor, rejection_sampler
+                from vllm.v1.sample.metadata import SamplingMetadata
+                from vllm.v1.sample.sampler import Sampler
+                from vllm.v1.spec_decode.metadata import SpecDecodeMetadata
+            finally:
+                logging.disable(level)
+            # What InputBatch must import to hand out the classes RejectionSampler checks for
+            # (``harness.Harness`` may have left the tree's logits-processor package, executed
+            # by ``vllm_gaudi_stubs.load``, under these names: whichever is there now is kept).
+            pinned = {n: m for n, m in sys.modules.items()
+                      if n.startswith(stubs.LOGITSPROCS_PKG) or n == "vllm.v1.sample.metadata"}
+            hpu_rejection_sample = _load_hpu_rejection_sample(root, rejection_sampler)
+            cls._loaded[root] = types.SimpleNamespace(
+                pinned=pinned, logits_processor=logits_processor, rejection_sampler=rejection_sampler,
+                vllm_rejection_sample=rejection_sampler.rejection_sample, SamplingMetadata=SamplingMetadata,
+                Sampler=Sampler, RejectionSampler=rejection_sampler.RejectionSampler,
+                SpecDecodeMetadata=SpecDecodeMetadata, hpu_rejection_sample=hpu_rejection_sample)
+        return cls._loaded[root]
+
+
+def _load_hpu_rejection_sample(root: Path, module: Any) -> Callable[..., torch.Tensor]:
+    """vllm_gaudi's ``rejection_sample`` (``hpu_rejection_sampler.py`` executed for real); vLLM's own
+    is put back in its module afterwards (``installed`` swaps it in for an HPU step)."""
+    path = root / REJECTION_REL
+    original = module.rejection_sample
+    namespace: dict[str, Any] = {"__name__": "gaudi_fixes_hpu_rejection_sampler", "__file__": str(path)}
+    try:
+        exec(compile(path.read_text(), str(path), "exec"), namespace)
+    finally:
+        module.rejection_sample = original
+    return namespace["rejection_sample"]
+
+
+@contextlib.contextmanager
+def installed(module: Any, fn: Callable[..., torch.Tensor]):
+    """``fn`` as ``module.rejection_sample`` (what ``RejectionSampler.forward`` calls) while the block
+    runs."""
+    saved = module.rejection_sample
+    module.rejection_sample = fn
+    try:
+        yield
+    finally:
+        module.rejection_sample = saved
+
+
+def greedy_rejection_sample(draft_token_ids: torch.Tensor, num_draft_tokens: list[int], max_spec_len: int,
+                            cu_num_draft_tokens: torch.Tensor, draft_probs: Optional[torch.Tensor],
+                            target_logits: torch.Tensor, bonus_token_ids: torch.Tensor, sampling_metadata: Any,
+                            *args: Any, **kwargs: Any) -> torch.Tensor:
+    """Stand-in for vLLM's ``rejection_sample`` on an all-greedy batch, the contract of its Triton
+    ``rejection_greedy_sample_kernel`` (compact layout): per request, the target argmax of each
+    draft position is written until the first draft that differs from it (that position
+    included); the bonus token follows only when all drafts matched; the rest is
+    ``PLACEHOLDER_TOKEN_ID`` (-1). Extra arguments of later releases are accepted, their default
+    (standard rejection sampling) only."""
+    assert sampling_metadata.all_greedy, "the stand-in covers the greedy kernel only"
+    for name in ("fly_window_size", ):
+        assert kwargs.get(name) is None, f"the stand-in covers standard rejection sampling only ({name})"
+    assert not kwargs.get("synthetic_mode"), "the stand-in covers standard rejection sampling only"
+    argmax = target_logits.argmax(dim=-1).tolist()
+    drafts = draft_token_ids.view(-1).tolist()
+    bonus = bonus_token_ids.view(-1).tolist()
+    out = torch.full((len(num_draft_tokens), max_spec_len + 1), -1, dtype=torch.int32)
+    start = 0
+    for i, n in enumerate(num_draft_tokens):
+        rejected = False
+        for pos in range(n):
+            out[i, pos] = argmax[start + pos]
+            if drafts[start + pos] != argmax[start + pos]:
+                rejected = True
+                break
+        if not rejected:
+            out[i, n] = bonus[i]
+        start += n
+    return out
+
+
+def _const_device(tree: ast.AST) -> ast.AST:
+    """The lifted statements on CPU: the device string ``"hpu"`` read as ``"cpu"``."""
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Constant) and node.value == "hpu":
+            node.value = "cpu"
+    return tree
+
+
+def decode_sampling_statement(path: Path) -> Any:
+    """``sample_tokens``' decode-sampling statement (``if self.use_structured_output: … else: …``
+    inside ``if num_decodes > 0:``), compiled for ``exec`` with the step's locals."""
+    cls = stubs.runner_class(path)
+    fn = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "sample_tokens")
+    for stmt in fn.body:
+        if isinstance(stmt, ast.If) and ast.unparse(stmt.test) == "num_decodes > 0":
+            for sub in stmt.body:
+                if (isinstance(sub, ast.If) and ast.unparse(sub.test) == "self.use_structured_output"
+                        and "rejection_sampler" in ast.unparse(sub)):
+                    module = ast.Module([_const_device(ast.parse(ast.unparse(sub)).body[0])], [])
+                    return compile(ast.fix_missing_locations(module), str(path), "exec")
+    raise LookupError(f"{path}: sample_tokens has no decode-sampling statement calling the rejection sampler "
+                      "(vllm_gaudi changed; update spec_decode.py)")
+
+
+def load_input_batch(root: Path, h2d: stubs.H2DRecorder, name: str = "gaudi_fixes_spec_input_batch") -> Any:
+    """``hpu_input_batch.py`` executed with vLLM's real modules (``RealVllm.get`` first); only the block
+    table and ``vllm_gaudi.utils`` stand in."""
+    real = RealVllm.get(root)
+    block_table = types.ModuleType("vllm.v1.worker.block_table")
+    block_table.MultiGroupBlockTable = stubs._BlockTable  # noqa: SLF001  (the harness's no-op table)
+    gaudi = types.ModuleType("vllm_gaudi")
+    gaudi.__path__ = []
+    utils = types.ModuleType("vllm_gaudi.utils")
+    utils.async_h2d_copy, utils.async_h2d_update = h2d.async_h2d_copy, h2d.async_h2d_update
+    replaced = {**real.pinned, "vllm.v1.worker.block_table": block_table, "vllm_gaudi": gaudi,
+                "vllm_gaudi.utils": utils}
+    with stubs._installed(replaced):  # noqa: SLF001
+        module = stubs._exec_module(name, root / stubs.INPUT_BATCH_REL)  # noqa: SLF001
+    assert module.SamplingMetadata is real.SamplingMetadata
+    assert module.LogitsProcessors is real.logits_processor.LogitsProcessors
+    return module
+
+
+class SpecHarness(harness.Harness):
+    """``harness.Harness`` with speculative decoding (sync scheduling: vllm_gaudi turns async off
+    with a speculative config). ``step(scheduled, drafts)``: ``drafts[rid]`` are the draft tokens
+    the scheduler sends for a decoding request (``scheduled_spec_decode_tokens``); its scheduled
+    count must be ``1 + len(drafts[rid])``. The decodes are padded to the smallest of `buckets`
+    that holds them (HPU's decode buckets)."""
+
+    def __init__(self, root: Path, buckets: tuple[int, ...] = (2, 4, 8),
+                 model: Optional[Callable[[list[int]], torch.Tensor]] = None):
+        super().__init__(root, "sync")
+        self.real = RealVllm.get(root)
+        self.buckets = buckets
+        self.model = SpecModel(self.scheduler, model or context_row)
+        module = load_input_batch(root, stubs.H2DRecorder(root / stubs.UTILS_REL))
+        config = types.SimpleNamespace(scheduler_config=types.SimpleNamespace(max_num_seqs=harness.MAX_REQS),
+                                       speculative_config=types.SimpleNamespace(num_speculative_tokens=4))
+        logitsprocs = self.real.logits_processor.build_logitsprocs(config, torch.device("cpu"), False, False, [])
+        self.module = module
+        self.batch = module.InputBatch(max_num_reqs=harness.MAX_REQS, max_model_len=harness.MAX_MODEL_LEN,
+                                       max_num_batched_tokens=256, device=torch.device("cpu"), pin_memory=False,
+                                       vocab_size=harness.VOCAB, block_sizes=[harness.BLOCK],
+                                       kernel_block_sizes=[harness.BLOCK], logitsprocs=logitsprocs,
+                                       is_spec_decode=True)
+        runner = self.runner = stubs.Runner(root, self.batch, reorder=True)
+        self.code = engine_step.lift_step(runner, root)
+        runner.max_model_len = harness.MAX_MODEL_LEN
+        runner.use_async_scheduling = False
+        runner.encoder_cache = {}
+        runner._compact_gdn_group_ids = set()
+        runner.uses_mrope = False
+        path = root / stubs.RUNNER_REL
+        namespace = {"torch": torch, "np": np, "SamplingType": self.vllm.SamplingType,
+                     "CachedRequestState": module.CachedRequestState, "logger": logging.getLogger("harness"),
+                     "get_pp_group": lambda: types.SimpleNamespace(is_last_rank=True), "cast": lambda t, v: v,
+                     "SpecDecodeMetadata": self.real.SpecDecodeMetadata, "Optional": Optional}
+        lift.bind(runner, path, ["HPUModelRunner._update_states", "HPUModelRunner._prepare_spec_decode_inputs",
+                                 "HPUModelRunner._get_cumsum_and_arange"], namespace)
+        spec = types.SimpleNamespace(num_speculative_tokens=4, method="ngram")
+        runner.vllm_config = types.SimpleNamespace(speculative_config=spec)
+        runner.speculative_config = spec
+        runner.arange_np = np.arange(1024, dtype=np.int64)
+        runner.sampler = self.sampler = self.real.Sampler()
+        runner.rejection_sampler = self.real.RejectionSampler(self.sampler)
+        self.decode_code = decode_sampling_statement(path)
+        self.spec: dict[str, list[int]] = {}
+        self.hpu_spec_calls: list[Any] = []  # the SpecDecodeMetadata of each HPU spec step
+
+    def step(self, scheduled: dict[str, int], drafts: Optional[dict[str, list[int]]] = None) -> harness.Step:
+        drafts = {rid: list(d) for rid, d in (drafts or {}).items() if rid in scheduled}
+        for rid, d in drafts.items():
+            assert scheduled[rid] == 1 + len(d), f"{rid}: scheduled {scheduled[rid]} with {len(d)} drafts"
+        self.spec = drafts
+        original_output = self.scheduler.output
+
+        def output(sched: dict[str, int]) -> Any:
+            out = original_output(sched)
+            out.scheduled_spec_decode_tokens = {rid: list(d) for rid, d in drafts.items()}
+            return out
+
+        self.scheduler.output = output  # type: ignore[method-assign]
+        original_update = self.scheduler.update
+
+        def update(sched: dict[str, int], returned: dict[str, list[int]]) -> None:
+            # vLLM's scheduler: num_computed_tokens less the rejected drafts.
+            original_update({rid: n - (1 + len(drafts[rid]) - len(returned.get(rid, [])) if rid in drafts else 0)
+                             for rid, n in sched.items()}, returned)
+
+        self.scheduler.update = update  # type: ignore[method-assign]
+        try:
+            with installed(self.real.rejection_sampler, self.real.hpu_rejection_sample):
+                return super().step(scheduled)
+        finally:
+            self.scheduler.output, self.scheduler.update = original_output, original_update
+
+    def _forward_and_sample(self, ns: dict[str, Any], contents: Any, pd_info: Any, num_decodes: int,
+                            batch_changed: bool) -> dict[str, int]:
+        if not self.spec:
+            return super()._forward_and_sample(ns, contents, pd_info, num_decodes, batch_changed)
+        rows = super()._forward_and_sample(ns, contents, pd_info, 0, batch_changed)  # the prefills
+        if num_decodes:
+            self._spec_decode(ns, pd_info, num_decodes, batch_changed)
+        return rows
+
+    def _spec_decode(self, ns: dict[str, Any], pd_info: Any, num_decodes: int, batch_changed: bool) -> None:
+        """The decode block of a spec step: the HPU layout of ``_create_decode_input_data`` (every
+        request ``max_spec_len + 1`` token slots, padded to a bucket), the runner's
+        ``_prepare_spec_decode_inputs``, the model's logits at its ``logits_indices`` (``-1``: the
+        last slot's row), and the runner's decode-sampling statement."""
+        runner, batch = self.runner, self.batch
+        decodes = list(pd_info.decode_req_ids)
+        slots = max(1 + len(self.spec.get(rid, [])) for rid in decodes)
+        padded = min(b for b in self.buckets if b >= num_decodes)
+        token_ids = torch.zeros(padded * slots, 1, dtype=torch.int64)
+        contexts: list[list[int]] = []
+        for b in range(padded):
+            rid = decodes[b] if b < num_decodes else None
+            tokens = self.scheduler.requests[rid].tokens if rid else [0]
+            d = self.spec.get(rid, []) if rid else []
+            row = [tokens[-1], *d]
+            token_ids[b * slots:b * slots + len(row), 0] = torch.tensor(row)
+            for j in range(slots):
+                contexts.append(tokens + d[:j] if rid and j <= len(d) else [7, b, j])
+        logits_indices = torch.zeros(padded, dtype=torch.int32)
+        indices, metadata = runner._prepare_spec_decode_inputs(
+            types.SimpleNamespace(scheduled_spec_decode_tokens=self.spec), logits_indices, token_ids, slots)
+        self.hpu_spec_calls.append(metadata)
+        rows = [contexts[i] for i in indices.tolist()]  # -1: the last slot
+        logits = torch.stack([self.model.context_row(c) for c in rows])
+        ns.update(decode_data=types.SimpleNamespace(spec_decode_metadata=metadata), logits_device=logits,
+                  batch_changed=batch_changed, decode_sampled_token_ids_device=None)
+        exec(self.decode_code, ns)
+
+
+def context_row(context: list[int]) -> torch.Tensor:
+    """The logits row after `context` (``harness.Model.row``'s for a request's own tokens)."""
+    seed = harness.zlib.crc32(np.asarray(context, dtype=np.int64).tobytes())
+    return torch.randn(harness.VOCAB, generator=torch.Generator().manual_seed(seed)) * 4.0
+
+
+def greedy(context: list[int], n: int, row: Callable[[list[int]], torch.Tensor] = context_row) -> list[int]:
+    """The `n` tokens greedy decoding of `row`'s model gives after `context`: drafts a drafter that
+    proposes the model's own continuation would send."""
+    out: list[int] = []
+    for _ in range(n):
+        out.append(int(row(context + out).argmax()))
+    return out
+
+
+class SpecModel(harness.Model):
+    """``harness.Model`` whose rows come from ``context_row(context)``: a draft position's context
+    is the request's tokens and the drafts before it."""
+
+    def __init__(self, scheduler: harness.Scheduler, context_row: Callable[[list[int]], torch.Tensor]):
+        super().__init__(scheduler)
+        self.context_row = context_row
+
+    def row(self, rid: str, position: int) -> torch.Tensor:
+        return self.context_row(self.scheduler.requests[rid].tokens[:position + 1])
+
+
+@dataclasses.dataclass
+class GpuRequest:
+    """One request of a GPU-path step: its parameters, prompt, output so far, drafts."""
+
+    params: Any
+    prompt: list[int]
+    output: list[int]
+    drafts: list[int]
+
+
+def gpu_step(root: Path, requests: list[GpuRequest],
+             context_row: Callable[[list[int]], torch.Tensor]) -> list[list[int]]:
+    """vLLM's GPU path for one spec-decode step of `requests` (batch rows in this order): the
+    compact layout, one metadata row per request, vLLM's real ``MinTokensLogitsProcessor`` and
+    ``RejectionSampler``; ``greedy_rejection_sample`` for the Triton kernel. The tokens each request
+    gets."""
+    real = RealVllm.get(root)
+    lp = real.logits_processor
+    config = types.SimpleNamespace(scheduler_config=types.SimpleNamespace(max_num_seqs=harness.MAX_REQS),
+                                   speculative_config=types.SimpleNamespace(num_speculative_tokens=4))
+    logitsprocs = lp.build_logitsprocs(config, torch.device("cpu"), False, False, [])
+    builder = lp.BatchUpdateBuilder()
+    for i, r in enumerate(requests):
+        builder.added.append((i, r.params, r.prompt, r.output))
+    update = builder.get_and_reset(len(requests))
+    for p in logitsprocs.all:
+        p.update_state(update)
+    rows, target, bonus = [], [], []
+    for r in requests:
+        tokens = r.prompt + r.output
+        for j in range(len(r.drafts) + 1):
+            (target if j < len(r.drafts) else bonus).append(len(rows))
+            rows.append(context_row(tokens + r.drafts[:j]))
+    num_draft = [len(r.drafts) for r in requests]
+    cu_draft = np.cumsum(num_draft, dtype=np.int32)
+    cu_sampled = np.cumsum([n + 1 for n in num_draft], dtype=np.int32)
+    metadata = real.SpecDecodeMetadata(
+        draft_token_ids=torch.tensor([t for r in requests for t in r.drafts], dtype=torch.int32),
+        num_draft_tokens=num_draft, cu_num_draft_tokens=torch.from_numpy(cu_draft),
+        cu_num_sampled_tokens=torch.from_numpy(cu_sampled),
+        target_logits_indices=torch.tensor(target, dtype=torch.int32),
+        bonus_logits_indices=torch.tensor(bonus, dtype=torch.int32),
+        logits_indices=torch.arange(len(rows), dtype=torch.int32))
+    n = len(requests)
+    fields = {f.name for f in dataclasses.fields(real.SamplingMetadata)}
+    values = dict(temperature=None, all_greedy=True, all_random=False, top_p=None, top_k=None, generators={},
+                  max_num_logprobs=None, no_penalties=True, prompt_token_ids=None,
+                  frequency_penalties=torch.zeros(n), presence_penalties=torch.zeros(n),
+                  repetition_penalties=torch.ones(n), output_token_ids=[r.output for r in requests],
+                  allowed_token_ids_mask=None, bad_words_token_ids={}, logitsprocs=logitsprocs,
+                  spec_token_ids=[list(r.drafts) for r in requests])
+    sampling_metadata = real.SamplingMetadata(**{k: v for k, v in values.items() if k in fields})
+    rejection = real.RejectionSampler(real.Sampler())
+    with installed(real.rejection_sampler, greedy_rejection_sample):
+        out = rejection(metadata, None, torch.stack(rows), sampling_metadata)
+    parsed = rejection.parse_output(out.sampled_token_ids, harness.VOCAB)
+    return parsed[0] if isinstance(parsed, tuple) else parsed
