@@ -248,6 +248,30 @@ fn matrix_reports_every_release_and_records_verified() {
     assert!(err.contains("built-in catalogue"), "{err}");
 }
 
+/// Two variants of one fix recorded in one run each get their `verified:` line: the second edit
+/// of the one fix.yaml goes on the text the first made (it was made on the file as read, so the
+/// last variant's edit was the only one left).
+#[test]
+fn matrix_record_writes_every_variant_of_one_fix() {
+    let d = with_tests();
+    cache(&d);
+    let v27 = format!("# 0.27\n# more\n{PRISTINE}");
+    let variant = format!(
+        "  v0.27.0:\n    patches:\n      - tree: vllm\n        file: vllm/mod.py\n        patch: v0.26.0/mod.patch\n        \
+         pristine_sha256: {}\ntests: [test_a.py]\n",
+        sha256(v27.as_bytes())
+    );
+    let y = d.read_string("cat/fixes/fix-a/fix.yaml").replace("tests: [test_a.py]\n", &variant);
+    d.write("cat/fixes/fix-a/fix.yaml", y);
+    let args = ["--catalog", "cat", "--python", "./py", "matrix", "--releases", "v0.26.0,v0.27.0", "--fix", "fix-a"];
+    d.cmd().args(args).args(["--record"]).env("GAUDI_FIXES_CACHE", d.path().join("cache")).expect(0);
+    let y = d.read_string("cat/fixes/fix-a/fix.yaml");
+    assert!(
+        y.contains("  v0.26.0:\n    verified: [v0.26.0]\n") && y.contains("  v0.27.0:\n    verified: [v0.27.0]\n"),
+        "{y}"
+    );
+}
+
 #[test]
 fn matrix_without_a_cached_tree_or_pip_reports_an_error_for_that_release() {
     let d = with_tests();

@@ -546,11 +546,20 @@ pub fn record(dir: &Path, cells: &mut [Cell]) -> Result<()> {
         list.extend(releases.iter().cloned());
         list.sort_by_key(|r| release_key(r));
         list.dedup();
-        let old = std::fs::read_to_string(&path).file_context(&path, || format!("reading {}", path.display()))?;
-        let new = yaml_edit::set_verified(&old, variant, &list).file_context(&path, || {
+        // Several variants of one fix edit one fix.yaml: each edit goes on the text the one before made.
+        let at = match edits.iter().position(|(p, _, _)| p == &path) {
+            Some(at) => at,
+            None => {
+                let old =
+                    std::fs::read_to_string(&path).file_context(&path, || format!("reading {}", path.display()))?;
+                edits.push((path.clone(), old.clone(), old));
+                edits.len() - 1
+            }
+        };
+        let new = yaml_edit::set_verified(&edits[at].2, variant, &list).file_context(&path, || {
             format!("editing {}: cannot record verified: there; nothing was written", path.display())
         })?;
-        edits.push((path, old, new));
+        edits[at].2 = new;
     }
     let put_back = |edits: &[(PathBuf, String, String)]| -> Result<()> {
         for (path, old, _) in edits {
