@@ -158,7 +158,8 @@ class Scenario:
             batch.add_request(state, None)
         batch.refresh_sampling_metadata()
         for rid in ("D0", "D1"):  # an earlier step; this one adds the prompts
-            batch.num_computed_tokens_cpu[batch.req_id_to_index[rid]] = PROMPT_LEN[rid]
+            # a decode has computed every token but the one it samples from (its last output)
+            batch.num_computed_tokens_cpu[batch.req_id_to_index[rid]] = PROMPT_LEN[rid] + len(OUTPUTS.get(rid, [])) - 1
         for rid in prompts:
             state = runner.requests[rid] = self.request(rid, 0)
             batch.add_request(state, None)
