@@ -8,9 +8,10 @@ one statement of the copy's ``_update_states``, the sampling calls (``_run_sampl
 ``_prepare_sampling``, ``sample_tokens``' structured-output block and tail) or its ``InputBatch``;
 the suite (fixes/_support/conform.py, in this process: vLLM is imported once) runs N schedules on
 it. A mutant is named when the suite's findings differ from the unmutated copy's (each schedule
-reseeds every draw, so the same schedules give the same findings). Prints one line per mutant and
-the score; exits 1 when a mutant not marked ``harmless`` is missed, 3 when a mutant's statement is
-not in the tree (upstream moved it: update the list).
+reseeds every draw, so the same schedules give the same findings). Prints one line per mutant (the
+features its differences are in, the first difference) and the score; exits 1 when a mutant not
+marked ``harmless`` is missed, 3 when a mutant's statement is not in the tree (upstream moved it:
+update the list).
 """
 
 from __future__ import annotations
@@ -53,6 +54,11 @@ MUTANTS = [
      "sampling_metadata = self._prepare_sampling(batch_changed, request_ids, pad_to, logits_requests)",
      "sampling_metadata = self._prepare_sampling(batch_changed, request_ids, pad_to, None)",
      True),  # harmless while every prompt chunk has at most one logits row (the default profile's fixes)
+    # the prompt chunks' logits rows (_extract_prefill_batch_contents): taken one position early
+    ("logits-one-position-early", RUNNER,
+     "logits_positions = list(range(seq_num_scheduled_tokens - num_output_logits, seq_num_scheduled_tokens))",
+     "logits_positions = list(range(seq_num_scheduled_tokens - num_output_logits - 1, seq_num_scheduled_tokens - 1))",
+     False),
     ("structured-rows-order", RUNNER, "pd_info.decode_req_ids + prefill_sampled_requests,",
      "prefill_sampled_requests + pd_info.decode_req_ids,", False),
     ("output-ids-not-extended", RUNNER, "req_state.output_token_ids.extend(sampled_ids)", "pass", False),
@@ -134,7 +140,8 @@ def main() -> int:
             if diff:
                 named += 1
                 first = sorted(diff)[0]
-                print(f"named   {name}: schedule {first[0]}, {first[1]}: {first[2][:160]}")
+                features = ", ".join(sorted({feature for _, feature, _ in diff}))
+                print(f"named   {name} ({features}): schedule {first[0]}, {first[1]}: {first[2][:160]}")
             else:
                 note = {True: " (harmless)", "unexplained": " (known, not yet explained: see MUTANTS)"}.get(harmless, "")
                 print(f"MISSED  {name}{note}")
