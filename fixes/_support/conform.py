@@ -126,7 +126,7 @@ class Findings:
 
 def exercised(schedule: dict[str, Any]) -> set[str]:
     """The features a schedule exercises: those its requests ask for, and the always-present ones."""
-    out = {RETURNED, checks.RAISED, "metadata_rows", "temperature/top_k/top_p", "penalties"}
+    out = {RETURNED, checks.RAISED, "metadata_rows", "logits_positions", "temperature/top_k/top_p", "penalties"}
     for r in schedule["requests"].values():
         out |= {checks.PARAM_FEATURE[k] for k in r["params"]}
         if r["grammar"] is not None:

@@ -290,6 +290,20 @@ def metadata_rows(ctx: Ctx, call: Call) -> Iterable[str]:
         yield f"the {call.side} sampler got {rows} logits rows but {len(ids)} lists of output ids"
 
 
+@check("logits_positions", "call")
+def logits_positions(ctx: Ctx, call: Call) -> Iterable[str]:
+    """Every logits row of a request was taken at the last position its chunk schedules (where
+    vLLM's GPU path takes its one row, ``query_start_loc[1:] - 1``), read from the row's mark: a row
+    taken one position early predicts from a context one token short."""
+    for i, rid in enumerate(call.rows):
+        if rid is None or rid not in call.ends:
+            continue
+        last = call.ends[rid][0] - 1
+        if call.positions[i] != last:
+            yield (f"request {rid}'s logits row {i} was taken at position {call.positions[i]}; its chunk's last "
+                   f"scheduled position is {last}")
+
+
 @check("seeds", "call")
 def seeds(ctx: Ctx, call: Call) -> Iterable[str]:
     md = call.md
