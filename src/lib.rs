@@ -4,7 +4,8 @@
 //!
 //! Modules:
 //! - [`tree`]: tree names and the `--only-tree` filter; [`exit_status`]: the 0/1/2/3 contract;
-//!   [`error`]: errors that carry their file and line; [`schema`]: the JSON documents' version.
+//!   [`error`]: errors that carry their file and line; [`schema`]: the JSON documents' version;
+//!   [`duration`]: a duration in words.
 //! - [`catalog`]: fix manifests, profiles, ordering and lint.
 //! - [`discover`]: which trees to act on.
 //! - [`patch`]: unified-diff parsing, exact hunk location, per-hunk state.
@@ -22,6 +23,7 @@ pub mod catalog;
 pub mod cli;
 pub mod commands;
 pub mod discover;
+pub mod duration;
 pub mod error;
 pub mod exit_status;
 pub mod hash;
@@ -90,4 +92,65 @@ pub fn is_broken_pipe(err: &anyhow::Error) -> bool {
                 .downcast_ref::<serde_json::Error>()
                 .is_some_and(|e| e.io_error_kind() == Some(std::io::ErrorKind::BrokenPipe))
     })
+}
+
+#[cfg(test)]
+mod layers {
+    /// The rooms of `src/`, lowest first (docs/design-and-safety.md, "Layout"): a room may use
+    /// its own layer and those before it, never one after it (an arrow up the import graph).
+    const LAYERS: &[&[&str]] = &[
+        &["error"],
+        &["tree", "hash", "exit_status", "schema", "duration"],
+        &["patch"],
+        &["catalog"],
+        &["discover"],
+        &["plan"],
+        &["provenance"],
+        &["transaction"],
+        &["upkeep", "reference"],
+        &["report"],
+        &["settings"],
+        &["commands"],
+        &["cli"],
+    ];
+
+    fn layer(room: &str) -> Option<usize> {
+        LAYERS.iter().position(|l| l.contains(&room))
+    }
+
+    #[test]
+    fn no_arrow_runs_up_the_import_graph() {
+        let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let needle = ["crate", "::"].concat();
+        let mut up = Vec::new();
+        let mut stack = vec![src.clone()];
+        while let Some(dir) = stack.pop() {
+            for entry in std::fs::read_dir(&dir).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    stack.push(path);
+                    continue;
+                }
+                let rel = path.strip_prefix(&src).unwrap().to_string_lossy().to_string();
+                if !rel.ends_with(".rs") || rel == "lib.rs" || rel == "main.rs" {
+                    continue;
+                }
+                let room = rel.split('/').next().unwrap().trim_end_matches(".rs");
+                let from = layer(room).unwrap_or_else(|| panic!("src/{rel}: room {room} is in no layer"));
+                for (n, line) in std::fs::read_to_string(&path).unwrap().lines().enumerate() {
+                    let code = line.split("//").next().unwrap_or_default();
+                    for (at, _) in code.match_indices(&needle) {
+                        let to: String = code[at + needle.len()..]
+                            .chars()
+                            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                            .collect();
+                        if layer(&to).is_some_and(|l| l > from) {
+                            up.push(format!("src/{rel}:{}: {room} -> {to}", n + 1));
+                        }
+                    }
+                }
+            }
+        }
+        assert!(up.is_empty(), "arrows up the import graph:\n{}", up.join("\n"));
+    }
 }
