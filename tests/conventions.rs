@@ -285,3 +285,27 @@ fn the_github_summary_says_what_each_mode_did() {
     }
     assert!(!last_line(&d, &["diff", "fix-a"], 0).contains("written"));
 }
+
+// Every command a GitHub annotation names is written with the run's catalogue and tree flags,
+// so it works as printed in the CI log. Before, the per-hunk drift annotation said
+// "run `gaudi-fixes diff fix-a`", which in that job looks in the default catalogue and the
+// trees python3 finds, not the ones the step checked.
+#[test]
+fn github_annotations_name_commands_with_the_runs_flags() {
+    let d = fixture();
+    d.write("root/vllm/mod.py", crate::common::PRISTINE.replace("    a = x + 1\n", "    a = x + 42\n"));
+    for (args, code) in [(&["apply", "--check"][..], 2), (&["diff", "fix-a"], 2), (&["status"], 0)] {
+        let mut all = vec!["--format", "github"];
+        all.extend_from_slice(args);
+        let (out, _) = d.cmd().args(with_fixture(&all)).expect(code);
+        let commands: Vec<&str> = out.split('`').skip(1).step_by(2).filter(|c| c.starts_with("gaudi-fixes ")).collect();
+        assert!(commands.iter().any(|c| c.contains(" diff fix-a")), "{args:?}: no diff named:\n{out}");
+        for c in commands {
+            // Commands on the trees carry the tree flags too; `matrix` and `port` work on the
+            // catalogue and the release trees in the cache.
+            let on_trees = [" apply", " revert", " diff ", " test ", " status"].iter().any(|w| c.contains(w));
+            let want = if on_trees { "gaudi-fixes --catalog cat --root root " } else { "gaudi-fixes --catalog cat " };
+            assert!(c.starts_with(want), "{args:?}: `{c}` lacks the run's flags:\n{out}");
+        }
+    }
+}
