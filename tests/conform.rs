@@ -187,6 +187,11 @@ fn no_difference_needs_the_suites_exit_0_a_complete_report_and_a_schedule() {
     let d = with_suite();
     let (out, _) = conform(&d, "clean", &["conform", "--schedules", "3"], 0);
     assert!(out.contains("conform: no difference"), "{out}");
+    // GitHub output is annotations or a notice, a clean run's and a failed one's alike.
+    for (mode, code) in [("clean", 0), ("crash", 3)] {
+        let (out, _) = conform(&d, mode, &["--format", "github", "conform", "--schedules", "3"], code);
+        assert!(!out.is_empty() && out.lines().all(|l| l.starts_with("::")), "{mode}: {out}");
+    }
     let (_, err) = conform(&d, "clean", &["conform", "--schedules", "0"], 3);
     assert!(err.contains("'0' for '--schedules <N>'"), "{err}");
     let (_, err) = conform(&d, "crash", &["conform", "--schedules", "3"], 3);
