@@ -5,7 +5,7 @@
 //! Modules:
 //! - [`tree`]: tree names and the `--only-tree` filter; [`exit_status`]: the 0/1/2/3 contract;
 //!   [`error`]: errors that carry their file and line; [`schema`]: the JSON documents' version;
-//!   [`duration`]: a duration in words.
+//!   [`duration`]: a duration in words; [`advice`]: next steps as data, and errors that give them.
 //! - [`catalog`]: fix manifests, profiles, ordering and lint.
 //! - [`discover`]: which trees to act on.
 //! - [`patch`]: unified-diff parsing, exact hunk location, per-hunk state.
@@ -19,6 +19,7 @@
 //!   [`settings`]: what every command shares and each command's request.
 //! - `reference` (feature `reference`): the tch reference sampler, `equiv` and `bench`.
 
+pub mod advice;
 pub mod catalog;
 pub mod cli;
 pub mod commands;
@@ -100,7 +101,7 @@ mod layers {
     /// its own layer and those before it, never one after it (an arrow up the import graph).
     const LAYERS: &[&[&str]] = &[
         &["error"],
-        &["tree", "hash", "exit_status", "schema", "duration"],
+        &["tree", "hash", "exit_status", "schema", "duration", "advice"],
         &["patch"],
         &["catalog"],
         &["discover"],
@@ -152,5 +153,58 @@ mod layers {
             }
         }
         assert!(up.is_empty(), "arrows up the import graph:\n{}", up.join("\n"));
+    }
+
+    /// Commands a next step names are written in `report/advice.rs`, from data: below `report/`
+    /// no string spells a command line `gaudi-fixes SUBCOMMAND …` or `gaudi-fixes --FLAG …` (the
+    /// domain gives [`crate::advice::Advice`]; `report/` adds the run's invocation), and `plan/`
+    /// spells no `pip install` either. The program's name in prose ("a killed gaudi-fixes run")
+    /// is no command line.
+    #[test]
+    fn no_command_line_is_built_below_report() {
+        let below: Vec<&str> = LAYERS
+            .iter()
+            .take_while(|layer| !layer.contains(&"report"))
+            .flat_map(|layer| layer.iter().copied())
+            .collect();
+        let subcommands: Vec<String> = <crate::cli::Cli as clap::CommandFactory>::command()
+            .get_subcommands()
+            .map(|c| c.get_name().to_string())
+            .collect();
+        let starts: Vec<String> =
+            subcommands.iter().map(|s| format!("gaudi-fixes {s}")).chain(["gaudi-fixes --".to_string()]).collect();
+        let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut found = Vec::new();
+        let mut stack = vec![src.clone()];
+        while let Some(dir) = stack.pop() {
+            for entry in std::fs::read_dir(&dir).unwrap() {
+                let path = entry.unwrap().path();
+                let rel = path.strip_prefix(&src).unwrap().to_string_lossy().to_string();
+                let room = rel.split('/').next().unwrap().trim_end_matches(".rs");
+                if !below.contains(&room) {
+                    continue;
+                }
+                if path.is_dir() {
+                    stack.push(path);
+                    continue;
+                }
+                if !rel.ends_with(".rs") {
+                    continue;
+                }
+                for (n, line) in std::fs::read_to_string(&path).unwrap().lines().enumerate() {
+                    let code = line.split("//").next().unwrap_or_default();
+                    let command = starts.iter().any(|s| {
+                        code.match_indices(s.as_str()).any(|(at, _)| {
+                            let next = code[at + s.len()..].chars().next();
+                            s.ends_with("--") || next.is_none_or(|c| !(c.is_alphanumeric() || c == '-'))
+                        })
+                    });
+                    if command || (room == "plan" && code.contains("pip install")) {
+                        found.push(format!("src/{rel}:{}: {}", n + 1, line.trim()));
+                    }
+                }
+            }
+        }
+        assert!(found.is_empty(), "command lines built below report/ (give them as Advice):\n{}", found.join("\n"));
     }
 }

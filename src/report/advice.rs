@@ -3,7 +3,9 @@
 //! run's invocation (the flags that chose its catalogue and trees), so one works as printed;
 //! the JSON document keeps the data beside the sentence.
 
-use crate::plan::{Advice, FixReport};
+use crate::advice::{Advice, Advised};
+use crate::plan::FixReport;
+use crate::transaction::RollbackFailed;
 
 /// How the run was invoked, as far as the commands its advice names need: the flags (as shell
 /// words) that chose its catalogue, and those that chose its trees. Written out (`Display`) it
@@ -49,6 +51,9 @@ pub fn command(advice: &Advice, invocation: &Invocation) -> String {
         Advice::Diff { fix } => format!("{invocation} diff {fix}"),
         Advice::Test { fix } => format!("{invocation} test {fix}"),
         Advice::RecordRelease { release } => format!("{} matrix --releases {release} --record", catalog()),
+        Advice::Fetch { release } => format!("{} matrix --releases {release} --no-tests", invocation.catalog_only()),
+        Advice::Check => format!("{invocation} apply --check"),
+        Advice::Equiv => format!("{} equiv", invocation.catalog_only()),
         Advice::Port { fix, from, release } => {
             format!("{} port {fix} --from {from} --release {release} --to DIR", catalog())
         }
@@ -75,6 +80,30 @@ pub fn fill(text: &str, advice: &[Advice], invocation: &Invocation) -> String {
     out
 }
 
+/// The advice an error in `err`'s chain gives, if any (a rollback that failed carries its own).
+fn advised<'a>(cause: &'a (dyn std::error::Error + 'static)) -> Option<&'a Advised> {
+    cause.downcast_ref::<Advised>().or_else(|| cause.downcast_ref::<RollbackFailed>().map(|r| &r.advised))
+}
+
+/// `err`'s chain as one line (as `{err:#}` reads), each command an error in it suggests
+/// written out with the run's `invocation`.
+pub fn error_text(err: &anyhow::Error, invocation: &Invocation) -> String {
+    let causes: Vec<String> = err
+        .chain()
+        .map(|cause| match advised(cause) {
+            Some(a) => a.written(|advice| format!("`{}`", command(advice, invocation))),
+            None => cause.to_string(),
+        })
+        .collect();
+    causes.join(": ")
+}
+
+/// Every next step the errors in `err`'s chain suggest, outermost first (JSON's
+/// `error.advice`).
+pub fn error_advice(err: &anyhow::Error) -> Vec<Advice> {
+    err.chain().filter_map(advised).flat_map(|a| a.advice.iter().cloned()).collect()
+}
+
 /// `reports` with every message and next step written out for a run invoked as `invocation`.
 pub fn written_out(reports: &[FixReport], invocation: &Invocation) -> Vec<FixReport> {
     let mut out = reports.to_vec();
@@ -88,26 +117,4 @@ pub fn written_out(reports: &[FixReport], invocation: &Invocation) -> Vec<FixRep
         }
     }
     out
-}
-
-#[cfg(test)]
-mod tests {
-    /// Commands a next step names are written here, from data: below `report/` no sentence
-    /// spells `gaudi-fixes …` (plan/ gives the advice; the run's invocation is added here).
-    #[test]
-    fn no_command_line_is_built_below_report() {
-        let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src/plan");
-        let mut found = Vec::new();
-        for entry in std::fs::read_dir(&dir).unwrap() {
-            let path = entry.unwrap().path();
-            let text = std::fs::read_to_string(&path).unwrap();
-            for (n, line) in text.lines().enumerate() {
-                let code = line.split("//").next().unwrap_or_default();
-                if code.contains("gaudi-fixes ") || code.contains("pip install") {
-                    found.push(format!("{}:{}: {}", path.display(), n + 1, line.trim()));
-                }
-            }
-        }
-        assert!(found.is_empty(), "command lines built in plan/ (give them as Advice):\n{}", found.join("\n"));
-    }
 }

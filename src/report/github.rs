@@ -122,9 +122,9 @@ pub fn summary(
     Ok(())
 }
 
-/// The error that ended the run, as an annotation at the file and line a [`Located`] error in
-/// its chain names (if any).
-pub fn run_error(out: &mut dyn Write, err: &anyhow::Error) -> Result<()> {
+/// The error that ended the run (`message`: its chain written out), as an annotation at the
+/// file and line a [`Located`] error in its chain names (if any).
+pub fn run_error(out: &mut dyn Write, err: &anyhow::Error, message: &str) -> Result<()> {
     let mut at = String::new();
     if let Some(place) = Located::find(err) {
         at.push_str(&format!(" file={}", escape_prop(&place.file.display().to_string())));
@@ -132,7 +132,7 @@ pub fn run_error(out: &mut dyn Write, err: &anyhow::Error) -> Result<()> {
             at.push_str(&format!(",line={line}"));
         }
     }
-    writeln!(out, "::error{at}::{}", escape(&format!("gaudi-fixes: {err:#}")))?;
+    writeln!(out, "::error{at}::{}", escape(&format!("gaudi-fixes: {message}")))?;
     Ok(())
 }
 
