@@ -207,4 +207,62 @@ mod layers {
         }
         assert!(found.is_empty(), "command lines built below report/ (give them as Advice):\n{}", found.join("\n"));
     }
+
+    /// The house's rule: no function over 100 lines (from its `fn` line to its closing brace, as
+    /// rustfmt lays it out) outside `reference/`.
+    #[test]
+    fn no_function_is_over_100_lines_outside_reference() {
+        let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut long = Vec::new();
+        let mut stack = vec![src.clone()];
+        while let Some(dir) = stack.pop() {
+            for entry in std::fs::read_dir(&dir).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    if !path.ends_with("reference") {
+                        stack.push(path);
+                    }
+                    continue;
+                }
+                if path.extension().is_some_and(|e| e == "rs") {
+                    let text = std::fs::read_to_string(&path).unwrap();
+                    for (name, line, length) in functions(&text).into_iter().filter(|f| f.2 > 100) {
+                        long.push(format!("{}:{line}: {name}: {length} lines", path.display()));
+                    }
+                }
+            }
+        }
+        assert!(long.is_empty(), "functions over 100 lines:\n{}", long.join("\n"));
+    }
+
+    /// Each function in rustfmt-formatted `text`: its name, 1-based line and length in lines.
+    fn functions(text: &str) -> Vec<(String, usize, usize)> {
+        let lines: Vec<&str> = text.lines().collect();
+        let mut out = Vec::new();
+        for (i, line) in lines.iter().enumerate() {
+            let indent = line.len() - line.trim_start().len();
+            let mut rest = line.trim_start();
+            for word in ["pub(crate) ", "pub(super) ", "pub ", "const ", "async ", "unsafe "] {
+                rest = rest.strip_prefix(word).unwrap_or(rest);
+            }
+            let Some(signature) = rest.strip_prefix("fn ") else { continue };
+            let name: String = signature.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+            let Some(open) = (i..lines.len()).find(|&j| lines[j].trim_end().ends_with(['{', ';'])) else { continue };
+            if lines[open].trim_end().ends_with(';') {
+                continue;
+            }
+            let close = format!("{}}}", " ".repeat(indent));
+            if let Some(end) = (open + 1..lines.len()).find(|&k| lines[k].starts_with(&close)) {
+                out.push((name, i + 1, end - i + 1));
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn a_functions_length_runs_from_its_fn_line_to_its_closing_brace() {
+        let text =
+            "fn a() {\n    x();\n}\n\n    pub(crate) fn b(\n        y: u8,\n    ) -> u8 {\n        y\n    }\nfn c();\n";
+        assert_eq!(functions(text), [("a".to_string(), 1, 3), ("b".to_string(), 5, 5)]);
+    }
 }
