@@ -119,35 +119,46 @@ mod layers {
         LAYERS.iter().position(|l| l.contains(&room))
     }
 
-    #[test]
-    fn no_arrow_runs_up_the_import_graph() {
+    /// Every `.rs` file under `src/`: its path there (`plan/chain.rs`), its room (`plan`) and
+    /// its text.
+    fn sources() -> Vec<(String, String, String)> {
         let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
-        let needle = ["crate", "::"].concat();
-        let mut up = Vec::new();
+        let mut out = Vec::new();
         let mut stack = vec![src.clone()];
         while let Some(dir) = stack.pop() {
             for entry in std::fs::read_dir(&dir).unwrap() {
                 let path = entry.unwrap().path();
                 if path.is_dir() {
                     stack.push(path);
-                    continue;
+                } else if path.extension().is_some_and(|e| e == "rs") {
+                    let rel = path.strip_prefix(&src).unwrap().to_string_lossy().to_string();
+                    let room = rel.split('/').next().unwrap().trim_end_matches(".rs").to_string();
+                    out.push((rel, room, std::fs::read_to_string(&path).unwrap()));
                 }
-                let rel = path.strip_prefix(&src).unwrap().to_string_lossy().to_string();
-                if !rel.ends_with(".rs") || rel == "lib.rs" || rel == "main.rs" {
-                    continue;
-                }
-                let room = rel.split('/').next().unwrap().trim_end_matches(".rs");
-                let from = layer(room).unwrap_or_else(|| panic!("src/{rel}: room {room} is in no layer"));
-                for (n, line) in std::fs::read_to_string(&path).unwrap().lines().enumerate() {
-                    let code = line.split("//").next().unwrap_or_default();
-                    for (at, _) in code.match_indices(&needle) {
-                        let to: String = code[at + needle.len()..]
-                            .chars()
-                            .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
-                            .collect();
-                        if layer(&to).is_some_and(|l| l > from) {
-                            up.push(format!("src/{rel}:{}: {room} -> {to}", n + 1));
-                        }
+            }
+        }
+        out
+    }
+
+    /// `text`'s lines, numbered from 1, each cut at its first `//` (comments say what they like).
+    fn code_lines(text: &str) -> impl Iterator<Item = (usize, &str)> {
+        text.lines().enumerate().map(|(n, line)| (n + 1, line.split("//").next().unwrap_or_default()))
+    }
+
+    #[test]
+    fn no_arrow_runs_up_the_import_graph() {
+        let needle = ["crate", "::"].concat();
+        let mut up = Vec::new();
+        for (rel, room, text) in sources().iter().filter(|(rel, ..)| rel != "lib.rs" && rel != "main.rs") {
+            let from = layer(room).unwrap_or_else(|| panic!("src/{rel}: room {room} is in no layer"));
+            for (n, code) in code_lines(text) {
+                for (at, _) in code.match_indices(&needle) {
+                    let to: String = code[at + needle.len()..]
+                        .chars()
+                        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                        .collect();
+                    if layer(&to).is_some_and(|l| l > from) {
+                        up.push(format!("src/{rel}:{n}: {room} -> {to}"));
                     }
                 }
             }
@@ -173,35 +184,17 @@ mod layers {
             .collect();
         let starts: Vec<String> =
             subcommands.iter().map(|s| format!("gaudi-fixes {s}")).chain(["gaudi-fixes --".to_string()]).collect();
-        let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
         let mut found = Vec::new();
-        let mut stack = vec![src.clone()];
-        while let Some(dir) = stack.pop() {
-            for entry in std::fs::read_dir(&dir).unwrap() {
-                let path = entry.unwrap().path();
-                let rel = path.strip_prefix(&src).unwrap().to_string_lossy().to_string();
-                let room = rel.split('/').next().unwrap().trim_end_matches(".rs");
-                if !below.contains(&room) {
-                    continue;
-                }
-                if path.is_dir() {
-                    stack.push(path);
-                    continue;
-                }
-                if !rel.ends_with(".rs") {
-                    continue;
-                }
-                for (n, line) in std::fs::read_to_string(&path).unwrap().lines().enumerate() {
-                    let code = line.split("//").next().unwrap_or_default();
-                    let command = starts.iter().any(|s| {
-                        code.match_indices(s.as_str()).any(|(at, _)| {
-                            let next = code[at + s.len()..].chars().next();
-                            s.ends_with("--") || next.is_none_or(|c| !(c.is_alphanumeric() || c == '-'))
-                        })
-                    });
-                    if command || (room == "plan" && code.contains("pip install")) {
-                        found.push(format!("src/{rel}:{}: {}", n + 1, line.trim()));
-                    }
+        for (rel, room, text) in sources().iter().filter(|(_, room, _)| below.contains(&room.as_str())) {
+            for (n, code) in code_lines(text) {
+                let command = starts.iter().any(|s| {
+                    code.match_indices(s.as_str()).any(|(at, _)| {
+                        let next = code[at + s.len()..].chars().next();
+                        s.ends_with("--") || next.is_none_or(|c| !(c.is_alphanumeric() || c == '-'))
+                    })
+                });
+                if command || (room == "plan" && code.contains("pip install")) {
+                    found.push(format!("src/{rel}:{n}: {}", code.trim()));
                 }
             }
         }
@@ -212,24 +205,10 @@ mod layers {
     /// rustfmt lays it out) outside `reference/`.
     #[test]
     fn no_function_is_over_100_lines_outside_reference() {
-        let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
         let mut long = Vec::new();
-        let mut stack = vec![src.clone()];
-        while let Some(dir) = stack.pop() {
-            for entry in std::fs::read_dir(&dir).unwrap() {
-                let path = entry.unwrap().path();
-                if path.is_dir() {
-                    if !path.ends_with("reference") {
-                        stack.push(path);
-                    }
-                    continue;
-                }
-                if path.extension().is_some_and(|e| e == "rs") {
-                    let text = std::fs::read_to_string(&path).unwrap();
-                    for (name, line, length) in functions(&text).into_iter().filter(|f| f.2 > 100) {
-                        long.push(format!("{}:{line}: {name}: {length} lines", path.display()));
-                    }
-                }
+        for (rel, _, text) in sources().iter().filter(|(_, room, _)| room != "reference") {
+            for (name, line, length) in functions(text).into_iter().filter(|f| f.2 > 100) {
+                long.push(format!("src/{rel}:{line}: {name}: {length} lines"));
             }
         }
         assert!(long.is_empty(), "functions over 100 lines:\n{}", long.join("\n"));
