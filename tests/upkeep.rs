@@ -358,6 +358,12 @@ fn port_takes_a_tree_missing_under_to_from_the_cache() {
     let (_, err) = d.cmd().args(args).env("GAUDI_FIXES_CACHE", d.path().join("nocache")).expect(3);
     assert!(err.contains("no vllm/ tree there or in the cache"), "{err}");
     assert_eq!(d.snapshot("cat"), before);
+    // The old release missing from the cache: the fetch it advises names this run's catalogue.
+    let args = ["--catalog", "cat", "port", "fix-a", "--from", "v0.26.0", "--to", "new", "--release", "v0.27.0"];
+    let (_, err) = d.cmd().args(args).env("GAUDI_FIXES_CACHE", d.path().join("nocache")).expect(3);
+    let fetch = "fetch it with `gaudi-fixes --catalog cat matrix --releases v0.26.0 --no-tests`";
+    assert!(err.contains("no pristine v0.26.0 vllm tree in the cache") && err.contains(fetch), "{err}");
+    assert_eq!(d.snapshot("cat"), before);
 }
 
 #[test]
