@@ -232,6 +232,8 @@ fn test_honours_only_tree_and_says_not_applied() {
     };
     let (out, err) = run(&[], 1);
     assert!(err.contains("fix-a is not applied on these trees"), "{err}");
+    // The apply it advises is this run's: its catalogue, trees and interpreter.
+    assert!(err.contains("(`gaudi-fixes --catalog cat --root root --python ./py apply fix-a` first)"), "{err}");
     assert!(out.contains("FAILED (1 failed in 0.01s) — fix-a is not applied"), "{out}");
     assert_eq!(d.read_string("seen"), "vllm\nvllm_gaudi\n");
     run(&["--only-tree", "vllm"], 1);

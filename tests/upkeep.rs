@@ -425,7 +425,10 @@ fn every_command_answers_github_with_annotations_or_a_notice() {
     d.write("new/vllm/mod.py", format!("import sys\n{PRISTINE}"));
     github(&port, 0);
     d.write("edited/vllm/mod.py", patched_a());
-    github(&["record", "fix-a", "--release", "v0.28.0", "--pristine", "root", "--edited", "edited"], 0);
+    let out = github(&["record", "fix-a", "--release", "v0.28.0", "--pristine", "root", "--edited", "edited"], 0);
+    // What to run next names the catalogue written, `matrix --record` too.
+    let next = "next: `gaudi-fixes --catalog cat lint --upstream DIR`, then `gaudi-fixes --catalog cat matrix --releases v0.28.0 --record`";
+    assert!(out.contains(next), "{out}");
     d.write("cat/fixes/fix-b/v0.26.0/mod.patch", "not a patch\n");
     assert!(github(&["lint"], 3).starts_with("::error"));
 }
