@@ -195,7 +195,8 @@ fn port_stops_on_a_conflict_and_writes_nothing() {
         stdout.contains("conflict") && stdout.contains("+    b = a * 4") && stdout.contains("+    b = a * 3"),
         "{stdout}"
     );
-    assert!(stdout.contains("record fix-a --release v0.27.0"), "{stdout}");
+    // The record it advises writes into this run's catalogue (it said `--catalog DIR`).
+    assert!(stdout.contains("`gaudi-fixes --catalog cat record fix-a --release v0.27.0"), "{stdout}");
     assert_eq!(d.snapshot("cat"), before);
 }
 

@@ -94,6 +94,8 @@ pub struct PortConflicts<'a> {
     pub from: &'a str,
     pub to: &'a str,
     pub conflicts: &'a [(String, Vec<Conflict>)],
+    /// The run's `--catalog`, where `record` writes the variant made by hand.
+    pub catalog: Option<&'a Path>,
 }
 
 impl Document for PortConflicts<'_> {
@@ -147,7 +149,8 @@ impl Document for PortConflicts<'_> {
         writeln!(
             out,
             "next: copy the {to} tree, make the fix's change there by hand, and run \
-             `gaudi-fixes --catalog DIR record {fix} --release {to} --pristine <{to} tree> --edited <copy>`"
+             `gaudi-fixes --catalog {} record {fix} --release {to} --pristine <{to} tree> --edited <copy>`",
+            self.catalog.map_or("DIR".into(), |c| c.display().to_string())
         )?;
         Ok(())
     }
