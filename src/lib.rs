@@ -4,7 +4,8 @@
 //!
 //! Modules:
 //! - [`tree`]: tree names and the `--only-tree` filter; [`exit_status`]: the 0/1/2/3 contract;
-//!   [`error`]: errors that carry their file and line; [`schema`]: the JSON documents' version.
+//!   [`error`]: errors that carry their file and line; [`schema`]: the JSON documents' version;
+//!   [`duration`]: a duration in words; [`advice`]: next steps as data, and errors that give them.
 //! - [`catalog`]: fix manifests, profiles, ordering and lint.
 //! - [`discover`]: which trees to act on.
 //! - [`patch`]: unified-diff parsing, exact hunk location, per-hunk state.
@@ -18,10 +19,12 @@
 //!   [`settings`]: what every command shares and each command's request.
 //! - `reference` (feature `reference`): the tch reference sampler, `equiv` and `bench`.
 
+pub mod advice;
 pub mod catalog;
 pub mod cli;
 pub mod commands;
 pub mod discover;
+pub mod duration;
 pub mod error;
 pub mod exit_status;
 pub mod hash;
@@ -90,4 +93,155 @@ pub fn is_broken_pipe(err: &anyhow::Error) -> bool {
                 .downcast_ref::<serde_json::Error>()
                 .is_some_and(|e| e.io_error_kind() == Some(std::io::ErrorKind::BrokenPipe))
     })
+}
+
+#[cfg(test)]
+mod layers {
+    /// The rooms of `src/`, lowest first (docs/design-and-safety.md, "Layout"): a room may use
+    /// its own layer and those before it, never one after it (an arrow up the import graph).
+    const LAYERS: &[&[&str]] = &[
+        &["error"],
+        &["tree", "hash", "exit_status", "schema", "duration", "advice"],
+        &["patch"],
+        &["catalog"],
+        &["discover"],
+        &["plan"],
+        &["provenance"],
+        &["transaction"],
+        &["upkeep", "reference"],
+        &["report"],
+        &["settings"],
+        &["commands"],
+        &["cli"],
+    ];
+
+    fn layer(room: &str) -> Option<usize> {
+        LAYERS.iter().position(|l| l.contains(&room))
+    }
+
+    /// Every `.rs` file under `src/`: its path there (`plan/chain.rs`), its room (`plan`) and
+    /// its text.
+    fn sources() -> Vec<(String, String, String)> {
+        let src = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("src");
+        let mut out = Vec::new();
+        let mut stack = vec![src.clone()];
+        while let Some(dir) = stack.pop() {
+            for entry in std::fs::read_dir(&dir).unwrap() {
+                let path = entry.unwrap().path();
+                if path.is_dir() {
+                    stack.push(path);
+                } else if path.extension().is_some_and(|e| e == "rs") {
+                    let rel = path.strip_prefix(&src).unwrap().to_string_lossy().to_string();
+                    let room = rel.split('/').next().unwrap().trim_end_matches(".rs").to_string();
+                    out.push((rel, room, std::fs::read_to_string(&path).unwrap()));
+                }
+            }
+        }
+        out
+    }
+
+    /// `text`'s lines, numbered from 1, each cut at its first `//` (comments say what they like).
+    fn code_lines(text: &str) -> impl Iterator<Item = (usize, &str)> {
+        text.lines().enumerate().map(|(n, line)| (n + 1, line.split("//").next().unwrap_or_default()))
+    }
+
+    #[test]
+    fn no_arrow_runs_up_the_import_graph() {
+        let needle = ["crate", "::"].concat();
+        let mut up = Vec::new();
+        for (rel, room, text) in sources().iter().filter(|(rel, ..)| rel != "lib.rs" && rel != "main.rs") {
+            let from = layer(room).unwrap_or_else(|| panic!("src/{rel}: room {room} is in no layer"));
+            for (n, code) in code_lines(text) {
+                for (at, _) in code.match_indices(&needle) {
+                    let to: String = code[at + needle.len()..]
+                        .chars()
+                        .take_while(|c| c.is_ascii_alphanumeric() || *c == '_')
+                        .collect();
+                    if layer(&to).is_some_and(|l| l > from) {
+                        up.push(format!("src/{rel}:{n}: {room} -> {to}"));
+                    }
+                }
+            }
+        }
+        assert!(up.is_empty(), "arrows up the import graph:\n{}", up.join("\n"));
+    }
+
+    /// Commands a next step names are written in `report/advice.rs`, from data: below `report/`
+    /// no string spells a command line `gaudi-fixes SUBCOMMAND …` or `gaudi-fixes --FLAG …` (the
+    /// domain gives [`crate::advice::Advice`]; `report/` adds the run's invocation), and `plan/`
+    /// spells no `pip install` either. The program's name in prose ("a killed gaudi-fixes run")
+    /// is no command line.
+    #[test]
+    fn no_command_line_is_built_below_report() {
+        let below: Vec<&str> = LAYERS
+            .iter()
+            .take_while(|layer| !layer.contains(&"report"))
+            .flat_map(|layer| layer.iter().copied())
+            .collect();
+        let subcommands: Vec<String> = <crate::cli::Cli as clap::CommandFactory>::command()
+            .get_subcommands()
+            .map(|c| c.get_name().to_string())
+            .collect();
+        let starts: Vec<String> =
+            subcommands.iter().map(|s| format!("gaudi-fixes {s}")).chain(["gaudi-fixes --".to_string()]).collect();
+        let mut found = Vec::new();
+        for (rel, room, text) in sources().iter().filter(|(_, room, _)| below.contains(&room.as_str())) {
+            for (n, code) in code_lines(text) {
+                let command = starts.iter().any(|s| {
+                    code.match_indices(s.as_str()).any(|(at, _)| {
+                        let next = code[at + s.len()..].chars().next();
+                        s.ends_with("--") || next.is_none_or(|c| !(c.is_alphanumeric() || c == '-'))
+                    })
+                });
+                if command || (room == "plan" && code.contains("pip install")) {
+                    found.push(format!("src/{rel}:{n}: {}", code.trim()));
+                }
+            }
+        }
+        assert!(found.is_empty(), "command lines built below report/ (give them as Advice):\n{}", found.join("\n"));
+    }
+
+    /// The house's rule: no function over 100 lines (from its `fn` line to its closing brace, as
+    /// rustfmt lays it out) outside `reference/`.
+    #[test]
+    fn no_function_is_over_100_lines_outside_reference() {
+        let mut long = Vec::new();
+        for (rel, _, text) in sources().iter().filter(|(_, room, _)| room != "reference") {
+            for (name, line, length) in functions(text).into_iter().filter(|f| f.2 > 100) {
+                long.push(format!("src/{rel}:{line}: {name}: {length} lines"));
+            }
+        }
+        assert!(long.is_empty(), "functions over 100 lines:\n{}", long.join("\n"));
+    }
+
+    /// Each function in rustfmt-formatted `text`: its name, 1-based line and length in lines.
+    fn functions(text: &str) -> Vec<(String, usize, usize)> {
+        let lines: Vec<&str> = text.lines().collect();
+        let mut out = Vec::new();
+        for (i, line) in lines.iter().enumerate() {
+            let indent = line.len() - line.trim_start().len();
+            let mut rest = line.trim_start();
+            for word in ["pub(crate) ", "pub(super) ", "pub ", "const ", "async ", "unsafe "] {
+                rest = rest.strip_prefix(word).unwrap_or(rest);
+            }
+            let Some(signature) = rest.strip_prefix("fn ") else { continue };
+            let name: String = signature.chars().take_while(|c| c.is_alphanumeric() || *c == '_').collect();
+            let Some(open) = (i..lines.len()).find(|&j| lines[j].trim_end().ends_with(['{', ';'])) else { continue };
+            if lines[open].trim_end().ends_with(';') {
+                continue;
+            }
+            let close = format!("{}}}", " ".repeat(indent));
+            if let Some(end) = (open + 1..lines.len()).find(|&k| lines[k].starts_with(&close)) {
+                out.push((name, i + 1, end - i + 1));
+            }
+        }
+        out
+    }
+
+    #[test]
+    fn a_functions_length_runs_from_its_fn_line_to_its_closing_brace() {
+        let text =
+            "fn a() {\n    x();\n}\n\n    pub(crate) fn b(\n        y: u8,\n    ) -> u8 {\n        y\n    }\nfn c();\n";
+        assert_eq!(functions(text), [("a".to_string(), 1, 3), ("b".to_string(), 5, 5)]);
+    }
 }

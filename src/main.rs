@@ -18,13 +18,15 @@ fn main() -> ExitCode {
         }
     };
     let (format, command) = (cli.global.format.into(), cli.command.name());
+    // An error's advice is written out with the flags that chose the run's catalogue and trees.
+    let invocation = cli.global.settings().invocation();
     match gaudi_fixes::run(cli) {
         Ok(status) => status.into(),
         // Only reached by commands whose result does not depend on their output (list, show).
         Err(err) if gaudi_fixes::is_broken_pipe(&err) => ExitCode::SUCCESS,
         Err(err) => {
             let code = gaudi_fixes::error_code(&err);
-            report::error::print(&err, format, command, code);
+            report::error::print(&err, format, command, code, &invocation);
             ExitCode::from(code)
         }
     }

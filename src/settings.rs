@@ -5,6 +5,7 @@
 use std::path::PathBuf;
 
 use crate::discover::TreeQuery;
+use crate::report::advice::Invocation;
 use crate::report::{ColorChoice, Format, Output};
 use crate::tree::TreeFilter;
 
@@ -38,30 +39,32 @@ impl Settings {
 
     /// `gaudi-fixes` with the flags that chose this run's catalogue and trees, so that a command a
     /// message suggests works as printed (run from the same directory).
-    pub fn invocation(&self) -> String {
-        let mut words = vec!["gaudi-fixes".to_string()];
-        let mut flag = |name: &str, value: &std::path::Path| {
-            words.push(name.to_string());
-            words.push(shell_word(&value.display().to_string()));
-        };
+    pub fn invocation(&self) -> Invocation {
+        let flag =
+            |name: &str, value: &std::path::Path| vec![name.to_string(), shell_word(&value.display().to_string())];
+        let mut invocation = Invocation { catalog: Vec::new(), trees: Vec::new() };
         if let Some(catalog) = &self.catalog {
-            flag("--catalog", catalog);
+            invocation.catalog = flag("--catalog", catalog);
         }
         if let Some((root, _)) = &self.trees.root {
-            flag("--root", root);
+            invocation.trees.extend(flag("--root", root));
         }
         if let Some(dir) = &self.trees.vllm {
-            flag("--vllm", dir);
+            invocation.trees.extend(flag("--vllm", dir));
         }
         if let Some(dir) = &self.trees.vllm_gaudi {
-            flag("--vllm-gaudi", dir);
+            invocation.trees.extend(flag("--vllm-gaudi", dir));
+        }
+        // The interpreter finds the trees when no flag names them, and runs a fix's tests.
+        if self.python != "python3" {
+            invocation.trees.extend(["--python".to_string(), shell_word(&self.python)]);
         }
         for tree in crate::tree::TreeName::ALL {
             if self.filter.includes(tree) && crate::tree::TreeName::ALL.iter().any(|t| !self.filter.includes(*t)) {
-                words.push(format!("--only-tree {tree}"));
+                invocation.trees.extend(["--only-tree".to_string(), tree.to_string()]);
             }
         }
-        words.join(" ")
+        invocation
     }
 }
 

@@ -187,6 +187,11 @@ fn no_difference_needs_the_suites_exit_0_a_complete_report_and_a_schedule() {
     let d = with_suite();
     let (out, _) = conform(&d, "clean", &["conform", "--schedules", "3"], 0);
     assert!(out.contains("conform: no difference"), "{out}");
+    // GitHub output is annotations or a notice, a clean run's and a failed one's alike.
+    for (mode, code) in [("clean", 0), ("crash", 3)] {
+        let (out, _) = conform(&d, mode, &["--format", "github", "conform", "--schedules", "3"], code);
+        assert!(!out.is_empty() && out.lines().all(|l| l.starts_with("::")), "{mode}: {out}");
+    }
     let (_, err) = conform(&d, "clean", &["conform", "--schedules", "0"], 3);
     assert!(err.contains("'0' for '--schedules <N>'"), "{err}");
     let (_, err) = conform(&d, "crash", &["conform", "--schedules", "3"], 3);
@@ -257,7 +262,8 @@ fn setup_installs_the_built_in_requirements_without_dependencies_and_requirement
     assert_eq!(pip.trim(), format!("-m pip install --no-deps -r {}", file.display()), "{err}");
     assert_eq!(std::fs::read_to_string(&file).unwrap(), REQUIREMENTS);
     assert!(err.contains(&format!("running {}/py -m pip install --no-deps -r", d.path().display())), "{err}");
-    assert!(out.contains("ready; run `gaudi-fixes --python"), "{out}");
+    // The run it suggests is this one's: its catalogue, trees and interpreter.
+    assert!(out.contains("ready; run `gaudi-fixes --catalog cat --root root --python ./py conform`"), "{out}");
     std::fs::remove_file(d.path().join("installed")).unwrap();
     let (_, err) = run(&[("FAKE_PIP_FAILS", "1")], 3);
     assert!(err.contains("failed (exit status 1); its output is above"), "{err}");
@@ -311,7 +317,10 @@ fn a_long_run_in_a_log_prints_progress_at_least_every_10_s() {
 fn first_prints_the_failing_schedule_and_replay_runs_it() {
     let d = with_suite();
     let (out, _) = conform(&d, "first", &["conform", "--first"], 1);
-    assert!(out.contains("to replay it, save it to a file and run `gaudi-fixes conform --replay FILE`"), "{out}");
+    let replay =
+        "to replay it, save it to a file and run `gaudi-fixes --catalog cat --root root --python ./py conform \
+                  --replay FILE`";
+    assert!(out.contains(replay), "{out}");
     let last = out.lines().last().unwrap_or_default();
     assert_eq!(json(last)["seed"], 7, "{out}");
     assert!(d.read_string("argv.json").contains("\"--first\""));

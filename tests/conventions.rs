@@ -232,6 +232,8 @@ fn test_honours_only_tree_and_says_not_applied() {
     };
     let (out, err) = run(&[], 1);
     assert!(err.contains("fix-a is not applied on these trees"), "{err}");
+    // The apply it advises is this run's: its catalogue, trees and interpreter.
+    assert!(err.contains("(`gaudi-fixes --catalog cat --root root --python ./py apply fix-a` first)"), "{err}");
     assert!(out.contains("FAILED (1 failed in 0.01s) — fix-a is not applied"), "{out}");
     assert_eq!(d.read_string("seen"), "vllm\nvllm_gaudi\n");
     run(&["--only-tree", "vllm"], 1);
@@ -284,4 +286,28 @@ fn the_github_summary_says_what_each_mode_did() {
         assert_eq!(last_line(&d, args, 0), want, "{args:?}");
     }
     assert!(!last_line(&d, &["diff", "fix-a"], 0).contains("written"));
+}
+
+// Every command a GitHub annotation names is written with the run's catalogue and tree flags,
+// so it works as printed in the CI log. Before, the per-hunk drift annotation said
+// "run `gaudi-fixes diff fix-a`", which in that job looks in the default catalogue and the
+// trees python3 finds, not the ones the step checked.
+#[test]
+fn github_annotations_name_commands_with_the_runs_flags() {
+    let d = fixture();
+    d.write("root/vllm/mod.py", crate::common::PRISTINE.replace("    a = x + 1\n", "    a = x + 42\n"));
+    for (args, code) in [(&["apply", "--check"][..], 2), (&["diff", "fix-a"], 2), (&["status"], 0)] {
+        let mut all = vec!["--format", "github"];
+        all.extend_from_slice(args);
+        let (out, _) = d.cmd().args(with_fixture(&all)).expect(code);
+        let commands: Vec<&str> = out.split('`').skip(1).step_by(2).filter(|c| c.starts_with("gaudi-fixes ")).collect();
+        assert!(commands.iter().any(|c| c.contains(" diff fix-a")), "{args:?}: no diff named:\n{out}");
+        for c in commands {
+            // Commands on the trees carry the tree flags too; `matrix` and `port` work on the
+            // catalogue and the release trees in the cache.
+            let on_trees = [" apply", " revert", " diff ", " test ", " status"].iter().any(|w| c.contains(w));
+            let want = if on_trees { "gaudi-fixes --catalog cat --root root " } else { "gaudi-fixes --catalog cat " };
+            assert!(c.starts_with(want), "{args:?}: `{c}` lacks the run's flags:\n{out}");
+        }
+    }
 }

@@ -596,6 +596,10 @@ fn tampered_journals_are_refused() {
         let before = d.snapshot("");
         let (_, stderr) = d.cmd().args(with_fixture(&["apply", "fix-a"])).expect(3);
         assert!(stderr.contains(needle) && stderr.contains("to clear it"), "{what}: {stderr}");
+        // The check it advises is written with the run's flags (it said a bare `gaudi-fixes
+        // apply --check`: the default catalogue and python3's trees, not these).
+        let check = "check the tree with `gaudi-fixes --catalog cat --root root apply --check`";
+        assert!(stderr.contains(check), "{what}: {stderr}");
         assert_same(&d.snapshot(""), &before, what);
     }
     // Edited without fixing the checksum.
@@ -605,6 +609,15 @@ fn tampered_journals_are_refused() {
     d.write("root/.gaudi-fixes/journal.json", text.replace("vllm/mod.py", "vllm/__init__.py"));
     let (_, stderr) = d.cmd().args(with_fixture(&["apply", "fix-a"])).expect(3);
     assert!(stderr.contains("fails its checksum"), "{stderr}");
+    let (out, _) = d.cmd().args(with_fixture(&["--format", "json", "apply", "fix-a"])).expect(3);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["error"]["advice"], serde_json::json!([{"do": "check"}]), "{out}");
+    assert!(v["error"]["message"].as_str().unwrap().contains("`gaudi-fixes --catalog cat --root root apply --check`"));
+    let (out, _) = d.cmd().args(with_fixture(&["--format", "github", "apply", "fix-a"])).expect(3);
+    assert!(
+        out.starts_with("::error") && out.contains("`gaudi-fixes --catalog cat --root root apply --check`"),
+        "{out}"
+    );
 }
 
 /// A journal asking for mode 06777: recovery restores permission bits only.

@@ -21,7 +21,11 @@ fn unknown_release_is_unsupported_with_the_next_step() {
     let (out, _) = d.cmd().args(with_fixture(&["apply", "--check", "fix-a"])).expect(2);
     assert!(out.contains("drifted: unsupported release"), "{out}");
     assert!(out.contains("vLLM 0.99.0 is not covered by fix-a (covers 0.26.0)"), "{out}");
-    assert!(out.contains("next:") && out.contains("gaudi-fixes port fix-a --from v0.26.0 --release v0.99.0"), "{out}");
+    assert!(
+        out.contains("next:")
+            && out.contains("gaudi-fixes --catalog cat port fix-a --from v0.26.0 --release v0.99.0 --to DIR"),
+        "{out}"
+    );
     let (out, _) = d.cmd().args(with_fixture(&["apply", "--check", "fix-a", "--format", "json"])).expect(2);
     let v = json(&out);
     assert_eq!(v["fixes"][0]["state"], "drifted");

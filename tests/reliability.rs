@@ -588,6 +588,10 @@ fn failed_rollback_names_each_file_and_exits_4_then_recovers() {
         .env("GAUDI_FIXES_FAULT", "write-error:2,write-error:rollback")
         .expect(4);
     assert!(stderr.contains("rolling back failed"), "{stderr}");
+    // The runs that finish it, with this run's flags (advice as data, written out by report/).
+    let next = "next `gaudi-fixes --catalog cat --root root apply` or `gaudi-fixes --catalog cat --root root revert` \
+                finishes the interrupted transaction first (exit 4)";
+    assert!(stderr.contains(next), "{stderr}");
     assert!(stderr.contains("vllm/mod.py: NEW content"), "{stderr}");
     assert!(stderr.contains("vllm/two.py: old content"), "{stderr}");
     assert!(d.path().join("root/.gaudi-fixes/journal.json").exists());

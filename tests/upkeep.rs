@@ -195,7 +195,8 @@ fn port_stops_on_a_conflict_and_writes_nothing() {
         stdout.contains("conflict") && stdout.contains("+    b = a * 4") && stdout.contains("+    b = a * 3"),
         "{stdout}"
     );
-    assert!(stdout.contains("record fix-a --release v0.27.0"), "{stdout}");
+    // The record it advises writes into this run's catalogue (it said `--catalog DIR`).
+    assert!(stdout.contains("`gaudi-fixes --catalog cat record fix-a --release v0.27.0"), "{stdout}");
     assert_eq!(d.snapshot("cat"), before);
 }
 
@@ -358,6 +359,12 @@ fn port_takes_a_tree_missing_under_to_from_the_cache() {
     let (_, err) = d.cmd().args(args).env("GAUDI_FIXES_CACHE", d.path().join("nocache")).expect(3);
     assert!(err.contains("no vllm/ tree there or in the cache"), "{err}");
     assert_eq!(d.snapshot("cat"), before);
+    // The old release missing from the cache: the fetch it advises names this run's catalogue.
+    let args = ["--catalog", "cat", "port", "fix-a", "--from", "v0.26.0", "--to", "new", "--release", "v0.27.0"];
+    let (_, err) = d.cmd().args(args).env("GAUDI_FIXES_CACHE", d.path().join("nocache")).expect(3);
+    let fetch = "fetch it with `gaudi-fixes --catalog cat matrix --releases v0.26.0 --no-tests`";
+    assert!(err.contains("no pristine v0.26.0 vllm tree in the cache") && err.contains(fetch), "{err}");
+    assert_eq!(d.snapshot("cat"), before);
 }
 
 #[test]
@@ -367,17 +374,21 @@ fn matrix_lists_releases_in_the_one_release_order() {
     assert_eq!(releases, ["v0.9.0", "v0.10.0", "v0.26.0rc1", "v0.26.0", "v0.26.0.post1"]);
 }
 
+// Every command's `--format github` output is annotations or a notice, on a clean run and on a
+// failing one: never human text, never nothing (a green CI step still says what it saw). Before,
+// a clean `lint` printed nothing at all.
 #[test]
-fn every_document_answers_github_with_annotations_only() {
-    let d = fixture();
+fn every_command_answers_github_with_annotations_or_a_notice() {
+    let d = with_tests();
+    cache(&d);
     d.write("cat/fixes/fix-a/README.md", "# fix-a\n\nTriple it.\n");
     let github = |args: &[&str], code: i32| {
         let mut all = vec!["--catalog", "cat", "--format", "github"];
         all.extend_from_slice(args);
-        let (out, _) = d.cmd().args(&all).expect(code);
+        let (out, _) = d.cmd().args(&all).env("GAUDI_FIXES_CACHE", d.path().join("cache")).expect(code);
         assert!(
             !out.trim().is_empty() && out.lines().all(|l| l.starts_with("::")),
-            "{args:?}: human text under --format github:\n{out}"
+            "{args:?}: human text or nothing under --format github:\n{out}"
         );
         out
     };
@@ -385,13 +396,42 @@ fn every_document_answers_github_with_annotations_only() {
     github(&["--root", "root", "list"], 0);
     github(&["show", "fix-a"], 0);
     github(&["show", "fix-a", "--readme"], 0);
+    assert!(github(&["lint"], 0).starts_with("::notice::"));
+    for (args, code) in [
+        (&["status"][..], 0),
+        (&["apply", "--check"], 1),
+        (&["apply", "--dry-run"], 0),
+        (&["diff", "fix-a"], 0),
+        (&["--python", "./py", "test", "fix-a"], 1),
+        (&["apply"], 0),
+        (&["--python", "./py", "test", "fix-a"], 0),
+        (&["revert"], 0),
+    ] {
+        let mut all = vec!["--root", "root"];
+        all.extend_from_slice(args);
+        github(&all, code);
+    }
+    d.write("root/vllm/mod.py", PRISTINE.replace("    a = x + 1\n", "    a = x + 42\n"));
+    for args in [&["apply", "--check"][..], &["apply"], &["revert", "fix-a"], &["diff", "fix-a"]] {
+        let mut all = vec!["--root", "root"];
+        all.extend_from_slice(args);
+        github(&all, 2);
+    }
+    d.write("root/vllm/mod.py", PRISTINE);
+    github(&["--python", "./py", "matrix", "--releases", "v0.26.0", "--fix", "fix-a"], 0);
+    github(&["--python", "./py", "matrix", "--releases", "v0.50.0", "--fix", "fix-a", "--no-tests"], 3);
     let port = ["port", "fix-a", "--from", "v0.26.0", "--from-tree", "root", "--to", "new", "--release", "v0.27.0"];
     d.write("new/vllm/mod.py", PRISTINE.replace("    b = a * 2\n", "    b = a * 4\n"));
     assert!(github(&port, 2).starts_with("::error"));
     d.write("new/vllm/mod.py", format!("import sys\n{PRISTINE}"));
     github(&port, 0);
     d.write("edited/vllm/mod.py", patched_a());
-    github(&["record", "fix-a", "--release", "v0.28.0", "--pristine", "root", "--edited", "edited"], 0);
+    let out = github(&["record", "fix-a", "--release", "v0.28.0", "--pristine", "root", "--edited", "edited"], 0);
+    // What to run next names the catalogue written, `matrix --record` too.
+    let next = "next: `gaudi-fixes --catalog cat lint --upstream DIR`, then `gaudi-fixes --catalog cat matrix --releases v0.28.0 --record`";
+    assert!(out.contains(next), "{out}");
+    d.write("cat/fixes/fix-b/v0.26.0/mod.patch", "not a patch\n");
+    assert!(github(&["lint"], 3).starts_with("::error"));
 }
 
 // `matrix` checks a fix on the copy with what it `requires:` applied first, as `apply` does —

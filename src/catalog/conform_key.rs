@@ -39,7 +39,7 @@ pub fn lint(catalog: &Catalog, report: &mut LintReport) {
                 file("name:"),
                 format!(
                     "{} is in the default profile but names no conformance feature: add `conform: [FEATURE]` \
-                     (the rows of `gaudi-fixes conform` its bug shows in; fixes/README.md)",
+                     (the rows of the conformance suite, `conform`, its bug shows in; fixes/README.md)",
                     fix.manifest.name
                 ),
             ));

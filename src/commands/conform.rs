@@ -84,7 +84,15 @@ pub fn run(global: &Settings, args: &ConformArgs) -> Result<ExitStatus> {
     notes.extend(name_fixes(&catalog, &mut report));
     let status = if report.differences() == 0 { ExitStatus::Applied } else { ExitStatus::NotApplied };
     let replay = args.replay.as_ref().map(|p| p.display().to_string());
-    let shown = Shown { python: &python, report: &report, status, notes: &notes, replay: replay.as_deref() };
+    let invocation = global.invocation();
+    let shown = Shown {
+        python: &python,
+        report: &report,
+        status,
+        notes: &notes,
+        replay: replay.as_deref(),
+        invocation: &invocation,
+    };
     crate::report::emit(global.quiet, |w| conform_report::emit(w, global.format, &shown))?;
     Ok(status)
 }
@@ -186,6 +194,7 @@ fn setup(global: &Settings, python: &str, text: &str, pins: &[suite::Pin]) -> Re
         missing,
         other_versions,
         status,
+        invocation: &global.invocation(),
     };
     crate::report::emit(global.quiet, |w| conform_report::setup(w, global.format, &shown))?;
     if !env.ready() {

@@ -20,6 +20,6 @@ pub fn run(global: &Settings, args: &LintArgs) -> Result<ExitStatus> {
         status,
         report,
     };
-    report::emit(global.quiet, |out| report::lint::render(out, global.format, &outcome))?;
+    report::emit_document(global.output(), &outcome)?;
     Ok(status)
 }

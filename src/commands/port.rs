@@ -39,6 +39,7 @@ pub fn run(global: &Settings, args: &PortArgs) -> Result<ExitStatus> {
                 from: &from.release,
                 to: &release,
                 conflicts: &conflicts,
+                catalog: global.catalog.as_deref(),
             };
             crate::report::emit_document(global.output(), &doc)?;
             return Ok(ExitStatus::Drifted);

@@ -156,7 +156,7 @@ fn refuse_reverting_what_applied_fixes_require(
     catalog: &Catalog,
     names: &[String],
     session: &Session,
-    invocation: &str,
+    invocation: &crate::report::advice::Invocation,
 ) -> Result<()> {
     let dependants = catalog.dependants(names);
     if dependants.is_empty() {

@@ -69,6 +69,7 @@ pub fn run(global: &Settings, args: &TestArgs) -> Result<ExitStatus> {
         python: &global.python,
         left_out,
         not_applied,
+        invocation: &global.invocation(),
     };
     upkeep_report::test_start(global.output(), &about);
     let mut echo = crate::report::upkeep::pytest_echo(global.output());

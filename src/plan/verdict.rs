@@ -166,29 +166,7 @@ pub struct FixReport {
     pub advice: Vec<Advice>,
 }
 
-/// A next step a report suggests, as data. `plan/` says which; `report/` writes it as a
-/// command line (gaudi-fixes' own commands with the flags that chose the run's catalogue and
-/// trees), so a command a message suggests works as printed.
-#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
-#[serde(tag = "do", rename_all = "kebab-case")]
-pub enum Advice {
-    /// Apply these fixes together (none: the run's default selection).
-    Apply { fixes: Vec<String> },
-    /// Revert these fixes together.
-    Revert { fixes: Vec<String> },
-    /// Show the fix's hunks against the tree.
-    Diff { fix: String },
-    /// Run the fix's tests on the trees.
-    Test { fix: String },
-    /// A maintainer records `release` as verified (`matrix --record`).
-    RecordRelease { release: String },
-    /// A maintainer makes `fix`'s variant for `release` from its `from` variant (`port`).
-    Port { fix: String, from: String, release: String },
-    /// Reinstall a package from the package index at a version (unknown: `None`).
-    Reinstall { package: String, version: Option<String> },
-    /// Restore `file` from vllm_gaudi's source at `tag` (it is on no package index).
-    RestoreFromSource { file: String, tag: String },
-}
+pub use crate::advice::Advice;
 
 impl FixReport {
     /// An error only because a tree it needs was not found, while every file of it in the

@@ -229,11 +229,13 @@ pub fn emit(dir: &Path, release: Release, seed: u64) -> Result<Emitted> {
                     RowOutcome::Explained(_) if reason.is_some() => {}
                     // Same support: only a race between near-equal scores can differ.
                     RowOutcome::Identical { .. } => reason = Some(NEAR_TIED_RACE),
-                    _ => anyhow::bail!(
-                        "reference subset sampler differs from stock on {} row {row} without \
-                         explanation; run `gaudi-fixes equiv`",
-                        case.name
-                    ),
+                    _ => {
+                        let message = format!(
+                            "reference subset sampler differs from stock on {} row {row} without explanation; run {{0}}",
+                            case.name
+                        );
+                        return Err(crate::advice::Advised::new(message, vec![crate::advice::Advice::Equiv]).into());
+                    }
                 }
             }
             if let Some(reason) = reason {

@@ -21,6 +21,8 @@ pub struct Shown<'a> {
     pub notes: &'a [String],
     /// The schedule file replayed, if one was.
     pub replay: Option<&'a str>,
+    /// The run's flags, for the replay it suggests.
+    pub invocation: &'a super::advice::Invocation,
 }
 
 /// One reference error in words: its `first`/`message` when it has one, else its JSON.
@@ -149,10 +151,11 @@ fn human(out: &mut dyn Write, shown: &Shown<'_>) -> Result<()> {
         writeln!(out, "conform: {total} difference(s): the HPU sampling path does not do what the requests asked")?;
     }
     if let Some(schedule) = &c.failing_schedule {
+        let run = &shown.invocation;
         writeln!(
             out,
-            "the failing schedule is the next line; to replay it, save it to a file and run `gaudi-fixes conform --replay \
-             FILE` with the same --root and --python (e.g. `… conform --first | tail -n 1 > schedule.json`):"
+            "the failing schedule is the next line; to replay it, save it to a file and run `{run} conform --replay \
+             FILE` (e.g. `{run} conform --first | tail -n 1 > schedule.json`):"
         )?;
         writeln!(out, "{}", serde_json::to_string(schedule)?)?;
     }
@@ -190,6 +193,8 @@ pub struct SetupShown<'a> {
     /// Pins at another version after the install (name==pin, installed version).
     pub other_versions: Vec<String>,
     pub status: ExitStatus,
+    /// The run's flags, for the `conform` it suggests once ready.
+    pub invocation: &'a super::advice::Invocation,
 }
 
 /// `conform --setup`'s report.
@@ -228,7 +233,7 @@ pub fn setup(out: &mut dyn Write, format: Format, s: &SetupShown<'_>) -> Result<
                 writeln!(out, "  note: {v}")?;
             }
             if s.missing.is_empty() {
-                writeln!(out, "conform --setup: ready; run `gaudi-fixes --python {} conform`", s.python)?;
+                writeln!(out, "conform --setup: ready; run `{} conform`", s.invocation)?;
             } else {
                 writeln!(out, "conform --setup: still missing: {}", s.missing.join(", "))?;
             }

@@ -7,10 +7,16 @@ use anyhow::Result;
 use super::Mode;
 use crate::error::Located;
 use crate::patch::HunkState;
-use crate::plan::{FileOutcome, FixReport, FixState};
+use crate::plan::{Advice, FileOutcome, FixReport, FixState};
 
-/// Annotations for every finding in `reports`; `check` makes not-applied a warning.
-pub fn print(out: &mut dyn Write, reports: &[FixReport], check: bool) -> Result<()> {
+/// Annotations for every finding in `reports`; `check` makes not-applied a warning. The
+/// commands they name are written with `invocation` (the run's catalogue and tree flags).
+pub fn print(
+    out: &mut dyn Write,
+    reports: &[FixReport],
+    check: bool,
+    invocation: &super::advice::Invocation,
+) -> Result<()> {
     for r in reports {
         // The reason first, with its next step: on a PR it says why before the details.
         if let Some(reason) = &r.reason {
@@ -48,8 +54,12 @@ pub fn print(out: &mut dyn Write, reports: &[FixReport], check: bool) -> Result<
                                 "::error file={},line={line}::{}",
                                 escape_prop(&file),
                                 escape(&format!(
-                                    "{}: hunk {} ({}:{}) drifted: {reason}; run `gaudi-fixes diff {}`",
-                                    r.name, h.index, f.patch, h.patch_line, r.name
+                                    "{}: hunk {} ({}:{}) drifted: {reason}; run `{}`",
+                                    r.name,
+                                    h.index,
+                                    f.patch,
+                                    h.patch_line,
+                                    super::advice::command(&Advice::Diff { fix: r.name.clone() }, invocation)
                                 ))
                             )?;
                         }
@@ -112,9 +122,9 @@ pub fn summary(
     Ok(())
 }
 
-/// The error that ended the run, as an annotation at the file and line a [`Located`] error in
-/// its chain names (if any).
-pub fn run_error(out: &mut dyn Write, err: &anyhow::Error) -> Result<()> {
+/// The error that ended the run (`message`: its chain written out), as an annotation at the
+/// file and line a [`Located`] error in its chain names (if any).
+pub fn run_error(out: &mut dyn Write, err: &anyhow::Error, message: &str) -> Result<()> {
     let mut at = String::new();
     if let Some(place) = Located::find(err) {
         at.push_str(&format!(" file={}", escape_prop(&place.file.display().to_string())));
@@ -122,7 +132,7 @@ pub fn run_error(out: &mut dyn Write, err: &anyhow::Error) -> Result<()> {
             at.push_str(&format!(",line={line}"));
         }
     }
-    writeln!(out, "::error{at}::{}", escape(&format!("gaudi-fixes: {err:#}")))?;
+    writeln!(out, "::error{at}::{}", escape(&format!("gaudi-fixes: {message}")))?;
     Ok(())
 }
 

@@ -38,15 +38,16 @@ pub fn print(out: &mut dyn Write, doc: &Document<'_>, status: ExitStatus) -> Res
     Ok(())
 }
 
-/// The JSON document of a run that ended in `err` (exit code `code`): the message is the
-/// error chain, `file` and `line` the place a [`Located`] error in it names.
-pub fn error(out: &mut dyn Write, command: &str, err: &anyhow::Error, code: u8) -> Result<()> {
-    error_document(out, Some(command), &format!("{err:#}"), Located::find(err), code)
+/// The JSON document of a run that ended in `err` (exit code `code`): `message` is the error
+/// chain written out, `file` and `line` the place a [`Located`] error in it names, `advice`
+/// the next steps it suggests (as data; absent when none).
+pub fn error(out: &mut dyn Write, command: &str, err: &anyhow::Error, message: &str, code: u8) -> Result<()> {
+    error_document(out, Some(command), message, Located::find(err), &super::advice::error_advice(err), code)
 }
 
 /// The JSON document of a command line clap refused (the reason is on stderr).
 pub fn usage_error(out: &mut dyn Write, code: u8) -> Result<()> {
-    error_document(out, None, "usage error (see stderr)", None, code)
+    error_document(out, None, "usage error (see stderr)", None, &[], code)
 }
 
 fn error_document(
@@ -54,9 +55,10 @@ fn error_document(
     command: Option<&str>,
     message: &str,
     place: Option<&Located>,
+    advice: &[crate::advice::Advice],
     code: u8,
 ) -> Result<()> {
-    let doc = serde_json::json!({
+    let mut doc = serde_json::json!({
         "schema": SCHEMA,
         "command": command,
         "exit_code": code,
@@ -66,6 +68,9 @@ fn error_document(
             "line": place.and_then(|p| p.line),
         },
     });
+    if !advice.is_empty() {
+        doc["error"]["advice"] = serde_json::json!(advice);
+    }
     serde_json::to_writer_pretty(&mut *out, &doc)?;
     writeln!(out)?;
     Ok(())

@@ -5,7 +5,7 @@ use std::io::Write;
 use anyhow::Result;
 use colored::Colorize;
 
-use super::{github, json, Format};
+use super::{github, json, Document};
 use crate::catalog::lint::LintReport;
 use crate::exit_status::ExitStatus;
 
@@ -19,43 +19,61 @@ pub struct LintOutcome<'a> {
     pub report: LintReport,
 }
 
-/// Render `o` in `format`.
-pub fn render(out: &mut dyn Write, format: Format, o: &LintOutcome<'_>) -> Result<()> {
-    let report = &o.report;
-    match format {
-        Format::Json => {
-            serde_json::to_writer_pretty(
-                &mut *out,
-                &serde_json::json!({"schema": json::SCHEMA, "command": "lint", "catalog": o.catalog, "exit_code": o.status.code(), "lint": report}),
-            )?;
-            writeln!(out)?;
-        }
-        Format::Github => {
-            for f in &report.findings {
-                github::error(out, &format!("{}: {}", f.file, f.message))?;
-            }
-        }
-        Format::Human => {
-            writeln!(out, "catalogue: {} ({} fixes, {} profiles)", o.catalog, o.fixes, o.profiles)?;
-            for c in &report.checked {
-                writeln!(out, "  {} {c}", "ok".green())?;
-            }
-            for s in &report.skipped {
-                writeln!(out, "  {} {s}", "skipped".yellow())?;
-            }
-            for f in &report.findings {
-                writeln!(out, "  {} {}: {}", "finding".red().bold(), f.file, f.message)?;
-            }
-            writeln!(
-                out,
-                "{}",
-                if report.findings.is_empty() {
-                    "lint: clean".green()
-                } else {
-                    format!("lint: {} finding(s)", report.findings.len()).red()
-                }
-            )?;
-        }
+impl Document for LintOutcome<'_> {
+    fn json(&self, out: &mut dyn Write) -> Result<()> {
+        serde_json::to_writer_pretty(
+            &mut *out,
+            &serde_json::json!({"schema": json::SCHEMA, "command": "lint", "catalog": self.catalog, "exit_code": self.status.code(), "lint": self.report}),
+        )?;
+        writeln!(out)?;
+        Ok(())
     }
-    Ok(())
+
+    /// Each finding an error; a clean run one notice saying what was checked (and skipped).
+    fn github(&self, out: &mut dyn Write) -> Result<()> {
+        let report = &self.report;
+        for f in &report.findings {
+            github::error(out, &format!("{}: {}", f.file, f.message))?;
+        }
+        if report.findings.is_empty() {
+            let skipped = if report.skipped.is_empty() {
+                String::new()
+            } else {
+                format!("; skipped: {}", report.skipped.join("; "))
+            };
+            let message = format!(
+                "gaudi-fixes lint: catalogue {} ({} fixes, {} profiles): clean; checked: {}{skipped}",
+                self.catalog,
+                self.fixes,
+                self.profiles,
+                report.checked.join("; ")
+            );
+            github::annotation(out, "notice", None, &message)?;
+        }
+        Ok(())
+    }
+
+    fn human(&self, out: &mut dyn Write) -> Result<()> {
+        let report = &self.report;
+        writeln!(out, "catalogue: {} ({} fixes, {} profiles)", self.catalog, self.fixes, self.profiles)?;
+        for c in &report.checked {
+            writeln!(out, "  {} {c}", "ok".green())?;
+        }
+        for s in &report.skipped {
+            writeln!(out, "  {} {s}", "skipped".yellow())?;
+        }
+        for f in &report.findings {
+            writeln!(out, "  {} {}: {}", "finding".red().bold(), f.file, f.message)?;
+        }
+        writeln!(
+            out,
+            "{}",
+            if report.findings.is_empty() {
+                "lint: clean".green()
+            } else {
+                format!("lint: {} finding(s)", report.findings.len()).red()
+            }
+        )?;
+        Ok(())
+    }
 }

@@ -34,7 +34,7 @@ pub struct RunOutcome {
     pub verbose: bool,
     /// `gaudi-fixes` with the flags that chose this run's catalogue and trees: the commands
     /// its advice names are written with it.
-    pub invocation: String,
+    pub invocation: super::advice::Invocation,
 }
 
 /// Render `outcome` in `format`, its advice written out (see [`super::advice`]).
@@ -63,7 +63,7 @@ pub fn render(out: &mut dyn Write, format: Format, outcome: &RunOutcome) -> Resu
             outcome.status,
         ),
         Format::Github => {
-            github::print(out, &outcome.reports, outcome.mode == Mode::Check)?;
+            github::print(out, &outcome.reports, outcome.mode == Mode::Check, &outcome.invocation)?;
             github::summary(
                 out,
                 outcome.mode,

@@ -149,29 +149,19 @@ impl State {
             Some((total, unit)) => {
                 let detail = if self.detail.is_empty() { String::new() } else { format!(", {}", self.detail) };
                 let left = match (self.left, self.counting_since) {
-                    (Some(left), _) => format!(", about {} left", duration(left.as_secs_f64())),
+                    (Some(left), _) => format!(", about {} left", crate::duration::words(left.as_secs_f64())),
                     (None, Some((since, from))) if self.done > from && total >= self.done => {
                         let per = since.elapsed().as_secs_f64() / (self.done - from) as f64;
-                        format!(", about {} left", duration((total - self.done) as f64 * per))
+                        format!(", about {} left", crate::duration::words((total - self.done) as f64 * per))
                     }
                     _ => String::new(),
                 };
                 let step = if self.step.is_empty() { String::new() } else { format!("; {}", self.step) };
-                let elapsed = duration(elapsed.as_secs_f64());
+                let elapsed = crate::duration::words(elapsed.as_secs_f64());
                 format!("{}: {}/{total} {unit}{detail}{step} ({elapsed}{left})", self.what, self.done)
             }
-            None => format!("{}: {} ({})", self.what, self.step, duration(elapsed.as_secs_f64())),
+            None => format!("{}: {} ({})", self.what, self.step, crate::duration::words(elapsed.as_secs_f64())),
         }
-    }
-}
-
-/// `75 s`, `3 min 5 s`.
-pub fn duration(seconds: f64) -> String {
-    let s = seconds.round() as u64;
-    if s < 60 {
-        format!("{s} s")
-    } else {
-        format!("{} min {} s", s / 60, s % 60)
     }
 }
 

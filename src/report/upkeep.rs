@@ -10,6 +10,7 @@ use colored::Colorize;
 
 use super::json::SCHEMA;
 use super::{Document, Format};
+use crate::advice::Advice;
 use crate::catalog::{CatalogIdentity, Fix};
 use crate::exit_status::ExitStatus;
 use crate::plan::FixState;
@@ -28,9 +29,13 @@ pub struct WrittenDoc<'a> {
 }
 
 impl WrittenDoc<'_> {
-    /// The catalogue as the next command names it.
-    fn catalog(&self) -> String {
-        self.catalog.map_or(".".into(), |p| p.display().to_string())
+    /// What to run next: lint the catalogue against the release, then record it as verified
+    /// (both on the catalogue written, `.` when none was named).
+    fn next(&self) -> String {
+        let catalog = self.catalog.map_or(".".into(), |p| p.display().to_string());
+        let on = super::advice::Invocation { catalog: vec!["--catalog".into(), catalog], trees: Vec::new() };
+        let record = Advice::RecordRelease { release: self.written.release.clone() };
+        format!("next: `{on} lint --upstream DIR`, then `{}`", super::advice::command(&record, &on))
     }
 }
 
@@ -48,15 +53,14 @@ impl Document for WrittenDoc<'_> {
         let mut parts: Vec<String> = w.patches.iter().map(|p| format!("patch {}", p.display())).collect();
         parts.extend(w.reused.iter().map(|p| format!("reused {p}")));
         let message = format!(
-            "gaudi-fixes {}: {} {}: wrote {}{}{}; next: `gaudi-fixes --catalog {} lint --upstream DIR`, then `gaudi-fixes matrix --releases {} --record`",
+            "gaudi-fixes {}: {} {}: wrote {}{}{}; {}",
             self.command,
             self.fix,
             w.release,
             w.manifest.display(),
             if parts.is_empty() { String::new() } else { format!(" ({})", parts.join(", ")) },
             w.notes.iter().map(|n| format!("; {n}")).collect::<String>(),
-            self.catalog(),
-            w.release
+            self.next()
         );
         super::github::annotation(out, "notice", Some(&w.manifest.display().to_string()), &message)
     }
@@ -79,12 +83,7 @@ impl Document for WrittenDoc<'_> {
         for note in &w.notes {
             writeln!(out, "  {note}")?;
         }
-        writeln!(
-            out,
-            "next: `gaudi-fixes --catalog {} lint --upstream DIR`, then `gaudi-fixes matrix --releases {} --record`",
-            self.catalog(),
-            w.release
-        )?;
+        writeln!(out, "{}", self.next())?;
         Ok(())
     }
 }
@@ -95,6 +94,8 @@ pub struct PortConflicts<'a> {
     pub from: &'a str,
     pub to: &'a str,
     pub conflicts: &'a [(String, Vec<Conflict>)],
+    /// The run's `--catalog`, where `record` writes the variant made by hand.
+    pub catalog: Option<&'a Path>,
 }
 
 impl Document for PortConflicts<'_> {
@@ -148,7 +149,8 @@ impl Document for PortConflicts<'_> {
         writeln!(
             out,
             "next: copy the {to} tree, make the fix's change there by hand, and run \
-             `gaudi-fixes --catalog DIR record {fix} --release {to} --pristine <{to} tree> --edited <copy>`"
+             `gaudi-fixes --catalog {} record {fix} --release {to} --pristine <{to} tree> --edited <copy>`",
+            self.catalog.map_or("DIR".into(), |c| c.display().to_string())
         )?;
         Ok(())
     }
@@ -166,6 +168,8 @@ pub struct TestAbout<'a> {
     pub left_out: bool,
     /// The fix is not applied (nor upstreamed): its tests are expected to fail.
     pub not_applied: bool,
+    /// The run's flags, for the `apply` it advises.
+    pub invocation: &'a super::advice::Invocation,
 }
 
 /// Before pytest runs (for people, on stderr, where pytest's progress follows): what is tested,
@@ -194,10 +198,10 @@ pub fn test_start(output: super::Output, about: &TestAbout<'_>) {
         let _ = writeln!(
             err,
             "gaudi-fixes test: {} is {} on these trees: its tests check the patched code and are expected to fail \
-             (`gaudi-fixes apply {}` first)",
+             (`{}` first)",
             about.fix,
             about.state.words(),
-            about.fix
+            super::advice::command(&Advice::Apply { fixes: vec![about.fix.to_string()] }, about.invocation)
         );
     }
 }

@@ -382,12 +382,10 @@ pub(super) fn rollback(
     for (_, e) in failed.iter().filter(|(j, _)| *j == usize::MAX) {
         lines.push(format!("  {e}"));
     }
-    anyhow::Error::new(RollbackFailed {
-        message: format!(
-            "{cause:#}; rolling back failed as well, so the tree is half-written:\n{}\nthe journal stays in {}; the \
-             next `gaudi-fixes apply` or `revert` finishes the interrupted transaction first (exit 4)",
-            lines.join("\n"),
-            involved.first().map(|r| r.path.join(STATE_DIR).display().to_string()).unwrap_or_default()
-        ),
-    })
+    anyhow::Error::new(RollbackFailed::new(format!(
+        "{cause:#}; rolling back failed as well, so the tree is half-written:\n{}\nthe journal stays in {}; the \
+         next {{0}} or {{1}} finishes the interrupted transaction first (exit 4)",
+        lines.join("\n"),
+        involved.first().map(|r| r.path.join(STATE_DIR).display().to_string()).unwrap_or_default()
+    )))
 }

@@ -6,9 +6,10 @@ use std::ffi::OsStr;
 use std::path::Path;
 
 use crate::error::FileContext;
-use anyhow::{anyhow, bail, Context, Result};
+use anyhow::{Context, Result};
 use serde::{Deserialize, Serialize};
 
+use crate::advice::{Advice, Advised};
 use crate::hash::sha256_hex;
 use crate::plan::Action;
 use crate::provenance::Provenance;
@@ -76,13 +77,17 @@ pub fn read_provenance(root: &Path) -> Result<Option<Provenance>> {
     ))
 }
 
-/// How to clear a journal this run will not use.
-pub(super) fn clear_hint(state: &Path) -> String {
-    format!(
-        "to clear it: check the tree with `gaudi-fixes apply --check` (restore any file it reports as drifted from a \
-         pristine copy), then remove {} and {} by hand",
-        state.join(JOURNAL).display(),
-        state.join(SAVED).display()
+/// A journal this run will not use: `what` is wrong with it, then how to clear it (check the
+/// trees first: the command, advice as data, is written out by `report/`).
+pub(super) fn unusable(what: String, state: &Path) -> Advised {
+    Advised::new(
+        format!(
+            "{what}; to clear it: check the tree with {{0}} (restore any file it reports as drifted from a pristine \
+             copy), then remove {} and {} by hand",
+            state.join(JOURNAL).display(),
+            state.join(SAVED).display()
+        ),
+        vec![Advice::Check],
     )
 }
 
@@ -90,29 +95,33 @@ pub(super) fn clear_hint(state: &Path) -> String {
 pub(super) fn read_journal(state: &Dir) -> Result<Option<Journal>> {
     let Some(bytes) = state.read(OsStr::new(JOURNAL))? else { return Ok(None) };
     let path = state.path(OsStr::new(JOURNAL));
-    let journal: Journal = serde_json::from_slice(&bytes).with_context(|| {
-        format!("{}: corrupt journal (not one this gaudi-fixes writes); {}", path.display(), clear_hint(&state.shown))
+    let journal: Journal = serde_json::from_slice(&bytes).map_err(|e| {
+        let what = format!("{}: corrupt journal (not one this gaudi-fixes writes)", path.display());
+        unusable(what, &state.shown).caused_by(e)
     })?;
     if journal.format != JOURNAL_FORMAT {
-        bail!("{}: corrupt journal (format {}); {}", path.display(), journal.format, clear_hint(&state.shown));
+        let what = format!("{}: corrupt journal (format {})", path.display(), journal.format);
+        return Err(unusable(what, &state.shown).into());
     }
     if journal.compute_checksum() != journal.checksum {
-        bail!(
-            "{}: corrupt journal: it fails its checksum (damaged or edited), so it was not used; {}",
-            path.display(),
-            clear_hint(&state.shown)
+        let what = format!(
+            "{}: corrupt journal: it fails its checksum (damaged or edited), so it was not used",
+            path.display()
         );
+        return Err(unusable(what, &state.shown).into());
     }
     for f in &journal.files {
         if f.tree >= journal.trees.len() {
-            bail!("{}: corrupt journal: file {} names no tree; {}", path.display(), f.path, clear_hint(&state.shown));
+            let what = format!("{}: corrupt journal: file {} names no tree", path.display(), f.path);
+            return Err(unusable(what, &state.shown).into());
         }
         check_rel(&f.path).map_err(|e| {
-            anyhow!("{}: corrupt journal: {e} (it leaves the tree); {}", path.display(), clear_hint(&state.shown))
+            unusable(format!("{}: corrupt journal: {e} (it leaves the tree)", path.display()), &state.shown)
         })?;
     }
     if journal.provenance.iter().any(|(i, _)| *i >= journal.trees.len()) {
-        bail!("{}: corrupt journal: provenance names no tree; {}", path.display(), clear_hint(&state.shown));
+        let what = format!("{}: corrupt journal: provenance names no tree", path.display());
+        return Err(unusable(what, &state.shown).into());
     }
     Ok(Some(journal))
 }

@@ -105,12 +105,22 @@ fn notify(event: &Event<'_>) {
 /// `revert` finishes the transaction.
 #[derive(Debug)]
 pub struct RollbackFailed {
-    pub message: String,
+    /// What happened, each file's state, and the run that finishes it (advice, as data).
+    pub advised: crate::advice::Advised,
+}
+
+impl RollbackFailed {
+    /// `message`, whose `{0}` and `{1}` are the next `apply` and `revert` that finish it.
+    pub(crate) fn new(message: String) -> RollbackFailed {
+        use crate::advice::{Advice, Advised};
+        let finish = vec![Advice::Apply { fixes: Vec::new() }, Advice::Revert { fixes: Vec::new() }];
+        RollbackFailed { advised: Advised::new(message, finish) }
+    }
 }
 
 impl std::fmt::Display for RollbackFailed {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(&self.message)
+        self.advised.fmt(f)
     }
 }
 

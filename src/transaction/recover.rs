@@ -15,7 +15,7 @@ use crate::provenance::Provenance;
 use super::bytecode::{drop_stale_bytecode, follow_stash, sweep_stashes};
 use super::fault::fault;
 use super::fs::{parent_of, temp_name, Dir};
-use super::journal::{clear_hint, finish, read_journal, remove_saved, state_dir, write_provenance, Journal};
+use super::journal::{finish, read_journal, remove_saved, state_dir, unusable, write_provenance, Journal};
 use super::lock::{find_root, with_roots, Root};
 use super::{RollbackFailed, JOURNAL, SAVED, STATE_DIR};
 
@@ -82,16 +82,16 @@ pub(super) fn journal_roots<'r>(
     if !journal.trees.contains(&here.id) {
         let named: Vec<String> =
             journal.trees.iter().map(|t| format!("{} (device {}, inode {})", t.path.display(), t.dev, t.ino)).collect();
-        bail!(
+        let what = format!(
             "{}: this journal belongs to another tree ({}), not {} (device {}, inode {}); it was probably copied \
-             with the tree while a run was interrupted, and was not used; {}",
+             with the tree while a run was interrupted, and was not used",
             path.display(),
             named.join(", "),
             here.path.display(),
             here.id.dev,
             here.id.ino,
-            clear_hint(&state.shown)
         );
+        return Err(unusable(what, &state.shown).into());
     }
     journal
         .trees
@@ -158,14 +158,12 @@ pub(super) fn roll_forward(journal: &Journal, trees: &[&Root]) -> Result<()> {
                     format!("  {}: {state}", d.path(n).display())
                 })
                 .collect();
-            return Err(anyhow::Error::new(RollbackFailed {
-                message: format!(
-                    "{err:#}; while finishing an interrupted run, so the tree is half-written:\n{}\nthe journal \
-                     stays in {}; fix the cause, and the next `gaudi-fixes apply` or `revert` finishes it (exit 4)",
-                    states.join("\n"),
-                    shown_journal.display()
-                ),
-            }));
+            return Err(anyhow::Error::new(RollbackFailed::new(format!(
+                "{err:#}; while finishing an interrupted run, so the tree is half-written:\n{}\nthe journal \
+                 stays in {}; fix the cause, and the next {{0}} or {{1}} finishes it (exit 4)",
+                states.join("\n"),
+                shown_journal.display()
+            ))));
         }
     }
     for f in &journal.files {

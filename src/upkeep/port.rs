@@ -10,6 +10,8 @@ use std::path::{Path, PathBuf};
 
 use anyhow::{bail, Context, Result};
 
+use crate::advice::{Advice, Advised};
+
 use super::{merge, upstream, NewFile};
 use crate::catalog::finding::Finding;
 use crate::catalog::manifest::same_release;
@@ -273,12 +275,13 @@ fn old_root(from_tree: Option<&Path>, release: &str, tree: TreeName) -> Result<P
         bail!("--from-tree {}: no {}/ there", dir.display(), tree);
     }
     let found = release_root(from_tree, release, tree)?.map(|(root, _)| root);
-    found.with_context(|| {
-        format!(
+    found.ok_or_else(|| {
+        let message = format!(
             "no pristine {release} {tree} tree in the cache ({}); give --from-tree DIR, or fetch it with \
-             `gaudi-fixes matrix --releases {release} --no-tests` / scripts/fetch-upstream.sh {release}",
+             {{0}} / scripts/fetch-upstream.sh {release}",
             upstream::cache_dir().map(|d| d.display().to_string()).unwrap_or_default()
-        )
+        );
+        Advised::new(message, vec![Advice::Fetch { release: release.to_string() }]).into()
     })
 }
 

@@ -435,7 +435,7 @@ fn heartbeat(running: &str, elapsed: std::time::Duration) -> String {
         Some((done, total)) if total > 0 => {
             let left = (done > 0 && total >= done).then(|| {
                 let per = elapsed.as_secs_f64() / done as f64;
-                format!(", about {} left", crate::report::progress::duration(per * (total - done) as f64))
+                format!(", about {} left", crate::duration::words(per * (total - done) as f64))
             });
             parts.push(format!("{done} of {total} tests done, {now}{}", left.unwrap_or_default()));
         }
