@@ -415,3 +415,16 @@ def request_sampling_values(requests: list[GpuRequest]) -> dict[str, Any]:
         values["allowed_token_ids_mask"] = mask
     values["bad_words_token_ids"] = {i: p.bad_words_token_ids for i, p in enumerate(params) if p.bad_words_token_ids}
     return values
+
+
+# A three-request scenario for the spec-decode fix tests: X and Y are prefilled and decode once
+# without drafts, then these steps: Z's prefill beside it (or not), each decode's draft count (0:
+# no drafts), and the request whose first draft is wrong (None: all drafts right).
+SCENARIO_PROMPTS = {"X": harness.prompt(6, 1), "Y": harness.prompt(5, 2), "Z": harness.prompt(7, 3)}
+SCENARIO_STEPS = (
+    (True, {"X": 3, "Y": 1}, None),  # bucket 2, no padding, Z's prefill in the same step
+    (False, {"X": 1, "Y": 3, "Z": 2}, "Y"),  # bucket 4, padded after 3 decodes
+    (False, {"X": 2, "Y": 0, "Z": 3}, "X"),
+    (False, {"X": 3, "Y": 3, "Z": 1}, None),
+    (False, {"X": 1, "Y": 2, "Z": 3}, None),
+)

@@ -28,17 +28,7 @@ from fixtures import root  # noqa: F401  (pytest fixture)
 import harness
 import spec_decode
 
-PROMPTS = {"X": harness.prompt(6, 1), "Y": harness.prompt(5, 2), "Z": harness.prompt(7, 3)}
-
-# Steps after the prefill of X and Y and one plain decode: Z's prefill beside it (or not), each
-# decode's draft count (0: no drafts), and the request whose first draft is wrong.
-STEPS = (
-    (True, {"X": 3, "Y": 1}, None),  # bucket 2, no padding, Z's prefill in the same step
-    (False, {"X": 1, "Y": 3, "Z": 2}, "Y"),  # bucket 4, padded after 3 decodes
-    (False, {"X": 2, "Y": 0, "Z": 3}, "X"),
-    (False, {"X": 3, "Y": 3, "Z": 1}, None),
-    (False, {"X": 1, "Y": 2, "Z": 3}, None),
-)
+PROMPTS, STEPS = spec_decode.SCENARIO_PROMPTS, spec_decode.SCENARIO_STEPS  # see spec_decode.py
 
 
 def _run(root, params: dict[str, dict[str, Any]], model: Callable[[list[int]], torch.Tensor], what: str,
