@@ -234,12 +234,7 @@ class GpuModules:
             import vllm.v1.worker.gpu_input_batch as gib
             from vllm.v1.sample.logits_processor import build_logitsprocs
             from vllm.v1.sample.sampler import Sampler
-            for name, module in list(sys.modules.items()):
-                if name.startswith("vllm") and module is not None:
-                    if hasattr(module, "PIN_MEMORY"):
-                        module.PIN_MEMORY = False
-                    if hasattr(module, "is_pin_memory_available"):
-                        module.is_pin_memory_available = lambda: False
+            harness.no_pinned_memory()
             cls._loaded[root] = types.SimpleNamespace(gib=gib, vllm=vllm, build_logitsprocs=build_logitsprocs,
                                                       Sampler=Sampler,
                                                       saved={n: m for n, m in sys.modules.items()

@@ -75,6 +75,7 @@ class LogprobsLists:
     logprob_token_ids: Any
     logprobs: Any
     sampled_token_ranks: Any
+    cu_num_generated_tokens: Any = None  # vLLM's: each request's first row when it has several
 
 
 class _LogprobsTensors:

@@ -385,3 +385,14 @@ def prompt(n: int, salt: int) -> list[int]:
 def root_or_skip(env: str = "GAUDI_FIXES_ROOT") -> Optional[Path]:
     value = os.environ.get(env)
     return Path(value) if value else None
+
+
+def no_pinned_memory() -> None:
+    """No pinned host memory on CPU: vLLM's modules imported so far (its penalties, its GPU input
+    batch) ask for it when they see no GPU otherwise."""
+    for name, module in list(sys.modules.items()):
+        if name.startswith("vllm") and module is not None:
+            if hasattr(module, "PIN_MEMORY"):
+                module.PIN_MEMORY = False
+            if hasattr(module, "is_pin_memory_available"):
+                module.is_pin_memory_available = lambda: False

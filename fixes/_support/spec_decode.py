@@ -76,6 +76,7 @@ class RealVllm:
                 from vllm.v1.spec_decode.metadata import SpecDecodeMetadata
             finally:
                 logging.disable(level)
+            harness.no_pinned_memory()  # vLLM's penalties ask for pinned memory
             # What InputBatch must import to hand out the classes RejectionSampler checks for
             # (``harness.Harness`` may have left the tree's logits-processor package, executed
             # by ``vllm_gaudi_stubs.load``, under these names: whichever is there now is kept).
@@ -381,9 +382,49 @@ def gpu_step(root: Path, requests: list[GpuRequest],
                   repetition_penalties=torch.ones(n), output_token_ids=[r.output for r in requests],
                   allowed_token_ids_mask=None, bad_words_token_ids={}, logitsprocs=logitsprocs,
                   spec_token_ids=[list(r.drafts) for r in requests])
+    values.update(request_sampling_values(requests))
     sampling_metadata = real.SamplingMetadata(**{k: v for k, v in values.items() if k in fields})
     rejection = real.RejectionSampler(real.Sampler())
     with installed(real.rejection_sampler, greedy_rejection_sample):
         out = rejection(metadata, None, torch.stack(rows), sampling_metadata)
     parsed = rejection.parse_output(out.sampled_token_ids, harness.VOCAB)
     return parsed[0] if isinstance(parsed, tuple) else parsed
+
+
+def request_sampling_values(requests: list[GpuRequest]) -> dict[str, Any]:
+    """The ``SamplingMetadata`` fields vLLM's GPU ``InputBatch`` derives from the requests' parameters,
+    one row per request: penalties (the prompts padded with the vocabulary size, as
+    ``_make_prompt_token_ids_cpu_tensor``), ``allowed_token_ids``' mask (True: not allowed) and
+    ``bad_words``' token ids. Requests without any of them give the defaults ``gpu_step`` sets."""
+    params = [r.params for r in requests]
+    values: dict[str, Any] = {}
+    if any(p.presence_penalty != 0.0 or p.frequency_penalty != 0.0 or p.repetition_penalty != 1.0 for p in params):
+        width = max(len(r.prompt) for r in requests)
+        values.update(no_penalties=False,
+                      frequency_penalties=torch.tensor([p.frequency_penalty for p in params], dtype=torch.float32),
+                      presence_penalties=torch.tensor([p.presence_penalty for p in params], dtype=torch.float32),
+                      repetition_penalties=torch.tensor([p.repetition_penalty for p in params], dtype=torch.float32),
+                      prompt_token_ids=torch.tensor([r.prompt + [harness.VOCAB] * (width - len(r.prompt))
+                                                     for r in requests], dtype=torch.int64))
+    if any(p.allowed_token_ids for p in params):
+        mask = torch.zeros(len(params), harness.VOCAB, dtype=torch.bool)
+        for i, p in enumerate(params):
+            if p.allowed_token_ids:
+                mask[i] = True
+                mask[i, p.allowed_token_ids] = False
+        values["allowed_token_ids_mask"] = mask
+    values["bad_words_token_ids"] = {i: p.bad_words_token_ids for i, p in enumerate(params) if p.bad_words_token_ids}
+    return values
+
+
+# A three-request scenario for the spec-decode fix tests: X and Y are prefilled and decode once
+# without drafts, then these steps: Z's prefill beside it (or not), each decode's draft count (0:
+# no drafts), and the request whose first draft is wrong (None: all drafts right).
+SCENARIO_PROMPTS = {"X": harness.prompt(6, 1), "Y": harness.prompt(5, 2), "Z": harness.prompt(7, 3)}
+SCENARIO_STEPS = (
+    (True, {"X": 3, "Y": 1}, None),  # bucket 2, no padding, Z's prefill in the same step
+    (False, {"X": 1, "Y": 3, "Z": 2}, "Y"),  # bucket 4, padded after 3 decodes
+    (False, {"X": 2, "Y": 0, "Z": 3}, "X"),
+    (False, {"X": 3, "Y": 3, "Z": 1}, None),
+    (False, {"X": 1, "Y": 2, "Z": 3}, None),
+)
