@@ -170,6 +170,7 @@ class SpecHpuEngine(HpuEngine):
         spec_decode.RealVllm.get(root)
         self.h = _Harness(root, buckets=BUCKETS, model=row, vocab=VOCAB, grammar=True)
         self.h.model = _SpecModel(self.h.scheduler, row)
+        self.h.model.vocab = VOCAB  # the width of a call with no rows (Model.logits([]))
         self.recorder = Recorder("HPU", sampler, self)
         self.h.runner.sampler = _Sampler(self.h, self.recorder, self.h.sampler)
         self.number, self.structured, self.ends = 0, [], {}

@@ -206,6 +206,7 @@ class SpecHarness(harness.Harness):
         self.real = RealVllm.get(root)
         self.buckets = buckets
         self.model = SpecModel(self.scheduler, model or context_row)
+        self.model.vocab = vocab  # the width of a call with no rows (Model.logits([]))
         module = load_input_batch(root, stubs.H2DRecorder(root / stubs.UTILS_REL))
         config = types.SimpleNamespace(scheduler_config=types.SimpleNamespace(max_num_seqs=harness.MAX_REQS),
                                        speculative_config=types.SimpleNamespace(num_speculative_tokens=4))
