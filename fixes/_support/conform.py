@@ -26,6 +26,12 @@ A pipeline of three parts:
    request, the difference is listed under ``gpu_disagrees`` and not counted. What goes wrong in a
    structured-output step's one sampler call counts as ``structured_output``.
 
+Every fifth schedule drives speculative decoding instead (conform_spec.py: vllm_gaudi's
+``SpecHarness`` against vLLM's GPU path with its ``RejectionSampler``; 0..3 drafts per decode,
+right or wrong, decodes padded to the buckets 2, 4, 8; greedy requests with the penalties,
+min_tokens, logprobs, bad_words, allowed_token_ids and grammars): every difference such a schedule
+shows counts as ``spec_decode`` (the sentence ends with the check's own feature in brackets).
+
     python conform.py --root DIR [--schedules N] [--seed S] [--first] [--replay FILE]
                       [--no-reference] [--progress]
 
@@ -36,7 +42,8 @@ again). Exit 0 when it ran (whatever it found), 3 when it cannot run (the reason
 when a module is missing). With ``--progress``, one ``conform-progress {json}`` line on stderr per
 schedule.
 
-Not covered (yet): prompt_logprobs, speculative decoding, multi-modal inputs; see the fix pages.
+Not covered (yet): prompt_logprobs, random sampling with speculative decoding, multi-modal inputs;
+see the fix pages.
 """
 
 from __future__ import annotations
@@ -70,6 +77,7 @@ try:
     import torch
 
     import conform_checks as checks
+    import conform_spec
     import harness
     import conform_schedule as schedules
     import vllm_gaudi_stubs as stubs
@@ -133,6 +141,8 @@ def exercised(schedule: dict[str, Any]) -> set[str]:
             out.add(STRUCTURED)
         if "seed" in r["params"] and r["params"]["temperature"] > 0:
             out.add("seeded_tokens")
+    if schedule.get("spec"):
+        out.add(conform_spec.FEATURE)
     return out
 
 
@@ -186,8 +196,10 @@ def run_schedule(root: Path, schedule: dict[str, Any], reference: bool) -> Findi
     requests = {rid: checks.Request(rid, r["params"], r["grammar"], r["prompt"])
                 for rid, r in schedule["requests"].items()}
     ctx = checks.Ctx(requests, stubs_bad_words(root), schedule["mode"])
-    hpu = HpuEngine(root, schedule, Sampler(root))
-    gpu: Optional[GpuEngine] = GpuEngine(root, schedule, Sampler(root)) if reference else None
+    spec = bool(schedule.get("spec"))
+    hpu = (conform_spec.SpecHpuEngine if spec else HpuEngine)(root, schedule, Sampler(root))
+    gpu: Optional[GpuEngine] = ((conform_spec.SpecGpuEngine if spec else GpuEngine)(root, schedule, Sampler(root))
+                                if reference else None)
     for number, step in enumerate(schedule["steps"]):
         ctx.number = number
         try:
@@ -195,7 +207,7 @@ def run_schedule(root: Path, schedule: dict[str, Any], reference: bool) -> Findi
         except Exception as e:  # noqa: BLE001 - the HPU path raised: EngineCore ends, every request fails
             f.found.append((checks.RAISED, f"step {number} ({schedule['mode']}): the HPU path raised "
                             f"{type(e).__name__}: {e} (at {tree_frame(e, root)})"))
-            return f
+            return spec_findings(f) if spec else f
         g = None
         if gpu is not None:
             try:
@@ -210,6 +222,16 @@ def run_schedule(root: Path, schedule: dict[str, Any], reference: bool) -> Findi
             if c.scope == "run":
                 for feature, sentence in c.fn(ctx, hpu.outputs(), gpu.outputs(), f.gpu_suspect):
                     f.add(feature, f"{schedule['mode']}: {sentence}")
+    return spec_findings(f) if spec else f
+
+
+def spec_findings(f: Findings) -> Findings:
+    """A spec-decode schedule's differences are ``spec_decode``'s, whatever check found them (the
+    sentence names it): vllm_gaudi runs another configuration then (its InputBatch built for spec
+    decode, vLLM's logits processors for it), and a request that lost a token in a spec step
+    differs in whatever reads its history afterwards."""
+    f.found = [(conform_spec.FEATURE, sentence if feature == conform_spec.FEATURE else f"{sentence} [{feature}]")
+               for feature, sentence in f.found]
     return f
 
 
@@ -303,7 +325,7 @@ def main() -> None:
         except (OSError, ValueError) as e:
             _cannot_run(f"cannot replay {args.replay}: {e}")
     else:
-        plan = [schedules.generate(args.seed + n, "async" if n % 2 else "sync") for n in range(args.schedules)]
+        plan = schedules.plan(args.seed, args.schedules)
     try:
         GpuModules.get(args.root.resolve())
     except ModuleNotFoundError as e:

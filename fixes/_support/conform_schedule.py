@@ -9,6 +9,15 @@ A schedule is one JSON object::
      "steps": [{"finish": ["r2"], "preempt": ["r1"], "arrive": ["r3"],
                 "scheduled": {"r0": 1, "r3": 8}, "structured": ["r0"]}, ...]}
 
+A speculative-decoding schedule (``"spec": K``, sync: vllm_gaudi turns async scheduling off with
+a speculative config) adds per step ``"drafts": {"r0": [null, 17]}``: the draft tokens the
+scheduler sends with a decoding request (0..K of them; its scheduled count is 1 + their number),
+``null`` standing for the model's own greedy continuation at that position (each engine works it
+out from the request's tokens: a right draft) and a number for that token (most likely wrong).
+Its requests are greedy (vllm_gaudi's rejection sampler is greedy) and ask no ``min_p`` or
+``logit_bias`` (vLLM does not apply them with speculative decoding); no preemptions (the
+generator cannot know how many drafts are accepted, so not how many tokens a request has).
+
 Per step, in the order vLLM's scheduler does it: ``finish`` (its ``finished_req_ids``),
 ``preempt`` (blocks freed, ``num_computed_tokens`` back to 0; the request is left out until it is
 scheduled again, then comes back resumed with the block-aligned prefix hit), ``arrive`` (new
@@ -35,6 +44,8 @@ MAX_REQS = 8
 STEPS = 12
 CHUNK = 8  # the longest chunk a step schedules for one request
 BLOCK = 4  # the prefix cache's block size (harness.BLOCK): resumption hits are multiples of it
+SPEC = 3  # the most drafts a spec schedule sends with one decode
+RIGHT = 0.6  # the chance of a draft being the model's own greedy continuation
 
 
 def random_params(rng: random.Random) -> dict[str, Any]:
@@ -83,8 +94,25 @@ class _Progress:
         return min(self.cached, self.tokens - 1) // BLOCK * BLOCK
 
 
-def generate(seed: int, mode: str) -> dict[str, Any]:
-    """The schedule of `seed` under `mode` scheduling (``sync`` or ``async``)."""
+def spec_params(rng: random.Random) -> dict[str, Any]:
+    """A spec-decode request's SamplingParams: greedy, without what vLLM ignores with spec decode."""
+    p = random_params(rng)
+    for k in ("seed", "min_p", "logit_bias"):
+        p.pop(k, None)
+    p["temperature"] = 0.0
+    return p
+
+
+def drafts(rng: random.Random, k: int, grammar: Any) -> list[Any]:
+    """0..`k` drafts: ``None`` (the model's greedy continuation) or a token (from the grammar for a
+    structured request: vLLM's scheduler truncates drafts its grammar rejects)."""
+    return [None if rng.random() < RIGHT else rng.choice(grammar or range(3, VOCAB)) for _ in range(rng.randint(0, k))]
+
+
+def generate(seed: int, mode: str, spec: int = 0) -> dict[str, Any]:
+    """The schedule of `seed` under `mode` scheduling (``sync`` or ``async``); with `spec`,
+    speculative decoding with up to `spec` drafts per decode (sync)."""
+    assert not spec or mode == "sync", "vllm_gaudi turns async scheduling off with speculative decoding"
     rng = random.Random(seed)
     requests: dict[str, Any] = {}
     live: dict[str, _Progress] = {}
@@ -94,7 +122,7 @@ def generate(seed: int, mode: str) -> dict[str, Any]:
         finish = [rid for rid in running if live[rid].output and rng.random() < 0.15]
         for rid in finish:
             del live[rid]
-        preempt = [rid for rid in running if rid in live and live[rid].computed and rng.random() < 0.08]
+        preempt = [rid for rid in running if rid in live and live[rid].computed and not spec and rng.random() < 0.08]
         for rid in preempt:
             p = live[rid]
             p.cached, p.computed, p.state = p.computed, 0, "preempted"
@@ -109,7 +137,7 @@ def generate(seed: int, mode: str) -> dict[str, Any]:
         arrive = []
         for _ in range(rng.randint(0, min(2, MAX_REQS - len(live)))):
             rid = f"r{len(requests)}"
-            params = random_params(rng)
+            params = spec_params(rng) if spec else random_params(rng)
             prompt = [rng.randrange(3, VOCAB) for _ in range(rng.randint(2, 20))]
             grammar = sorted(rng.sample(range(3, VOCAB), 12) + [EOS]) if rng.random() < 0.25 else None
             requests[rid] = {"prompt": prompt, "params": params, "grammar": grammar}
@@ -127,9 +155,25 @@ def generate(seed: int, mode: str) -> dict[str, Any]:
             live[rid].computed += n
             if rid in completes:
                 live[rid].output += 1
-        steps.append({"finish": finish, "preempt": preempt, "arrive": arrive, "scheduled": scheduled,
-                      "structured": structured})
-    return {"version": VERSION, "seed": seed, "mode": mode, "requests": requests, "steps": steps}
+        step: dict[str, Any] = {"finish": finish, "preempt": preempt, "arrive": arrive, "scheduled": scheduled,
+                                "structured": structured}
+        if spec:  # a decode (its prompt done before this step) may carry drafts
+            step["drafts"] = {rid: d for rid, n in scheduled.items() if live[rid].output > 1
+                              for d in [drafts(rng, spec, requests[rid]["grammar"])] if d}
+            for rid, d in step["drafts"].items():
+                scheduled[rid] += len(d)
+        steps.append(step)
+    out = {"version": VERSION, "seed": seed, "mode": mode, "requests": requests, "steps": steps}
+    if spec:
+        out["spec"] = spec
+    return out
+
+
+def plan(seed: int, count: int) -> list[dict[str, Any]]:
+    """The `count` schedules of a run from `seed`: sync and async in turn, every fifth one with
+    speculative decoding instead (the others are the schedules they were before spec decode)."""
+    return [generate(seed + n, "sync", SPEC) if n % 5 == 4 else generate(seed + n, "async" if n % 2 else "sync")
+            for n in range(count)]
 
 
 def load(path: Path) -> dict[str, Any]:

@@ -199,11 +199,15 @@ class SpecHarness(harness.Harness):
     that holds them (HPU's decode buckets)."""
 
     def __init__(self, root: Path, buckets: tuple[int, ...] = (2, 4, 8),
-                 model: Optional[Callable[[list[int]], torch.Tensor]] = None):
-        super().__init__(root, "sync")
+                 model: Optional[Callable[[list[int]], torch.Tensor]] = None, vocab: int = harness.VOCAB,
+                 grammar: bool = False):
+        """`model`: the logits row after a context (``context_row``); `vocab`: its width; with
+        `grammar`, the runner's own structured-output block runs (``step(..., grammar_output=…)``)."""
+        super().__init__(root, "sync", grammar=grammar, vocab=vocab)
         self.real = RealVllm.get(root)
         self.buckets = buckets
         self.model = SpecModel(self.scheduler, model or context_row)
+        self.model.vocab = vocab  # the width of a call with no rows (Model.logits([]))
         module = load_input_batch(root, stubs.H2DRecorder(root / stubs.UTILS_REL))
         config = types.SimpleNamespace(scheduler_config=types.SimpleNamespace(max_num_seqs=harness.MAX_REQS),
                                        speculative_config=types.SimpleNamespace(num_speculative_tokens=4))
@@ -211,11 +215,11 @@ class SpecHarness(harness.Harness):
         self.module = module
         self.batch = module.InputBatch(max_num_reqs=harness.MAX_REQS, max_model_len=harness.MAX_MODEL_LEN,
                                        max_num_batched_tokens=256, device=torch.device("cpu"), pin_memory=False,
-                                       vocab_size=harness.VOCAB, block_sizes=[harness.BLOCK],
+                                       vocab_size=vocab, block_sizes=[harness.BLOCK],
                                        kernel_block_sizes=[harness.BLOCK], logitsprocs=logitsprocs,
                                        is_spec_decode=True)
         runner = self.runner = stubs.Runner(root, self.batch, reorder=True)
-        self.code = engine_step.lift_step(runner, root)
+        self.code = engine_step.lift_step(runner, root, grammar=grammar)
         runner.max_model_len = harness.MAX_MODEL_LEN
         runner.use_async_scheduling = False
         runner.encoder_cache = {}
@@ -238,7 +242,8 @@ class SpecHarness(harness.Harness):
         self.spec: dict[str, list[int]] = {}
         self.hpu_spec_calls: list[Any] = []  # the SpecDecodeMetadata of each HPU spec step
 
-    def step(self, scheduled: dict[str, int], drafts: Optional[dict[str, list[int]]] = None) -> harness.Step:
+    def step(self, scheduled: dict[str, int], drafts: Optional[dict[str, list[int]]] = None,
+             grammar_output: Any = None) -> harness.Step:
         drafts = {rid: list(d) for rid, d in (drafts or {}).items() if rid in scheduled}
         for rid, d in drafts.items():
             assert scheduled[rid] == 1 + len(d), f"{rid}: scheduled {scheduled[rid]} with {len(d)} drafts"
@@ -261,7 +266,7 @@ class SpecHarness(harness.Harness):
         self.scheduler.update = update  # type: ignore[method-assign]
         try:
             with installed(self.real.rejection_sampler, self.real.hpu_rejection_sample):
-                return super().step(scheduled)
+                return super().step(scheduled, grammar_output=grammar_output)
         finally:
             self.scheduler.output, self.scheduler.update = original_output, original_update
 

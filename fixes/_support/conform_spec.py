@@ -1,0 +1,342 @@
+"""The conformance suite's speculative-decoding engines and check (schedules with ``"spec"``:
+conform_schedule.py), beside the plain ones (conform_engines.py).
+
+- ``SpecHpuEngine``: ``spec_decode.SpecHarness`` (vllm_gaudi's real ``InputBatch`` with vLLM's real
+  modules, the runner's real ``_update_states``, ``_prepare_spec_decode_inputs`` and decode-sampling
+  statement, its structured-output block, vLLM's real ``Sampler`` / ``RejectionSampler`` with
+  vllm_gaudi's ``rejection_sample``), decodes padded to the buckets 2, 4, 8. Its prompt chunks'
+  sampler calls are recorded for the plain checks; the spec decode block is judged by its result.
+- ``SpecGpuEngine``: vLLM's GPU path of the tree: ``gpu_input_batch.InputBatch`` (its
+  ``update_req_spec_token_ids``, written by the lifted ``GPUModelRunner._update_states``) with the
+  logits processors vLLM builds under a speculative config, every request of a step with drafts
+  in the compact layout of ``_calc_spec_decode_metadata`` (its drafts' rows, then its bonus row;
+  a request without drafts has only the bonus row), the grammar on every row of a structured
+  request, vLLM's real ``RejectionSampler``, ``parse_output`` (a row whose chunk does not reach
+  its request's end discarded), the tokens and logprobs per request as ``LogprobsLists`` slices.
+  The one stand-in: vLLM's Triton greedy kernel (``rejection_greedy_sample_kernel``) does not run
+  on CPU; ``spec_decode.greedy_rejection_sample`` (a torch loop) takes its place, held to the
+  kernel's contract by ``test_stand_in_keeps_the_kernels_contract``
+  (fixes/logitsprocs-batch-updates/test_min_tokens_spec_decode.py).
+
+A draft the schedule leaves ``null`` is the model's own greedy continuation (with the grammar
+of a structured request), worked out by each engine from its request's tokens; the model is the
+one of the plain engines (a logits row is a fixed function of the context it follows, column 0
+very negative: marked with its request and position where the row is a prompt chunk's or a
+plain decode's).
+
+The check ``spec_decode`` holds, per step with drafts and per request of its decode block, the
+tokens and the logprobs served for each (the sampled token's) against vLLM's GPU path, where the
+request's tokens before the step are the same on both sides. Every difference of a spec schedule
+counts as ``spec_decode`` (conform.py's ``spec_findings``; the sentence ends with the check's own
+feature in brackets).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import sys
+import types
+from pathlib import Path
+from typing import Any, Iterable, Optional
+
+import numpy as np
+import torch
+
+import conform_checks as checks
+import harness
+import spec_decode
+from conform_engines import MARK, GpuEngine, GpuModules, HpuEngine, Recorder, StepOut, ends, grammar_output, mark
+from conform_schedule import VOCAB
+
+FEATURE = "spec_decode"
+UNMARKED = 1.0 - MARK  # column 0 of a row of no mark (`unmark` reads no request): a draft position's, a decode's in a step with drafts
+BUCKETS = (2, 4, 8)
+
+
+def row(context: list[int]) -> torch.Tensor:
+    """The logits row after `context`: ``harness.Model.row``'s at the suite's width, column 0 very
+    negative (token 0 is never drawn)."""
+    seed = harness.zlib.crc32(np.asarray(context, dtype=np.int64).tobytes())
+    x = torch.randn(VOCAB, generator=torch.Generator().manual_seed(seed)) * 4.0
+    x[0] = UNMARKED
+    return x
+
+
+def allowed(grammar: Optional[list[int]]) -> Optional[torch.Tensor]:
+    if grammar is None:
+        return None
+    out = torch.zeros(VOCAB, dtype=torch.bool)
+    out[[0, 1, *grammar]] = True
+    return out
+
+
+def resolve(tokens: list[int], drafts: list[Any], grammar: Optional[list[int]]) -> list[int]:
+    """The schedule's drafts for a request whose tokens are `tokens`: ``None`` is the model's greedy
+    continuation (under the request's grammar)."""
+    mask, out = allowed(grammar), []
+    for d in drafts:
+        if d is None:
+            x = row(tokens + out)
+            if mask is not None:
+                x = x.masked_fill(~mask, float("-inf"))
+            d = int(x.argmax())
+        out.append(int(d))
+    return out
+
+
+def spec_grammar_output(ids: list[str], requests: dict[str, Any], drafts: dict[str, list[int]]) -> Any:
+    """The scheduler's GrammarOutput with drafts: per structured request, in its order, one bitmask
+    row per draft and one for the bonus token (vLLM's ``StructuredOutputManager.grammar_bitmask``)."""
+    plain = grammar_output(ids, requests)
+    rows = [plain.grammar_bitmask[j] for j, rid in enumerate(ids) for _ in range(1 + len(drafts.get(rid, [])))]
+    bitmask = np.stack(rows) if rows else plain.grammar_bitmask
+    return types.SimpleNamespace(structured_output_request_ids=list(ids), grammar_bitmask=bitmask)
+
+
+@dataclasses.dataclass
+class SpecStepOut(StepOut):
+    """A step of a spec schedule. The plain fields hold the requests the plain checks can judge
+    (on a step with drafts: those outside the decode block); ``spec``: per request of the decode
+    block, its drafts, its tokens and the logprobs served per token; ``before``: each request's
+    output before the step."""
+
+    spec: dict[str, tuple[list[int], list[int], Optional[list[tuple[int, float]]]]] = dataclasses.field(
+        default_factory=dict)
+    before: dict[str, list[int]] = dataclasses.field(default_factory=dict)
+    raised_in_spec: bool = False
+
+
+def served(lists: Any, index: int, n: int) -> Optional[list[tuple[int, float]]]:
+    """The logprobs a request at batch row `index` getting `n` tokens is served: vLLM's scheduler
+    reads them with ``LogprobsLists.slice_request(index, n)`` (the sampled token first per row)."""
+    if lists is None or n == 0:
+        return None
+    cu = getattr(lists, "cu_num_generated_tokens", None)
+    start = cu[index] if cu is not None and index < len(cu) else index
+    ids, values = lists.logprob_token_ids[start:start + n], lists.logprobs[start:start + n]
+    return [(int(i[0]), round(float(v[0]), 4)) for i, v in zip(ids, values)]
+
+
+def split(out: SpecStepOut, block: set[str]) -> SpecStepOut:
+    """Move the requests of the decode block out of the plain fields (the plain checks see each
+    request's one sampled row; a decode block's rows are the rejection sampler's)."""
+    for rid in block:
+        out.scheduled.pop(rid, None)
+        out.returned.pop(rid, None)
+        out.logprobs.pop(rid, None)
+    return out
+
+
+class _SpecModel(spec_decode.SpecModel):
+    """``SpecModel`` whose prompt-chunk and plain-decode rows carry the plain engines' mark."""
+
+    def row(self, rid: str, position: int) -> torch.Tensor:
+        x = super().row(rid, position)
+        x[0] = mark(rid, position)
+        return x
+
+
+class _Sampler:
+    """The HPU runner's sampler: calls outside the spec decode block go to the suite's recorder."""
+
+    def __init__(self, h: Any, recorder: Recorder, plain: Any):
+        self.h, self.recorder, self.plain = h, recorder, plain
+
+    def __call__(self, logits: torch.Tensor, sampling_metadata: Any, **kw: Any) -> Any:
+        if self.h.in_spec:
+            return self.plain(logits, sampling_metadata, **kw)
+        return self.recorder(logits, sampling_metadata, **kw)
+
+
+class _Harness(spec_decode.SpecHarness):
+    in_spec = False
+
+    def _spec_decode(self, *args: Any) -> None:
+        self.in_spec = True
+        try:
+            super()._spec_decode(*args)
+        finally:
+            self.in_spec = False
+
+
+class SpecHpuEngine(HpuEngine):
+    """vllm_gaudi's runner with speculative decoding (``spec_decode.SpecHarness``), fed the schedule."""
+
+    def __init__(self, root: Path, schedule: dict[str, Any], sampler: Any):
+        self.schedule, self.mode = schedule, "sync"
+        # vLLM's real modules first (conform.run puts them back after each schedule): SpecHarness
+        # pins them for its InputBatch the first time.
+        sys.modules.update(GpuModules.get(root).saved)
+        spec_decode.RealVllm.get(root)
+        self.h = _Harness(root, buckets=BUCKETS, model=row, vocab=VOCAB, grammar=True)
+        self.h.model = _SpecModel(self.h.scheduler, row)
+        self.h.model.vocab = VOCAB  # the width of a call with no rows (Model.logits([]))
+        self.recorder = Recorder("HPU", sampler, self)
+        self.h.runner.sampler = _Sampler(self.h, self.recorder, self.h.sampler)
+        self.number, self.structured, self.ends = 0, [], {}
+
+    def step(self, number: int, step: dict[str, Any]) -> SpecStepOut:
+        h, requests = self.h, self.schedule["requests"]
+        self.number, self.structured = number, list(step["structured"])
+        for rid in step["finish"]:
+            h.scheduler.finish(rid)
+        for rid in step["preempt"]:
+            h.scheduler.preempt(rid)
+        for rid in step["arrive"]:
+            h.scheduler.add(rid, requests[rid]["prompt"], spec_params(h.vllm, requests[rid]))
+        self.recorder.calls = []
+        scheduled = step["scheduled"]
+        self.ends = ends(h.scheduler, scheduled)
+        before = {rid: list(r.output) for rid, r in h.scheduler.requests.items()}
+        if not scheduled:
+            return SpecStepOut({}, {}, [], {}, {}, before=before)
+        drafts = {rid: resolve(h.scheduler.requests[rid].tokens, d, requests[rid]["grammar"])
+                  for rid, d in step.get("drafts", {}).items()}
+        block = decode_block(h.scheduler, scheduled) if drafts else set()
+        grammar = spec_grammar_output(step["structured"], requests, drafts) if step["structured"] else None
+        out = h.step(scheduled, drafts, grammar_output=grammar)
+        batch = h.batch
+        lists = h.runner._build_logprobs_output(out.ns["logprobs_segments"], max(batch.req_id_to_index.values()) + 1)
+        logprobs, spec = {}, {}
+        for rid, toks in out.returned.items():
+            lp = served(lists, batch.req_id_to_index[rid], len(toks))
+            if lp is not None:
+                logprobs[rid] = ([i for i, _ in lp], [v for _, v in lp])
+            if rid in block:
+                spec[rid] = (drafts.get(rid, []), list(toks), lp)
+        result = SpecStepOut(dict(scheduled), self.ends, list(self.recorder.calls), dict(out.returned), logprobs,
+                             bool(h.runner.use_structured_output), spec=spec, before=before)
+        return split(result, block)
+
+
+def decode_block(scheduler: harness.Scheduler, scheduled: dict[str, int]) -> set[str]:
+    """The requests of a step with drafts that the decode block samples: those past their prompt."""
+    return {rid for rid in scheduled if scheduler.requests[rid].computed >= len(scheduler.requests[rid].prompt)
+            and scheduler.requests[rid].output}
+
+
+def spec_params(vllm: Any, request: dict[str, Any]) -> Any:
+    from conform_engines import sampling_params
+    return sampling_params(vllm, request["params"])
+
+
+class SpecGpuEngine(GpuEngine):
+    """vLLM's GPU path of the tree with speculative decoding (sync: the reference)."""
+
+    def __init__(self, root: Path, schedule: dict[str, Any], sampler: Any):
+        super().__init__(root, schedule, sampler)
+        self.real = spec_decode.RealVllm.get(root)
+        config = types.SimpleNamespace(scheduler_config=types.SimpleNamespace(max_num_seqs=harness.MAX_REQS),
+                                       speculative_config=types.SimpleNamespace(num_speculative_tokens=4))
+        # What vLLM builds with a speculative config (only min_tokens); no request has arrived yet.
+        self.batch.logitsprocs = self.m.build_logitsprocs(config, torch.device("cpu"), False, False, ())
+        self.rejection = self.real.RejectionSampler(self.real.Sampler())
+
+    def step(self, number: int, step: dict[str, Any]) -> SpecStepOut:
+        before = {rid: list(r.output) for rid, r in self.scheduler.requests.items()}
+        if not step.get("drafts"):
+            out = super().step(number, step)
+            return SpecStepOut(out.scheduled, out.ends, out.calls, out.returned, out.logprobs, before=before)
+        requests, scheduler = self.schedule["requests"], self.scheduler
+        self.number = number
+        for rid in step["finish"]:
+            scheduler.finish(rid)
+        for rid in step["preempt"]:
+            scheduler.preempt(rid)
+        for rid in step["arrive"]:
+            scheduler.add(rid, requests[rid]["prompt"], spec_params(self.m.vllm, requests[rid]))
+        before = {rid: list(r.output) for rid, r in scheduler.requests.items()}
+        scheduled = step["scheduled"]
+        self.ends = ends(scheduler, scheduled)
+        self.recorder.calls = []
+        drafts = {rid: resolve(scheduler.requests[rid].tokens, d, requests[rid]["grammar"])
+                  for rid, d in step["drafts"].items()}
+        block = decode_block(scheduler, scheduled)
+        so = scheduler.output(scheduled)
+        so.scheduled_spec_decode_tokens = {rid: list(d) for rid, d in drafts.items()}
+        self._update_states(so)
+        batch = self.batch
+        order = list(batch.req_ids[:batch.num_reqs])
+        rows, target, bonus = [], [], []
+        for rid in order:
+            d, r = drafts.get(rid, []), scheduler.requests[rid]
+            mask = allowed(requests[rid]["grammar"]) if rid in step["structured"] else None
+            if rid in block:
+                contexts = [r.tokens + d[:j] for j in range(len(d) + 1)]
+                new = [row(c) for c in contexts]
+            else:
+                new = [self.model.row(rid, self.ends[rid][0] - 1)]
+            for j, x in enumerate(new):
+                if mask is not None:  # apply_grammar_bitmask: every row of a structured request
+                    x = x.masked_fill(~mask, float("-inf"))
+                (target if j < len(new) - 1 else bonus).append(len(rows))
+                rows.append(x)
+        num_draft = [len(drafts.get(rid, [])) for rid in order]
+        metadata = self.real.SpecDecodeMetadata(
+            draft_token_ids=torch.tensor([t for rid in order for t in drafts.get(rid, [])], dtype=torch.int32),
+            num_draft_tokens=num_draft,
+            cu_num_draft_tokens=torch.from_numpy(np.cumsum(num_draft, dtype=np.int32)),
+            cu_num_sampled_tokens=torch.from_numpy(np.cumsum([n + 1 for n in num_draft], dtype=np.int32)),
+            target_logits_indices=torch.tensor(target, dtype=torch.int32),
+            bonus_logits_indices=torch.tensor(bonus, dtype=torch.int32),
+            logits_indices=torch.arange(len(rows), dtype=torch.int32))
+        discarded = [i for i, rid in enumerate(order) if self.ends[rid][0] < self.ends[rid][1]]
+        with spec_decode.installed(self.real.rejection_sampler, spec_decode.greedy_rejection_sample):
+            out = self.rejection(metadata, None, torch.stack(rows), batch.sampling_metadata)
+        parsed = self.rejection.parse_output(out.sampled_token_ids, VOCAB, discarded, out.logprobs_tensors)
+        tokens, lists = parsed if isinstance(parsed, tuple) else (parsed, None)
+        returned, logprobs, spec = {}, {}, {}
+        for i, rid in enumerate(order):
+            toks = [int(t) for t in tokens[i]]
+            returned[rid] = toks
+            lp = None
+            if toks and lists is not None:
+                cu = lists.cu_num_generated_tokens
+                lp = [(int(a[0]), round(float(b[0]), 4)) for a, b in
+                      zip(lists.logprob_token_ids[cu[i]:cu[i] + len(toks)], lists.logprobs[cu[i]:cu[i] + len(toks)])]
+                logprobs[rid] = ([a for a, _ in lp], [b for _, b in lp])
+            if rid in block:
+                spec[rid] = (drafts.get(rid, []), toks, lp)
+            if toks:  # _bookkeeping_sync
+                self.requests[rid].output_token_ids.extend(toks)
+                end = batch.num_tokens_no_spec[i]
+                batch.token_ids_cpu[i, end:end + len(toks)] = toks
+                batch.num_tokens_no_spec[i] = end + len(toks)
+                if hasattr(batch, "is_token_ids"):
+                    batch.is_token_ids[i, end:end + len(toks)] = True
+        # vLLM's scheduler: num_computed_tokens less the rejected drafts.
+        scheduler.update({rid: n - (1 + len(drafts[rid]) - len(returned[rid]) if rid in drafts else 0)
+                          for rid, n in scheduled.items()}, returned)
+        result = SpecStepOut(dict(scheduled), self.ends, [], returned, logprobs, spec=spec, before=before)
+        return split(result, block)
+
+
+def _asked(r: checks.Request) -> str:
+    keys = [k for k in r.asked if k != "temperature"]
+    return ", ".join(f"{k}={r.asked[k]}" for k in keys) or "greedy"
+
+
+@checks.check(FEATURE, "pair_step")
+def spec_tokens(ctx: checks.Ctx, hpu: Any, gpu: Any, suspect: set[str]) -> Iterable[str]:
+    """Per request of a decode block with drafts whose tokens so far are the same on both sides:
+    the tokens it gets back and the logprobs it is served for each, against vLLM's GPU path."""
+    for rid, (drafts, toks, lp) in getattr(hpu, "spec", {}).items():
+        theirs = getattr(gpu, "spec", {}).get(rid)
+        if theirs is None or hpu.before.get(rid) != gpu.before.get(rid):
+            continue
+        r = ctx.requests[rid]
+        gdrafts, gtoks, glp = theirs
+        what = (f"request {rid} ({_asked(r)}) with drafts {drafts} (vLLM's GPU path accepts "
+                f"{max(len(gtoks) - 1, 0)} of {len(gdrafts)})")
+        if toks != gtoks:
+            yield f"{what} got {toks} back; vLLM's GPU path gives {gtoks}"
+            continue
+        if r.asked.get("logprobs") is None or glp is None:
+            continue
+        if lp is None or len(lp) != len(glp):
+            yield f"{what} got {toks} back and was served logprobs for {'none' if lp is None else len(lp)} of them"
+        elif [i for i, _ in lp] != toks:
+            yield f"{what} got {toks} back; the logprobs it was served are for tokens {[i for i, _ in lp]}"
+        elif any(abs(a - b) > 1e-3 for (_, a), (_, b) in zip(lp, glp)):
+            yield (f"{what} is served logprobs {[v for _, v in lp]} for {toks}; vLLM's GPU path serves "
+                   f"{[v for _, v in glp]}")
