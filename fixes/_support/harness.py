@@ -209,6 +209,8 @@ class Model:
     def __init__(self, scheduler: Scheduler, vocab: int = VOCAB):
         self.scheduler, self.vocab = scheduler, vocab
 
+        self.made: list[tuple[str, torch.Tensor]] = []  # this step's rows, whose they are
+
     def row(self, rid: str, position: int) -> torch.Tensor:
         context = self.scheduler.requests[rid].tokens[:position + 1]
         seed = zlib.crc32(np.asarray(context, dtype=np.int64).tobytes())
@@ -217,7 +219,13 @@ class Model:
     def logits(self, rows: list[tuple[str, int]]) -> torch.Tensor:
         if not rows:
             return torch.zeros(0, self.vocab)
-        return torch.stack([self.row(rid, q) for rid, q in rows])
+        made = [(rid, self.row(rid, q)) for rid, q in rows]
+        self.made.extend(made)
+        return torch.stack([t for _, t in made])
+
+    def owners(self, logits: torch.Tensor) -> list[Optional[str]]:
+        """Whose row each row of `logits` is (made this step; None: no request's)."""
+        return [next((rid for rid, t in self.made if torch.equal(t, row)), None) for row in logits]
 
 
 class Sampler:
@@ -233,7 +241,8 @@ class Sampler:
         md = sampling_metadata
         logits = logits.to(torch.float32)
         greedy = logits.argmax(dim=-1)
-        self.calls.append({"rows": logits.shape[0], "generators": dict(md.generators)})
+        self.calls.append({"rows": logits.shape[0], "generators": dict(md.generators), "logits": logits.clone(),
+                           "metadata": md})
         if md.all_greedy:
             tokens = greedy
         else:
@@ -243,7 +252,11 @@ class Sampler:
                                                         None if md.top_k is None else md.top_k[:logits.shape[0]],
                                                         None if md.top_p is None else md.top_p[:logits.shape[0]])
             tokens = greedy if md.all_random is None else torch.where(temperature < 1e-5, greedy, random)
-        return types.SimpleNamespace(sampled_token_ids=tokens.to(torch.int32).view(-1, 1), logprobs_tensors=None)
+        tokens = tokens.to(torch.int32)
+        # logprobs only when a request asked for them (vLLM: max_num_logprobs is not None): the
+        # sampled token as the top-1 entry of its row
+        logprobs = None if getattr(md, "max_num_logprobs", None) is None else engine_step.LogprobsTensors(tokens)
+        return types.SimpleNamespace(sampled_token_ids=tokens.view(-1, 1), logprobs_tensors=logprobs)
 
 
 @dataclasses.dataclass
@@ -253,6 +266,8 @@ class Step:
     returned: dict[str, list[int]]
     rows: dict[str, int]  # logits rows per prompt chunk
     batch_changed: bool
+    structured: bool = False  # the step ran sample_tokens' structured-output branch
+    logprobs: Any = None  # ``_build_logprobs_output``'s LogprobsLists (rows by batch index), or None
     ns: dict[str, Any] = dataclasses.field(default_factory=dict, repr=False)  # sample_tokens' locals
 
 
@@ -313,6 +328,7 @@ class Harness:
         each request gets back (as the engine reads them) go to the scheduler. `grammar_output`:
         the scheduler's ``GrammarOutput`` (``structured_output_request_ids``, ``grammar_bitmask``)."""
         runner, batch = self.runner, self.batch
+        self.model.made = []
         sched = self.scheduler.output(scheduled)
         batch_changed = runner._update_states(sched)
         runner._sample_tokens_reorder(sched)
@@ -330,7 +346,10 @@ class Harness:
             exec(self.code["structured"], ns)
         exec(self.code["tail"], ns)
         returned = engine_step.returned(runner, ns)
-        step = Step(len(self.steps) + 1, dict(scheduled), returned, rows, batch_changed, ns)
+        # sample_tokens' "Build combined logprobs from all sampling calls"
+        logprobs = runner._build_logprobs_output(ns["logprobs_segments"], max(batch.req_id_to_index.values()) + 1)
+        step = Step(len(self.steps) + 1, dict(scheduled), returned, rows, batch_changed, runner.use_structured_output,
+                    logprobs, ns)
         self.steps.append(step)
         self.scheduler.update(scheduled, returned)
         return step
