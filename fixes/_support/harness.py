@@ -36,7 +36,7 @@ import sys
 import types
 import zlib
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 import torch
@@ -316,6 +316,8 @@ class Harness:
         self.model = Model(self.scheduler, vocab)
         runner.sampler = self.sampler = Sampler(self.vllm.TopKTopPSampler())
         self.steps: list[Step] = []
+        # the decode bucket for n decodes (padded with copies of the first decode's row)
+        self.decode_bucket: Callable[[int], int] = lambda n: max(n, 4)
 
     def params(self, **kw: Any) -> Any:
         return self.vllm.SamplingParams(**kw)
@@ -381,7 +383,7 @@ class Harness:
                 ns["logprobs_segments"].append((list(logits_requests), out.logprobs_tensors))
         if num_decodes:
             decode = [(rid, int(batch.num_computed_tokens_cpu[i])) for i, rid in enumerate(pd_info.decode_req_ids)]
-            padded = decode + [decode[0]] * (max(num_decodes, 4) - num_decodes)  # a decode bucket of 4
+            padded = decode + [decode[0]] * (self.decode_bucket(num_decodes) - num_decodes)
             logits = self.model.logits(padded)
             if runner.use_structured_output:
                 ns["logits_decode"].append(logits[:num_decodes])
