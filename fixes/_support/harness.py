@@ -77,7 +77,7 @@ class Vllm:
             cls._loaded[root] = types.SimpleNamespace(SamplingParams=SamplingParams, SamplingType=SamplingType,
                                                       CachedRequestData=CachedRequestData,
                                                       NewRequestData=NewRequestData, SchedulerOutput=SchedulerOutput,
-                                                      TopKTopPSampler=sampler.TopKTopPSampler)
+                                                      TopKTopPSampler=sampler.TopKTopPSampler, sampler_module=sampler)
         return cls._loaded[root]
 
 
