@@ -249,14 +249,19 @@ class Sampler:
             temperature = md.temperature[:logits.shape[0]]
             temp = torch.where(temperature < 1e-5, torch.ones_like(temperature), temperature)
             random, _ = self.top_k_top_p.forward_native(logits / temp.unsqueeze(1), md.generators,
-                                                        None if md.top_k is None else md.top_k[:logits.shape[0]],
-                                                        None if md.top_p is None else md.top_p[:logits.shape[0]])
+                                                        _rows(md.top_k, logits.shape[0]), _rows(md.top_p, logits.shape[0]))
             tokens = greedy if md.all_random is None else torch.where(temperature < 1e-5, greedy, random)
         tokens = tokens.to(torch.int32)
         # logprobs only when a request asked for them (vLLM: max_num_logprobs is not None): the
         # sampled token as the top-1 entry of its row
         logprobs = None if getattr(md, "max_num_logprobs", None) is None else engine_step.LogprobsTensors(tokens)
         return types.SimpleNamespace(sampled_token_ids=tokens.view(-1, 1), logprobs_tensors=logprobs)
+
+
+def _rows(t: Optional[torch.Tensor], n: int) -> Optional[torch.Tensor]:
+    """A metadata tensor for `n` logits rows: itself when it has them (what it carries, such as
+    topk-subset-sampler's window hint, is kept), else its first `n` rows."""
+    return t if t is None or t.shape[0] == n else t[:n]
 
 
 @dataclasses.dataclass
