@@ -276,14 +276,15 @@ class Step:
     ns: dict[str, Any] = dataclasses.field(default_factory=dict, repr=False)  # sample_tokens' locals
 
 
-_LOADED: dict[tuple[Path, int], Any] = {}
+_LOADED: dict[tuple[Path, int], tuple[Any, stubs.H2DRecorder]] = {}
 
 
 def _load(root: Path) -> Any:
     """The tree's InputBatch module and logits processors, loaded once per version of the file."""
     key = (root.resolve(), (root / stubs.INPUT_BATCH_REL).stat().st_mtime_ns)
     if key not in _LOADED:
-        _LOADED[key] = stubs.load(root, stubs.H2DRecorder(root / stubs.UTILS_REL), name="gaudi_fixes_harness_ib")
+        h2d = stubs.H2DRecorder(root / stubs.UTILS_REL)
+        _LOADED[key] = (stubs.load(root, h2d, name="gaudi_fixes_harness_ib"), h2d)
     return _LOADED[key]
 
 
@@ -296,7 +297,7 @@ class Harness:
         assert mode in ("sync", "async")
         self.root, self.mode, self.vocab = root, mode, vocab
         self.vllm = Vllm.get(root)
-        loaded = _load(root)
+        loaded, self.h2d = _load(root)  # h2d: every async_h2d_update of the batch (shared by the module)
         self.module = loaded.input_batch
         config = types.SimpleNamespace(scheduler_config=types.SimpleNamespace(max_num_seqs=MAX_REQS),
                                        speculative_config=None)
