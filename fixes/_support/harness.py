@@ -236,13 +236,16 @@ class Sampler:
     def __init__(self, top_k_top_p: Any):
         self.top_k_top_p = top_k_top_p
         self.calls: list[dict[str, Any]] = []
+        # watch(logits, metadata): what a test reads of a call as it is made (the batch's tensors
+        # that the metadata views change on later calls), kept as the call's "seen"
+        self.watch: Optional[Callable[[torch.Tensor, Any], Any]] = None
 
     def __call__(self, logits: torch.Tensor, sampling_metadata: Any) -> Any:
         md = sampling_metadata
         logits = logits.to(torch.float32)
         greedy = logits.argmax(dim=-1)
         self.calls.append({"rows": logits.shape[0], "generators": dict(md.generators), "logits": logits.clone(),
-                           "metadata": md})
+                           "metadata": md, "seen": None if self.watch is None else self.watch(logits, md)})
         if md.all_greedy:
             tokens = greedy
         else:
