@@ -197,7 +197,8 @@ def returned(runner: Any, ns: dict[str, Any]) -> dict[str, list[int]]:
     scheduling, ``postprocessed_sampled_token_ids``."""
     batch = runner.input_batch
     if runner.use_async_scheduling:
-        rows = ns["sampled_token_ids"].tolist()
+        # the output thread's copy (get_output), read as a plain tensor: not sample_tokens' own
+        rows = ns["sampled_token_ids"].as_subclass(torch.Tensor).tolist()
         for i in runner.invalid_req_indices:
             if i < len(rows):
                 rows[i].clear()
