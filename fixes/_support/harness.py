@@ -291,12 +291,26 @@ def _load(root: Path) -> Any:
     return _LOADED[key]
 
 
+def logitsprocs_package(root: Path) -> Any:
+    """The tree's vLLM logits-processor package as the harness's batch loads it (``interface``,
+    ``builtin``, ``state``): what a logits-processor plugin is written against."""
+    return _load(root)[0].logitsprocs
+
+
+def input_batch(module: Any, vocab: int, logitsprocs: Any, **kw: Any) -> Any:
+    """The tree's ``InputBatch`` (of `module`) as the harness runs it: the one place a batch is built."""
+    return module.InputBatch(max_num_reqs=MAX_REQS, max_model_len=MAX_MODEL_LEN, max_num_batched_tokens=256,
+                             device=torch.device("cpu"), pin_memory=False, vocab_size=vocab, block_sizes=[BLOCK],
+                             kernel_block_sizes=[BLOCK], logitsprocs=logitsprocs, **kw)
+
+
 class Harness:
     """vllm_gaudi's runner driven step by step (``step``), sync or async (`mode`)."""
 
-    def __init__(self, root: Path, mode: str, grammar: bool = False, vocab: int = VOCAB):
+    def __init__(self, root: Path, mode: str, grammar: bool = False, vocab: int = VOCAB, plugins: tuple = ()):
         """With `grammar`, the runner's own ``apply_grammar_bitmask`` and structured-output block run
-        (``step(..., grammar_output=…)``); `vocab`: the logits' width."""
+        (``step(..., grammar_output=…)``); `vocab`: the logits' width; `plugins`: logits-processor
+        classes, as ``--logits-processors`` gives them to ``build_logitsprocs``."""
         assert mode in ("sync", "async")
         self.root, self.mode, self.vocab = root, mode, vocab
         self.vllm = Vllm.get(root)
@@ -304,11 +318,8 @@ class Harness:
         self.module = loaded.input_batch
         config = types.SimpleNamespace(scheduler_config=types.SimpleNamespace(max_num_seqs=MAX_REQS),
                                        speculative_config=None)
-        logitsprocs = loaded.build_logitsprocs(config, torch.device("cpu"), False, False, [])
-        self.batch = self.module.InputBatch(max_num_reqs=MAX_REQS, max_model_len=MAX_MODEL_LEN,
-                                            max_num_batched_tokens=256, device=torch.device("cpu"),
-                                            pin_memory=False, vocab_size=vocab, block_sizes=[BLOCK],
-                                            kernel_block_sizes=[BLOCK], logitsprocs=logitsprocs)
+        logitsprocs = loaded.build_logitsprocs(config, torch.device("cpu"), False, False, list(plugins))
+        self.batch = input_batch(self.module, vocab, logitsprocs)
         runner = self.runner = stubs.Runner(root, self.batch, reorder=True)
         self.code = engine_step.lift_step(runner, root, grammar=grammar)
         runner.max_model_len = MAX_MODEL_LEN
