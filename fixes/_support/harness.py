@@ -339,6 +339,19 @@ class Harness:
         # the decode bucket for n decodes (padded with copies of the first decode's row)
         self.decode_bucket: Callable[[int], int] = lambda n: max(n, 4)
 
+    def record_swaps(self) -> list[tuple[int, int]]:
+        """From now on, every ``swap_states(i1, i2)`` of the batch (the runner's reorders) is
+        appended to the list returned."""
+        swaps: list[tuple[int, int]] = []
+        swap_states = self.batch.swap_states
+
+        def recording_swap(i1: int, i2: int) -> None:
+            swaps.append((i1, i2))
+            swap_states(i1, i2)
+
+        self.batch.swap_states = recording_swap
+        return swaps
+
     def params(self, **kw: Any) -> Any:
         return self.vllm.SamplingParams(**kw)
 

@@ -92,14 +92,7 @@ def _run(root, plan: list[tuple[dict[str, int], tuple[str, ...]]]) -> list[Step]
     for n, rid in enumerate(dict.fromkeys(r for scheduled, _ in plan for r in scheduled)):
         ids, length = REQUESTS[rid]
         h.add(rid, [(11 * i + n) % VOCAB for i in range(length)], temperature=1.0, allowed_token_ids=ids)
-    swaps: list[tuple[int, int]] = []
-    swap_states = h.batch.swap_states
-
-    def recording_swap(i1: int, i2: int) -> None:
-        swaps.append((i1, i2))
-        swap_states(i1, i2)
-
-    h.batch.swap_states = recording_swap
+    swaps = h.record_swaps()
     steps = []
     for number, (scheduled, finished) in enumerate(plan, start=1):
         for rid in finished:

@@ -69,14 +69,7 @@ def run(root) -> tuple[harness.Harness, list[Step]]:  # noqa: F811
     h.decode_bucket = lambda n: 1 << (n - 1).bit_length()
     for n, (rid, (params, length)) in enumerate(REQUESTS.items()):
         h.add(rid, harness.prompt(length, n), max_tokens=32, **params)
-    swaps: list[tuple[int, int]] = []
-    swap_states = h.batch.swap_states
-
-    def recording_swap(i1: int, i2: int) -> None:
-        swaps.append((i1, i2))
-        swap_states(i1, i2)
-
-    h.batch.swap_states = recording_swap
+    swaps = h.record_swaps()
     steps = []
     for number, scheduled in enumerate([
         {"D0": 12},  # D0 prefills
