@@ -1,17 +1,17 @@
-"""One HPU engine step on CPU, through the runner's own code, for the prompt-chunk tests.
+"""What harness.py runs of ``sample_tokens`` besides ``_update_states``: its pieces lifted out of
+the tree's ``hpu_model_runner.py`` (``lift_step``) and the reading of what each request gets
+back (``returned``).
 
-The REAL ``InputBatch`` (vllm_gaudi_stubs.py) and, lifted from the tree's
-``hpu_model_runner.py``: ``_ensure_decodes_first``, ``_get_prompts_and_decodes``,
-``_extract_prefill_batch_contents`` (which decides which prompt chunk gets a logits row),
-``_run_sampling`` / ``_prepare_sampling`` (every sampler call), ``_build_logprobs_output``, and
-these statements of ``sample_tokens``: its head between ``num_reqs = …`` and
-``_prepare_inputs`` (what it resets per step), the ``use_structured_output`` assignments (made
-after ``_prepare_inputs`` read the flag), the ``if self.use_structured_output:`` block that joins
-the logits, and the tail from ``if self.use_async_scheduling or self.use_structured_output:`` to
-the loop extending ``output_token_ids`` (with every runner method it calls). The test provides
-the forward passes (logits rows marked with their request), the sampler (request ``n`` samples
-token ``200 + n``, with logprobs) and the prefill loop's and decode block's few lines that
-collect those; what the user gets is read as vLLM does (``AsyncHPUModelRunnerOutput.get_output``
+Lifted: ``_ensure_decodes_first``, ``_get_prompts_and_decodes``, ``_extract_prefill_batch_contents``
+(which decides which prompt chunk gets a logits row), ``_run_sampling`` / ``_prepare_sampling``
+(every sampler call), ``_build_logprobs_output``, and these statements of ``sample_tokens``: its
+head between ``num_reqs = …`` and ``_prepare_inputs`` (what it resets per step), the
+``use_structured_output`` assignments (made after ``_prepare_inputs`` read the flag), the ``if
+self.use_structured_output:`` block that joins the logits, and the tail from ``if
+self.use_async_scheduling or self.use_structured_output:`` to the loop extending
+``output_token_ids`` (with every runner method it calls). The forward passes, the sampler and the
+prefill loop's and decode block's few lines that collect rows and tokens are harness.py's
+(``Harness.step``); what the user gets is read as vLLM does (``AsyncHPUModelRunnerOutput.get_output``
 drops ``invalid_req_indices``).
 """
 
@@ -28,10 +28,7 @@ from typing import Any, Callable, Optional, Union
 import numpy as np
 import torch
 import vllm_gaudi_stubs as stubs
-from vllm_gaudi_stubs import RUNNER_REL, UTILS_REL, H2DRecorder, SchedulerOutput, load_input_batch
-
-VOCAB = 256
-TOKEN_BASE = 200  # request n samples token 200 + n
+from vllm_gaudi_stubs import RUNNER_REL
 
 
 def _method(cls: ast.ClassDef, name: str) -> ast.FunctionDef:
@@ -78,7 +75,7 @@ class LogprobsLists:
     cu_num_generated_tokens: Any = None  # vLLM's: each request's first row when it has several
 
 
-class _LogprobsTensors:
+class LogprobsTensors:
     def __init__(self, tokens: torch.Tensor):
         self.logprob_token_ids = tokens.view(-1, 1).long()
 
@@ -97,28 +94,6 @@ class _BlockTable:
 
     def __getattr__(self, name: str) -> Callable[..., None]:
         return lambda *a, **k: None  # add_row, swap_row, move_row, …
-
-
-class Sampler:
-    """Request n's row samples token 200 + n (read from the row's mark); records each call."""
-
-    def __init__(self, order: list[str]):
-        self.order = order
-        self.calls: list[dict[str, Any]] = []
-
-    def __call__(self, logits: torch.Tensor, sampling_metadata: Any) -> Any:
-        tokens = (TOKEN_BASE + logits[:, 0]).to(torch.int32)
-        self.calls.append({"rows": logits.shape[0], "metadata": sampling_metadata})
-        return types.SimpleNamespace(sampled_token_ids=tokens.view(-1, 1), logprobs_tensors=_LogprobsTensors(tokens))
-
-
-@dataclass
-class StepResult:
-    returned: dict[str, list[int]]  # the tokens the user gets, per request
-    logprobs: Any = None
-    error: Optional[BaseException] = None
-    structured: bool = False
-    rows: dict[str, int] = field(default_factory=dict)  # logits rows per prompt
 
 
 class _CpuTorch:
@@ -178,7 +153,7 @@ def _lifted(path: Path, mtime_ns: int, grammar: bool) -> tuple[dict[str, Any], d
     from dataclasses import dataclass as _dataclass
     namespace: dict[str, Any] = {"torch": _CpuTorch(), "np": np, "xgr_cpu": XGR_CPU, "Optional": Optional,
                                  "Union": Union, "fields": fields, "field": field, "dataclass": _dataclass, "Callable": Callable,
-                                 "LogprobsLists": LogprobsLists, "LogprobsTensors": _LogprobsTensors,
+                                 "LogprobsLists": LogprobsLists, "LogprobsTensors": LogprobsTensors,
                                  "htorch": types.SimpleNamespace(core=types.SimpleNamespace(mark_step=lambda: None)),
                                  "empty_list": lambda: field(default_factory=list)}
     exec(compile(ast.Module(_module_defs(path, {"BatchContents", "PromptDecodeInfo", "merge_contents",
@@ -217,130 +192,14 @@ def lift_step(runner: Any, root: Path, grammar: bool = False) -> dict[str, Any]:
     return code
 
 
-class Engine:
-
-    def __init__(self, root: Path, use_async: bool, params: dict[str, Any], prompt_len: dict[str, int]):
-        self.params, self.prompt_len = params, prompt_len
-        self.order = list(params)
-        self.module = load_input_batch(root, H2DRecorder(root / UTILS_REL))
-        batch = self.batch = self.module.InputBatch(max_num_reqs=8, max_model_len=128, max_num_batched_tokens=128,
-                                                    device=torch.device("cpu"), pin_memory=False, vocab_size=VOCAB,
-                                                    block_sizes=[128], kernel_block_sizes=[128])
-        runner = self.runner = stubs.Runner(root, batch)
-        self.code = lift_step(runner, root)
-        runner.use_async_scheduling = use_async
-        runner.sampler = Sampler(self.order)
-
-    def logits(self, rows: list[str]) -> torch.Tensor:
-        out = torch.zeros(len(rows), VOCAB)
-        for i, rid in enumerate(rows):
-            out[i, 0] = self.order.index(rid)
-        return out
-
-    def step(self, scheduled: dict[str, int], grammar: bool, added=(), finished=()) -> StepResult:
-        batch, runner = self.batch, self.runner
-        # _update_states: removals, arrivals into the lowest freed rows, condense of the rest.
-        removed = sorted((batch.remove_request(rid) for rid in finished), reverse=True)
-        for rid in finished:
-            runner.requests.pop(rid)
-        for rid in added:
-            state = runner.requests[rid] = self.module.CachedRequestState(
-                req_id=rid, prompt_token_ids=[(7 * i + len(rid)) % VOCAB for i in range(self.prompt_len[rid])],
-                mm_features=[], sampling_params=self.params[rid], generator=None, block_ids=[[0]],
-                num_computed_tokens=0, output_token_ids=[])
-            batch.add_request(state, removed.pop() if removed else None)
-        if removed:
-            batch.condense(removed)
-        batch_changed = bool(added or finished)
-        if batch_changed:
-            batch.refresh_sampling_metadata()
-        for rid, state in runner.requests.items():
-            batch.num_computed_tokens_cpu[batch.req_id_to_index[rid]] = state.num_computed_tokens
-        sched = SchedulerOutput(num_scheduled_tokens=scheduled)
-        sched.total_num_scheduled_tokens = sum(scheduled.values())
-        sched.kv_connector_metadata = None
-        runner._ensure_decodes_first(sched)
-        pd_info = runner._get_prompts_and_decodes(sched)
-        num_decodes, num_prefills = len(pd_info.decode_req_ids), len(pd_info.prompt_req_ids)
-        ns: dict[str, Any] = {"self": runner, "torch": torch, "num_decodes": num_decodes, "num_prefills": num_prefills,
-                              "num_reqs": num_decodes + num_prefills, "pd_info": pd_info, "batch_changed": batch_changed,
-                              "scheduler_output": sched, "spec_decode_num_tokens": None,
-                              "grammar_output": types.SimpleNamespace(structured_output_request_ids=[]) if grammar
-                              else None}
-        result = StepResult(returned={})
-        try:
-            exec(self.code["head"], ns)
-            # _prepare_inputs: the flag it reads is still the previous step's.
-            num_scheduled = [scheduled[rid] for rid in batch.req_ids]
-            contents, _ = runner._extract_prefill_batch_contents(num_prefills, num_decodes, num_scheduled)
-            exec(self.code["flag"], ns)
-            result.structured = runner.use_structured_output
-            self._forward_and_sample(ns, contents, pd_info, num_decodes, batch_changed, result)
-            if runner.use_structured_output:
-                exec(self.code["structured"], ns)
-            exec(self.code["tail"], ns)
-            result.logprobs = runner._build_logprobs_output(ns["logprobs_segments"],
-                                                            max(batch.req_id_to_index.values()) + 1)
-        except Exception as e:  # noqa: BLE001 - an exception in sample_tokens ends EngineCore
-            result.error = e
-            return result
-        result.returned = self._returned(ns)
-        for rid, n in scheduled.items():
-            runner.requests[rid].num_computed_tokens += n
-        return result
-
-    def _forward_and_sample(self, ns, contents, pd_info, num_decodes, batch_changed, result) -> None:
-        forward_and_sample(self.runner, ns, contents, pd_info, num_decodes, batch_changed, self.logits, result.rows,
-                           lambda n: max(n, 4))  # a decode bucket of 4
-
-    def _returned(self, ns) -> dict[str, list[int]]:
-        return returned(self.runner, ns)
-
-
-def forward_and_sample(runner: Any, ns: dict[str, Any], contents: Any, pd_info: Any, num_decodes: int,
-                       batch_changed: bool, logits_of: Callable[[list[str]], torch.Tensor], rows: dict[str, int],
-                       bucket: Callable[[int], int]) -> None:
-    """sample_tokens' prefill loop and decode block, the lines that collect logits, rows and
-    tokens (the forward passes are the caller's: ``logits_of(request ids)`` gives one logits row
-    per id; ``bucket(n)`` pads n decodes, with the first decode's row). ``rows`` gets each
-    prompt's number of logits rows."""
-    ns.update(prefill_sampled_token_ids=[], prefill_sampled_requests=[], decode_sampled_token_ids=[],
-              decode_sampled_requests=[], logprobs_segments=[], logits_prompt=[], logits_decode=[])
-    for bc in contents:
-        if not bc.req_ids:
-            continue
-        logits_requests = [rid for rid, pos in zip(bc.req_ids, bc.logits_positions) for _ in pos]
-        for rid in bc.req_ids:
-            rows[rid] = sum(1 for r in logits_requests if r == rid)
-        logits = logits_of(logits_requests)
-        if runner.use_structured_output:
-            ns["logits_prompt"].append(logits)
-            ns["prefill_sampled_requests"].extend(logits_requests)
-        elif logits.numel() > 0:
-            out, _ = runner._run_sampling(batch_changed, logits, bc.req_ids, logits.shape[0], logits_requests)
-            ns["prefill_sampled_token_ids"].append(out.sampled_token_ids.flatten())
-            ns["prefill_sampled_requests"].extend(logits_requests)
-            ns["logprobs_segments"].append((list(logits_requests), out.logprobs_tensors))
-    if num_decodes:
-        decode_rows = list(pd_info.decode_req_ids)
-        decode_rows += [decode_rows[0]] * (bucket(num_decodes) - num_decodes)
-        logits = logits_of(decode_rows)
-        if runner.use_structured_output:
-            ns["logits_decode"].append(logits[:num_decodes])
-        else:
-            out, _ = runner._run_sampling(batch_changed, logits, pd_info.decode_req_ids, logits.shape[0])
-            ns["decode_sampled_token_ids"].append(out.sampled_token_ids.flatten())
-            ns["logprobs_segments"].append((list(pd_info.decode_req_ids), out.logprobs_tensors))
-        ns["decode_sampled_requests"].extend(runner.input_batch.req_ids[:num_decodes])
-
-
 def returned(runner: Any, ns: dict[str, Any]) -> dict[str, list[int]]:
     """What each request of the step gets back, read as vLLM does: under async scheduling
     ``AsyncHPUModelRunnerOutput.get_output`` drops the rows of ``invalid_req_indices``; under sync
     scheduling, ``postprocessed_sampled_token_ids``."""
     batch = runner.input_batch
     if runner.use_async_scheduling:
-        rows = ns["sampled_token_ids"].tolist()
+        # the output thread's copy (get_output), read as a plain tensor: not sample_tokens' own
+        rows = ns["sampled_token_ids"].as_subclass(torch.Tensor).tolist()
         for i in runner.invalid_req_indices:
             if i < len(rows):
                 rows[i].clear()

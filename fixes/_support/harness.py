@@ -36,7 +36,7 @@ import sys
 import types
 import zlib
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Callable, Optional
 
 import numpy as np
 import torch
@@ -77,7 +77,7 @@ class Vllm:
             cls._loaded[root] = types.SimpleNamespace(SamplingParams=SamplingParams, SamplingType=SamplingType,
                                                       CachedRequestData=CachedRequestData,
                                                       NewRequestData=NewRequestData, SchedulerOutput=SchedulerOutput,
-                                                      TopKTopPSampler=sampler.TopKTopPSampler)
+                                                      TopKTopPSampler=sampler.TopKTopPSampler, sampler_module=sampler)
         return cls._loaded[root]
 
 
@@ -209,6 +209,8 @@ class Model:
     def __init__(self, scheduler: Scheduler, vocab: int = VOCAB):
         self.scheduler, self.vocab = scheduler, vocab
 
+        self.made: list[tuple[str, torch.Tensor]] = []  # this step's rows, whose they are
+
     def row(self, rid: str, position: int) -> torch.Tensor:
         context = self.scheduler.requests[rid].tokens[:position + 1]
         seed = zlib.crc32(np.asarray(context, dtype=np.int64).tobytes())
@@ -217,7 +219,13 @@ class Model:
     def logits(self, rows: list[tuple[str, int]]) -> torch.Tensor:
         if not rows:
             return torch.zeros(0, self.vocab)
-        return torch.stack([self.row(rid, q) for rid, q in rows])
+        made = [(rid, self.row(rid, q)) for rid, q in rows]
+        self.made.extend(made)
+        return torch.stack([t for _, t in made])
+
+    def owners(self, logits: torch.Tensor) -> list[Optional[str]]:
+        """Whose row each row of `logits` is (made this step; None: no request's)."""
+        return [next((rid for rid, t in self.made if torch.equal(t, row)), None) for row in logits]
 
 
 class Sampler:
@@ -228,22 +236,35 @@ class Sampler:
     def __init__(self, top_k_top_p: Any):
         self.top_k_top_p = top_k_top_p
         self.calls: list[dict[str, Any]] = []
+        # watch(logits, metadata): what a test reads of a call as it is made (the batch's tensors
+        # that the metadata views change on later calls), kept as the call's "seen"
+        self.watch: Optional[Callable[[torch.Tensor, Any], Any]] = None
 
     def __call__(self, logits: torch.Tensor, sampling_metadata: Any) -> Any:
         md = sampling_metadata
         logits = logits.to(torch.float32)
         greedy = logits.argmax(dim=-1)
-        self.calls.append({"rows": logits.shape[0], "generators": dict(md.generators)})
+        self.calls.append({"rows": logits.shape[0], "generators": dict(md.generators), "logits": logits.clone(),
+                           "metadata": md, "seen": None if self.watch is None else self.watch(logits, md)})
         if md.all_greedy:
             tokens = greedy
         else:
             temperature = md.temperature[:logits.shape[0]]
             temp = torch.where(temperature < 1e-5, torch.ones_like(temperature), temperature)
             random, _ = self.top_k_top_p.forward_native(logits / temp.unsqueeze(1), md.generators,
-                                                        None if md.top_k is None else md.top_k[:logits.shape[0]],
-                                                        None if md.top_p is None else md.top_p[:logits.shape[0]])
+                                                        _rows(md.top_k, logits.shape[0]), _rows(md.top_p, logits.shape[0]))
             tokens = greedy if md.all_random is None else torch.where(temperature < 1e-5, greedy, random)
-        return types.SimpleNamespace(sampled_token_ids=tokens.to(torch.int32).view(-1, 1), logprobs_tensors=None)
+        tokens = tokens.to(torch.int32)
+        # logprobs only when a request asked for them (vLLM: max_num_logprobs is not None): the
+        # sampled token as the top-1 entry of its row
+        logprobs = None if getattr(md, "max_num_logprobs", None) is None else engine_step.LogprobsTensors(tokens)
+        return types.SimpleNamespace(sampled_token_ids=tokens.view(-1, 1), logprobs_tensors=logprobs)
+
+
+def _rows(t: Optional[torch.Tensor], n: int) -> Optional[torch.Tensor]:
+    """A metadata tensor for `n` logits rows: itself when it has them (what it carries, such as
+    topk-subset-sampler's window hint, is kept), else its first `n` rows."""
+    return t if t is None or t.shape[0] == n else t[:n]
 
 
 @dataclasses.dataclass
@@ -253,38 +274,52 @@ class Step:
     returned: dict[str, list[int]]
     rows: dict[str, int]  # logits rows per prompt chunk
     batch_changed: bool
+    structured: bool = False  # the step ran sample_tokens' structured-output branch
+    logprobs: Any = None  # ``_build_logprobs_output``'s LogprobsLists (rows by batch index), or None
     ns: dict[str, Any] = dataclasses.field(default_factory=dict, repr=False)  # sample_tokens' locals
 
 
-_LOADED: dict[tuple[Path, int], Any] = {}
+_LOADED: dict[tuple[Path, int], tuple[Any, stubs.H2DRecorder]] = {}
 
 
 def _load(root: Path) -> Any:
     """The tree's InputBatch module and logits processors, loaded once per version of the file."""
     key = (root.resolve(), (root / stubs.INPUT_BATCH_REL).stat().st_mtime_ns)
     if key not in _LOADED:
-        _LOADED[key] = stubs.load(root, stubs.H2DRecorder(root / stubs.UTILS_REL), name="gaudi_fixes_harness_ib")
+        h2d = stubs.H2DRecorder(root / stubs.UTILS_REL)
+        _LOADED[key] = (stubs.load(root, h2d, name="gaudi_fixes_harness_ib"), h2d)
     return _LOADED[key]
+
+
+def logitsprocs_package(root: Path) -> Any:
+    """The tree's vLLM logits-processor package as the harness's batch loads it (``interface``,
+    ``builtin``, ``state``): what a logits-processor plugin is written against."""
+    return _load(root)[0].logitsprocs
+
+
+def input_batch(module: Any, vocab: int, logitsprocs: Any, **kw: Any) -> Any:
+    """The tree's ``InputBatch`` (of `module`) as the harness runs it: the one place a batch is built."""
+    return module.InputBatch(max_num_reqs=MAX_REQS, max_model_len=MAX_MODEL_LEN, max_num_batched_tokens=256,
+                             device=torch.device("cpu"), pin_memory=False, vocab_size=vocab, block_sizes=[BLOCK],
+                             kernel_block_sizes=[BLOCK], logitsprocs=logitsprocs, **kw)
 
 
 class Harness:
     """vllm_gaudi's runner driven step by step (``step``), sync or async (`mode`)."""
 
-    def __init__(self, root: Path, mode: str, grammar: bool = False, vocab: int = VOCAB):
+    def __init__(self, root: Path, mode: str, grammar: bool = False, vocab: int = VOCAB, plugins: tuple = ()):
         """With `grammar`, the runner's own ``apply_grammar_bitmask`` and structured-output block run
-        (``step(..., grammar_output=…)``); `vocab`: the logits' width."""
+        (``step(..., grammar_output=…)``); `vocab`: the logits' width; `plugins`: logits-processor
+        classes, as ``--logits-processors`` gives them to ``build_logitsprocs``."""
         assert mode in ("sync", "async")
         self.root, self.mode, self.vocab = root, mode, vocab
         self.vllm = Vllm.get(root)
-        loaded = _load(root)
+        loaded, self.h2d = _load(root)  # h2d: every async_h2d_update of the batch (shared by the module)
         self.module = loaded.input_batch
         config = types.SimpleNamespace(scheduler_config=types.SimpleNamespace(max_num_seqs=MAX_REQS),
                                        speculative_config=None)
-        logitsprocs = loaded.build_logitsprocs(config, torch.device("cpu"), False, False, [])
-        self.batch = self.module.InputBatch(max_num_reqs=MAX_REQS, max_model_len=MAX_MODEL_LEN,
-                                            max_num_batched_tokens=256, device=torch.device("cpu"),
-                                            pin_memory=False, vocab_size=vocab, block_sizes=[BLOCK],
-                                            kernel_block_sizes=[BLOCK], logitsprocs=logitsprocs)
+        logitsprocs = loaded.build_logitsprocs(config, torch.device("cpu"), False, False, list(plugins))
+        self.batch = input_batch(self.module, vocab, logitsprocs)
         runner = self.runner = stubs.Runner(root, self.batch, reorder=True)
         self.code = engine_step.lift_step(runner, root, grammar=grammar)
         runner.max_model_len = MAX_MODEL_LEN
@@ -301,6 +336,21 @@ class Harness:
         self.model = Model(self.scheduler, vocab)
         runner.sampler = self.sampler = Sampler(self.vllm.TopKTopPSampler())
         self.steps: list[Step] = []
+        # the decode bucket for n decodes (padded with copies of the first decode's row)
+        self.decode_bucket: Callable[[int], int] = lambda n: max(n, 4)
+
+    def record_swaps(self) -> list[tuple[int, int]]:
+        """From now on, every ``swap_states(i1, i2)`` of the batch (the runner's reorders) is
+        appended to the list returned."""
+        swaps: list[tuple[int, int]] = []
+        swap_states = self.batch.swap_states
+
+        def recording_swap(i1: int, i2: int) -> None:
+            swaps.append((i1, i2))
+            swap_states(i1, i2)
+
+        self.batch.swap_states = recording_swap
+        return swaps
 
     def params(self, **kw: Any) -> Any:
         return self.vllm.SamplingParams(**kw)
@@ -313,6 +363,7 @@ class Harness:
         each request gets back (as the engine reads them) go to the scheduler. `grammar_output`:
         the scheduler's ``GrammarOutput`` (``structured_output_request_ids``, ``grammar_bitmask``)."""
         runner, batch = self.runner, self.batch
+        self.model.made = []
         sched = self.scheduler.output(scheduled)
         batch_changed = runner._update_states(sched)
         runner._sample_tokens_reorder(sched)
@@ -330,7 +381,10 @@ class Harness:
             exec(self.code["structured"], ns)
         exec(self.code["tail"], ns)
         returned = engine_step.returned(runner, ns)
-        step = Step(len(self.steps) + 1, dict(scheduled), returned, rows, batch_changed, ns)
+        # sample_tokens' "Build combined logprobs from all sampling calls"
+        logprobs = runner._build_logprobs_output(ns["logprobs_segments"], max(batch.req_id_to_index.values()) + 1)
+        step = Step(len(self.steps) + 1, dict(scheduled), returned, rows, batch_changed, runner.use_structured_output,
+                    logprobs, ns)
         self.steps.append(step)
         self.scheduler.update(scheduled, returned)
         return step
@@ -362,7 +416,7 @@ class Harness:
                 ns["logprobs_segments"].append((list(logits_requests), out.logprobs_tensors))
         if num_decodes:
             decode = [(rid, int(batch.num_computed_tokens_cpu[i])) for i, rid in enumerate(pd_info.decode_req_ids)]
-            padded = decode + [decode[0]] * (max(num_decodes, 4) - num_decodes)  # a decode bucket of 4
+            padded = decode + [decode[0]] * (self.decode_bucket(num_decodes) - num_decodes)
             logits = self.model.logits(padded)
             if runner.use_structured_output:
                 ns["logits_decode"].append(logits[:num_decodes])

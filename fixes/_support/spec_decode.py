@@ -213,11 +213,7 @@ class SpecHarness(harness.Harness):
                                        speculative_config=types.SimpleNamespace(num_speculative_tokens=4))
         logitsprocs = self.real.logits_processor.build_logitsprocs(config, torch.device("cpu"), False, False, [])
         self.module = module
-        self.batch = module.InputBatch(max_num_reqs=harness.MAX_REQS, max_model_len=harness.MAX_MODEL_LEN,
-                                       max_num_batched_tokens=256, device=torch.device("cpu"), pin_memory=False,
-                                       vocab_size=vocab, block_sizes=[harness.BLOCK],
-                                       kernel_block_sizes=[harness.BLOCK], logitsprocs=logitsprocs,
-                                       is_spec_decode=True)
+        self.batch = harness.input_batch(module, vocab, logitsprocs, is_spec_decode=True)
         runner = self.runner = stubs.Runner(root, self.batch, reorder=True)
         self.code = engine_step.lift_step(runner, root, grammar=grammar)
         runner.max_model_len = harness.MAX_MODEL_LEN

@@ -1,10 +1,10 @@
 """allowed_token_ids whitelists stay with their requests (CPU; needs torch and numpy).
 
-Drives the REAL ``InputBatch`` of ``$GAUDI_FIXES_ROOT/vllm_gaudi/v1/worker/hpu_input_batch.py``
-through the HPU runner's own sequence — ``_update_states``' remove / add / condense / refresh,
-then ``sample_tokens``' ``_ensure_decodes_first`` and one ``_prepare_sampling`` per sampler call,
-those runner functions lifted from the real ``hpu_model_runner.py`` — with vLLM's imports stubbed
-and the real ``async_h2d_copy`` / ``async_h2d_update`` on device "cpu" (see vllm_gaudi_stubs.py).
+The harness (harness.py) runs the steps: vLLM's scheduler output through the runner's own
+``_update_states`` (remove / add / condense / refresh) into the REAL ``InputBatch``, then
+``sample_tokens``' reordering and one ``_prepare_sampling`` per sampler call (the prompts of a
+step merged in one prefill call), with the real ``async_h2d_copy`` / ``async_h2d_update`` on
+device "cpu"; each call's mask is read as the call is made.
 
 The main scenario: five requests, two of them restricted with ``allowed_token_ids``, go through
 five steps:
@@ -25,31 +25,16 @@ Run: ``GAUDI_FIXES_ROOT=<dir holding vllm_gaudi/> pytest fixes/allowed-token-ids
 
 from __future__ import annotations
 
-import os
 from dataclasses import dataclass, field
-from pathlib import Path
 from typing import Any, Optional
 
 import pytest
 import torch
-from vllm_gaudi_stubs import (
-    INPUT_BATCH_REL,
-    UTILS_REL,
-    H2DRecorder,
-    Runner,
-    SamplingParams,
-    SchedulerOutput,
-    load_input_batch,
-)
+from fixtures import root  # noqa: F401  (pytest fixture)
 
-ROOT_ENV = "GAUDI_FIXES_ROOT"
+import harness
+
 VOCAB = 64
-
-if not os.environ.get(ROOT_ENV):
-    pytest.skip(f"{ROOT_ENV} is not set: point it at a directory holding vllm_gaudi/", allow_module_level=True)
-ROOT = Path(os.environ[ROOT_ENV])
-if not (ROOT / INPUT_BATCH_REL).is_file():
-    pytest.skip(f"no {INPUT_BATCH_REL} under {ROOT}: needs a vllm_gaudi tree", allow_module_level=True)
 
 # request -> (allowed_token_ids, prompt length)
 REQUESTS: dict[str, tuple[Optional[list[int]], int]] = {
@@ -90,137 +75,66 @@ class Step:
     calls: list[Call] = field(default_factory=list)
 
 
-class Scenario:
-    def __init__(self, root: Path):
-        self.h2d = H2DRecorder(root / UTILS_REL)
-        self.module = load_input_batch(root, self.h2d)
-        self.batch = self.module.InputBatch(
-            max_num_reqs=8,
-            max_model_len=256,
-            max_num_batched_tokens=512,
-            device=torch.device("cpu"),
-            pin_memory=False,
-            vocab_size=VOCAB,
-            block_sizes=[128],
-            kernel_block_sizes=[128],
-        )
-        self.runner = Runner(root, self.batch)
-        self.swaps: list[tuple[int, int]] = []
-        swap_states = self.batch.swap_states
+def _allowed_sets(logits: torch.Tensor, metadata: Any) -> list[set[int]]:
+    mask = metadata.allowed_token_ids_mask
+    if mask is None:
+        return [set(range(VOCAB)) for _ in range(logits.shape[0])]
+    assert mask.shape == (logits.shape[0], VOCAB), f"a mask of shape {tuple(mask.shape)} for {logits.shape[0]} rows"
+    return [set(torch.nonzero(~mask[i]).flatten().tolist()) for i in range(logits.shape[0])]
 
-        def recording_swap(i1: int, i2: int) -> None:
-            self.swaps.append((i1, i2))
-            swap_states(i1, i2)
 
-        self.batch.swap_states = recording_swap
-
-    def request(self, rid: str) -> Any:
+def _run(root, plan: list[tuple[dict[str, int], tuple[str, ...]]]) -> list[Step]:  # noqa: F811
+    """`plan`: per step, the scheduled tokens and the requests finished before it."""
+    h = harness.Harness(root, "sync", vocab=VOCAB)
+    h.decode_bucket = lambda n: 1 << (n - 1).bit_length()
+    h.runner._can_merge_prefill_contents = lambda lhs, rhs: True  # one prefill call per step
+    h.sampler.watch = _allowed_sets
+    for n, rid in enumerate(dict.fromkeys(r for scheduled, _ in plan for r in scheduled)):
         ids, length = REQUESTS[rid]
-        return self.module.CachedRequestState(
-            req_id=rid,
-            prompt_token_ids=[(11 * i + len(rid)) % VOCAB for i in range(length)],
-            mm_features=[],
-            sampling_params=SamplingParams(temperature=1.0, allowed_token_ids=ids),
-            generator=None,
-            block_ids=[[0]],
-            num_computed_tokens=0,
-            output_token_ids=[],
-        )
-
-    def step(self, number: int, scheduled: dict[str, int], completes: set[str], added=(), finished=()) -> Step:
-        """One engine step: HPUModelRunner._update_states' batch edits (removals, arrivals into
-        the emptied rows first, condense, refresh), then sample_tokens' reordering and sampler
-        calls. `completes`: prompts whose chunk finishes (they have logits)."""
-        batch, runner = self.batch, self.runner
-        removed: list[int] = []
+        h.add(rid, [(11 * i + n) % VOCAB for i in range(length)], temperature=1.0, allowed_token_ids=ids)
+    swaps = h.record_swaps()
+    steps = []
+    for number, (scheduled, finished) in enumerate(plan, start=1):
         for rid in finished:
-            runner.requests.pop(rid)
-            index = batch.remove_request(rid)
-            assert index is not None
-            removed.append(index)
-        for rid, state in runner.requests.items():
-            batch.num_computed_tokens_cpu[batch.req_id_to_index[rid]] = state.num_computed_tokens
-        batch_changed = len(removed) > 0 or len(added) > 0
-        removed = sorted(removed, reverse=True)
-        for state in added:
-            runner.requests[state.req_id] = state
-            batch.add_request(state, removed.pop() if removed else None)
-        if removed:
-            batch.condense(removed)
-        if batch_changed:
-            batch.refresh_sampling_metadata()
-        record = Step(number)
-        del self.swaps[:]
-        sched = SchedulerOutput(num_scheduled_tokens=scheduled)
-        runner._ensure_decodes_first(sched)
-        record.swaps = list(self.swaps)
-        record.rows = list(batch.req_ids)
-        decodes = [rid for i, rid in enumerate(batch.req_ids) if not runner._is_prompt(i, sched)]
-        prompts = [rid for i, rid in enumerate(batch.req_ids) if runner._is_prompt(i, sched)]
-        if decodes:
-            pad_to = 1 << (len(decodes) - 1).bit_length()  # a decode bucket
-            metadata = runner._prepare_sampling(batch_changed, decodes, pad_to)
-            rows = [r for r, _ in runner._generate_req_id_output_token_ids_lst(decodes, pad_to)]
-            record.calls.append(self._call(number, "decode", rows, metadata))
-        logits_requests = [rid for rid in prompts if rid in completes]
-        if logits_requests:
-            metadata = runner._prepare_sampling(batch_changed, prompts, len(logits_requests), logits_requests)
-            rows = [r for r, _ in runner._generate_req_id_output_token_ids_lst(prompts, len(logits_requests),
-                                                                                  logits_requests)]
-            record.calls.append(self._call(number, "prefill", rows, metadata))
-        for rid, n in scheduled.items():
-            runner.requests[rid].num_computed_tokens += n
-        for call in record.calls:
-            for rid in dict.fromkeys(call.rows):
-                runner.requests[rid].output_token_ids.append(number)
-        return record
-
-    @staticmethod
-    def _call(number: int, kind: str, rows: list[str], metadata: Any) -> Call:
-        mask = metadata.allowed_token_ids_mask
-        if mask is None:
-            sets = [set(range(VOCAB)) for _ in rows]
-        else:
-            assert mask.shape == (len(rows), VOCAB), f"step {number} {kind}: mask of shape {tuple(mask.shape)}"
-            sets = [set(torch.nonzero(~mask[i]).flatten().tolist()) for i in range(len(rows))]
-        return Call(number, kind, rows, sets)
-
-    def run(self) -> list[Step]:
-        r = self.request
-        return [
-            # A and R prefill their first chunk of 24; U and Q prefill whole.
-            self.step(1, {"A": 24, "R": 24, "U": 8, "Q": 8}, completes={"U", "Q"},
-                      added=[r("A"), r("R"), r("U"), r("Q")]),
-            # U and Q are decodes behind A's and R's last chunks: swap(A, Q), swap(R, U).
-            self.step(2, {"A": 24, "R": 24, "U": 1, "Q": 1}, completes={"A", "R"}),
-            # U and A finish; condense moves R into U's row.
-            self.step(3, {"R": 1, "Q": 1}, completes=set(), finished=("U", "A")),
-            # N arrives on the row condense emptied.
-            self.step(4, {"R": 1, "Q": 1, "N": 8}, completes={"N"}, added=[r("N")]),
-            # Nothing moves.
-            self.step(5, {"R": 1, "Q": 1, "N": 1}, completes=set()),
-        ]
-
-    def run_condense(self) -> list[Step]:
-        r = self.request
-        return [
-            self.step(1, {"D": 8, "B": 8, "C": 8}, completes={"D", "B", "C"}, added=[r("D"), r("B"), r("C")]),
-            # D finishes; condense moves C (row 2) to row 0.
-            self.step(2, {"B": 1, "C": 1}, completes=set(), finished=("D", )),
-            # E arrives on row 2.
-            self.step(3, {"B": 1, "C": 1, "E": 8}, completes={"E"}, added=[r("E")]),
-            self.step(4, {"B": 1, "C": 1, "E": 1}, completes=set()),
-        ]
+            h.scheduler.finish(rid)
+        del swaps[:]
+        before = len(h.sampler.calls)
+        out = h.step(scheduled)
+        record = Step(number, list(swaps), list(h.batch.req_ids))
+        for c in h.sampler.calls[before:]:
+            rows = h.model.owners(c["logits"])
+            kind = "decode" if out.rows.get(rows[0]) is None else "prefill"
+            record.calls.append(Call(number, kind, rows, c["seen"]))
+        steps.append(record)
+    return steps
 
 
 @pytest.fixture(scope="module")
-def steps() -> list[Step]:
-    return Scenario(ROOT).run()
+def steps(root) -> list[Step]:  # noqa: F811
+    return _run(root, [
+        # A and R prefill their first chunk of 24; U and Q prefill whole.
+        ({"A": 24, "R": 24, "U": 8, "Q": 8}, ()),
+        # U and Q are decodes behind A's and R's last chunks: swap(A, Q), swap(R, U).
+        ({"A": 24, "R": 24, "U": 1, "Q": 1}, ()),
+        # U and A finish; condense moves R into U's row.
+        ({"R": 1, "Q": 1}, ("U", "A")),
+        # N arrives on the row condense emptied.
+        ({"R": 1, "Q": 1, "N": 8}, ()),
+        # Nothing moves.
+        ({"R": 1, "Q": 1, "N": 1}, ()),
+    ])
 
 
 @pytest.fixture(scope="module")
-def condense_steps() -> list[Step]:
-    return Scenario(ROOT).run_condense()
+def condense_steps(root) -> list[Step]:  # noqa: F811
+    return _run(root, [
+        ({"D": 8, "B": 8, "C": 8}, ()),
+        # D finishes; condense moves C (row 2) to row 0.
+        ({"B": 1, "C": 1}, ("D", )),
+        # E arrives on row 2.
+        ({"B": 1, "C": 1, "E": 8}, ()),
+        ({"B": 1, "C": 1, "E": 1}, ()),
+    ])
 
 
 def _describe(tokens: set[int]) -> str:
@@ -248,8 +162,8 @@ def test_scenario_swaps_condenses_and_refills(steps: list[Step]):
     assert steps[1].rows == ["Q", "U", "R", "A"], steps[1].rows
     assert steps[2].rows == ["Q", "R"], steps[2].rows
     assert steps[3].rows == ["Q", "R", "N"], steps[3].rows
-    assert [(c.kind, c.rows) for c in steps[1].calls] == [("decode", ["Q", "U"]), ("prefill", ["R", "A"])]
-    assert [(c.kind, c.rows) for c in steps[3].calls] == [("decode", ["Q", "R"]), ("prefill", ["N"])]
+    assert sorted((c.kind, c.rows) for c in steps[1].calls) == [("decode", ["Q", "U"]), ("prefill", ["R", "A"])]
+    assert sorted((c.kind, c.rows) for c in steps[3].calls) == [("decode", ["Q", "R"]), ("prefill", ["N"])]
 
 
 def test_condense_scenario_refills_the_emptied_row(condense_steps: list[Step]):

@@ -2,14 +2,13 @@
 
 Frequency and presence penalties (and the output half of the repetition penalty) are computed
 from each row's ``output_token_ids`` in the sampling metadata, which
-``InputBatch.make_selective_sampling_metadata`` takes from the runner's request states. This test
-drives the REAL ``InputBatch`` and the runner's own code over several engine steps:
-``_prepare_sampling`` (and every runner method it calls) for each sampler call, then the REAL
-tail of ``HPUModelRunner.sample_tokens`` — from ``if self.use_async_scheduling or
-self.use_structured_output:`` to the loop that extends ``req_state.output_token_ids`` — lifted out
-of the tree's ``hpu_model_runner.py`` with every runner method it calls. The model and the
-sampler are not run: a recording sampler returns tokens the test chooses, so the test knows what
-each request generated.
+``InputBatch.make_selective_sampling_metadata`` takes from the runner's request states. The harness (harness.py)
+runs the engine steps: vLLM's scheduler output through the runner's own ``_update_states`` into
+the REAL ``InputBatch``, ``_prepare_sampling`` (and every runner method it calls) for each sampler
+call, then the REAL tail of ``HPUModelRunner.sample_tokens`` — from ``if self.use_async_scheduling
+or self.use_structured_output:`` to the loop that extends ``req_state.output_token_ids`` — lifted
+out of the tree's ``hpu_model_runner.py`` with every runner method it calls. The sampler is this
+test's: it returns tokens the test chooses, so the test knows what each request generated.
 
 Under async scheduling (vLLM's default, which vllm_gaudi keeps without spec decode) every
 sampler call must see each request's generated tokens; with no penalties in the batch, the
@@ -21,31 +20,21 @@ Run: ``GAUDI_FIXES_ROOT=<dir holding vllm_gaudi/> pytest fixes/async-penalties-o
 from __future__ import annotations
 
 import copy
-import os
 import types
-from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-import vllm_gaudi_stubs as stubs
-from vllm_gaudi_stubs import INPUT_BATCH_REL, RUNNER_REL, UTILS_REL, H2DRecorder, SamplingParams, SchedulerOutput, \
-    load_input_batch
+from fixtures import mode, root  # noqa: F401  (pytest fixtures)
+
+import harness
 
 VOCAB = 128
-
-_root = os.environ.get("GAUDI_FIXES_VLLM_GAUDI_ROOT") or os.environ.get("GAUDI_FIXES_ROOT")
-if not _root:
-    pytest.skip("GAUDI_FIXES_ROOT is not set: point it at a directory holding vllm_gaudi/", allow_module_level=True)
-ROOT = Path(_root)
-if not (ROOT / INPUT_BATCH_REL).is_file() or not (ROOT / RUNNER_REL).is_file():
-    pytest.skip(f"no {INPUT_BATCH_REL} / {RUNNER_REL} under {ROOT}: needs a vllm_gaudi tree", allow_module_level=True)
-
 PENALISED = {
-    "D0": SamplingParams(temperature=0.8, frequency_penalty=0.5, presence_penalty=0.3, repetition_penalty=1.2),
-    "D1": SamplingParams(temperature=0.8),
+    "D0": dict(temperature=0.8, frequency_penalty=0.5, presence_penalty=0.3, repetition_penalty=1.2),
+    "D1": dict(temperature=0.8),
 }
-PLAIN = {"D0": SamplingParams(temperature=0.8), "D1": SamplingParams(temperature=0.7)}
+PLAIN = {"D0": dict(temperature=0.8), "D1": dict(temperature=0.7)}
 PROMPT = {"D0": [3, 4, 5, 6], "D1": [7, 8, 9]}
 NUM_STEPS = 5
 
@@ -68,6 +57,13 @@ class RecordingSampler:
 
     def __init__(self):
         self.calls: list[dict[str, Any]] = []
+        self.owners = None  # whose each logits row is (the harness's model)
+        self.step = 0
+
+    def __call__(self, logits: torch.Tensor, sampling_metadata: Any) -> Any:
+        rows = self.owners(logits)
+        out = self.sample(rows, sampling_metadata, self.step)
+        return types.SimpleNamespace(sampled_token_ids=out.view(-1, 1), logprobs_tensors=None)
 
     def sample(self, rows: list[str], metadata: Any, step: int) -> torch.Tensor:
         self.calls.append({"step": step, "rows": rows, "output_token_ids": copy.deepcopy(metadata.output_token_ids)})
@@ -93,7 +89,8 @@ class BadWordsSampler(RecordingSampler):
 
     def sample(self, rows: list[str], metadata: Any, step: int) -> torch.Tensor:
         out = super().sample(rows, metadata, step)
-        self.said.append(int(out[rows.index("D0")]))
+        if "D0" in rows:  # a prompt's own prefill call may hold only D1
+            self.said.append(int(out[rows.index("D0")]))
         return out
 
     def choose(self, step: int, rid: str, metadata: Any, row: int) -> int:
@@ -113,62 +110,22 @@ def token(step: int, rid: str) -> int:
 
 class Scenario:
 
-    def __init__(self, params: dict[str, SamplingParams], use_async: bool, sampler: Any = None):
+    def __init__(self, root, params: dict[str, dict], mode: str, sampler: Any = None):  # noqa: F811
         self.params = params
         Watched.host_copies = 0
-        self.module = load_input_batch(ROOT, H2DRecorder(ROOT / UTILS_REL))
-        self.batch = self.module.InputBatch(max_num_reqs=8, max_model_len=64, max_num_batched_tokens=64,
-                                            device=torch.device("cpu"), pin_memory=False, vocab_size=VOCAB,
-                                            block_sizes=[128], kernel_block_sizes=[128])
-        runner = self.runner = stubs.Runner(ROOT, self.batch)
-        self.tail = stubs.lift_sample_tokens_tail(runner, ROOT, use_async)
-        self.sampler = sampler or RecordingSampler()
-        self.generated: dict[str, list[int]] = {rid: [] for rid in params}
-
-    def step(self, number: int) -> None:
-        batch, runner = self.batch, self.runner
-        if number == 0:  # both arrive and prefill whole
-            for rid, params in self.params.items():
-                state = runner.requests[rid] = self.module.CachedRequestState(
-                    req_id=rid, prompt_token_ids=PROMPT[rid], mm_features=[], sampling_params=params,
-                    generator=None, block_ids=[[0]], num_computed_tokens=0, output_token_ids=[])
-                batch.add_request(state, None)
-            batch.refresh_sampling_metadata()
-            scheduled = {rid: len(PROMPT[rid]) for rid in self.params}
-        else:
-            scheduled = {rid: 1 for rid in self.params}
-        for rid, state in runner.requests.items():
-            batch.num_computed_tokens_cpu[batch.req_id_to_index[rid]] = state.num_computed_tokens
-        sched = SchedulerOutput(num_scheduled_tokens=scheduled)
-        runner._ensure_decodes_first(sched)
-        runner.invalid_req_indices = []  # sample_tokens' head (async only, or always with unfinished-prompt-no-token)
-        requests = list(batch.req_ids)
-        decode_sampled, prefill_sampled = [], []
-        if number == 0:
-            md = runner._prepare_sampling(True, requests, len(requests), requests)
-            prefill_sampled.append(self.sampler.sample(requests, md, number))
-            decode_requests, prefill_requests = [], requests
-        else:
-            pad_to = 4  # a padded decode bucket
-            md = runner._prepare_sampling(False, requests, pad_to)
-            rows = [r for r, _ in runner._generate_req_id_output_token_ids_lst(requests, pad_to)]
-            decode_sampled.append(self.sampler.sample(rows, md, number))
-            decode_requests, prefill_requests = requests, []
-        for rid in requests:
-            self.generated[rid].append(token(number, rid))
-        namespace = {
-            "self": runner, "torch": torch, "num_reqs": len(requests), "num_decodes": len(decode_requests),
-            "decode_sampled_token_ids": decode_sampled, "prefill_sampled_token_ids": prefill_sampled,
-            "decode_sampled_requests": list(decode_requests), "prefill_sampled_requests": list(prefill_requests),
-            "spec_decode_num_tokens": None
-        }
-        exec(self.tail, namespace)
-        for rid, n in scheduled.items():
-            runner.requests[rid].num_computed_tokens += n
+        self.h = harness.Harness(root, mode, vocab=VOCAB)
+        self.h.decode_bucket = lambda n: 4  # a padded decode bucket
+        self.sampler = self.h.runner.sampler = sampler or RecordingSampler()
+        self.sampler.owners = self.h.model.owners
+        self.runner = self.h.runner
+        for rid, kw in params.items():
+            self.h.add(rid, PROMPT[rid], **kw)
 
     def run(self) -> "Scenario":
         for number in range(NUM_STEPS):
-            self.step(number)
+            self.sampler.step = number
+            # both arrive and prefill whole, then decode
+            self.h.step({rid: len(PROMPT[rid]) if number == 0 else 1 for rid in self.params})
         return self
 
 
@@ -186,53 +143,46 @@ def _check_calls(scenario: Scenario) -> list[str]:
     return wrong
 
 
-@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
-def test_penalties_see_the_generated_tokens(use_async: bool):
+def test_penalties_see_the_generated_tokens(root, mode):  # noqa: F811
     """D0 has frequency / presence / repetition penalties: every sampler call must hand over
     every token D0 and D1 generated before it."""
-    scenario = Scenario(PENALISED, use_async).run()
+    scenario = Scenario(root, PENALISED, mode).run()
     wrong = _check_calls(scenario)
-    mode = "async scheduling" if use_async else "sync scheduling"
-    assert not wrong, (f"under {mode} the penalties do not see the generated tokens (frequency and presence "
+    assert not wrong, (f"under {mode} scheduling the penalties do not see the generated tokens (frequency and presence "
                        "penalties do nothing, repetition covers the prompt only):\n" + "\n".join(wrong))
 
 
-@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
-def test_output_grows_with_every_token(use_async: bool):
+def test_output_grows_with_every_token(root, mode):  # noqa: F811
     """With no penalties, bad_words or logits-processor plugin in the batch, each request's
     output_token_ids still grows by one per generated token (under async scheduling with -1
     placeholders, as vLLM's GPU runner keeps them): MinTokensLogitsProcessor releases EOS only
     when its length reaches min_tokens."""
-    scenario = Scenario(PLAIN, use_async).run()
-    mode = "async scheduling" if use_async else "sync scheduling"
+    scenario = Scenario(root, PLAIN, mode).run()
     wrong = [f"{rid}: output_token_ids {state.output_token_ids} after {NUM_STEPS} generated tokens"
              for rid, state in scenario.runner.requests.items() if len(state.output_token_ids) != NUM_STEPS]
-    assert not wrong, (f"under {mode} the requests' outputs do not count the generated tokens: a min_tokens request "
+    assert not wrong, (f"under {mode} scheduling the requests' outputs do not count the generated tokens: a min_tokens request "
                        "never stops (EOS stays masked up to max_tokens):\n" + "\n".join(wrong))
 
 
-def test_no_penalties_no_host_copy():
+def test_no_penalties_no_host_copy(root):  # noqa: F811
     """The placeholders cost a list append per sampled row and nothing else: with nothing in
     the batch reading the tokens themselves, no device-to-host copy of the sampled tokens is
     made under async scheduling."""
-    scenario = Scenario(PLAIN, True).run()
+    Scenario(root, PLAIN, "async").run()
     assert Watched.host_copies == 0, (f"{Watched.host_copies} device-to-host copies of the sampled tokens under async "
                                       "scheduling with no penalties, bad_words or plugin: each stalls the HPU pipeline")
 
 
-@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
-def test_multi_token_bad_words_are_blocked(use_async: bool):
+def test_multi_token_bad_words_are_blocked(root, mode):  # noqa: F811
     """D0 has bad_words [[10, 11]] and a model that wants to say 10 then 11: after a 10, the
     sampler must see it and mask 11."""
-    path = ROOT / "vllm/v1/sample/ops/bad_words.py"
-    if not path.is_file():
-        pytest.skip(f"no {path}: needs a vllm tree next to vllm_gaudi/")
-    namespace = {"__name__": "gaudi_fixes_bad_words"}
-    exec(compile(path.read_text(), str(path), "exec"), namespace)
-    params = {"D0": SamplingParams(temperature=0.0, bad_words_token_ids=[BAD_WORD]), "D1": SamplingParams()}
-    scenario = Scenario(params, use_async, BadWordsSampler(namespace["apply_bad_words"])).run()
+    from vllm.v1.sample.ops.bad_words import apply_bad_words  # the tree's, imported by the harness's vllm
+    params = {"D0": dict(temperature=0.0), "D1": dict()}
+    scenario = Scenario(root, params, mode, BadWordsSampler(apply_bad_words))
+    # as SamplingParams.update_from_tokenizer sets it for bad_words
+    scenario.h.scheduler.requests["D0"].params._bad_words_token_ids = [BAD_WORD]
+    scenario.run()
     said = scenario.sampler.said
     pairs = [i for i in range(1, len(said)) if said[i - 1:i + 1] == BAD_WORD]
-    mode = "async scheduling" if use_async else "sync scheduling"
-    assert not pairs, (f"under {mode} the multi-token bad word {BAD_WORD} was emitted: D0 said {said} (the sampler saw "
-                       f"D0's output tokens {[c['output_token_ids'][c['rows'].index('D0')] for c in scenario.sampler.calls]})")
+    assert not pairs, (f"under {mode} scheduling the multi-token bad word {BAD_WORD} was emitted: D0 said {said} (the sampler saw "
+                       f"D0's output tokens {[c['output_token_ids'][c['rows'].index('D0')] for c in scenario.sampler.calls if 'D0' in c['rows']]})")

@@ -4,8 +4,9 @@ and ``vllm_gaudi/``).
 
 vLLM's real ``MinTokensLogitsProcessor`` (built by the tree's ``build_logitsprocs``) masks EOS
 while ``len(output_token_ids) < min_tokens``; it holds a reference to the request's output list
-and reads its length every step. This test drives the REAL ``InputBatch``, the runner's reorder
-statements and ``_prepare_sampling`` (``vllm_gaudi_stubs.Runner``) and the REAL tail of
+and reads its length every step. The harness (harness.py) runs the engine steps: vLLM's
+scheduler output through the runner's own ``_update_states`` into the REAL ``InputBatch``, the
+runner's reorder statements and ``_prepare_sampling``, and the REAL tail of
 ``HPUModelRunner.sample_tokens`` — from ``if self.use_async_scheduling or
 self.use_structured_output:`` to the loop that extends ``req_state.output_token_ids`` — lifted
 from the tree's ``hpu_model_runner.py`` with every runner method it calls, over several engine
@@ -20,32 +21,22 @@ Run: ``GAUDI_FIXES_ROOT=<dir holding vllm/ and vllm_gaudi/> pytest fixes/logitsp
 
 from __future__ import annotations
 
-import os
 import types
-from pathlib import Path
 
 import pytest
 import torch
-import vllm_gaudi_stubs as stubs
-from vllm_gaudi_stubs import (INPUT_BATCH_REL, LOGITSPROCS_REL, RUNNER_REL, UTILS_REL, H2DRecorder, Runner,
-                              SamplingParams, SchedulerOutput, load)
+from fixtures import mode, root  # noqa: F401  (pytest fixtures)
+
+import harness
 
 VOCAB = 64
 EOS = 3
 MIN_TOKENS = 4
 MAX_TOKENS = 6
 
-if not os.environ.get("GAUDI_FIXES_ROOT"):
-    pytest.skip("GAUDI_FIXES_ROOT is not set: point it at a directory holding vllm/ and vllm_gaudi/",
-                allow_module_level=True)
-ROOT = Path(os.environ["GAUDI_FIXES_ROOT"])
-for _rel in (INPUT_BATCH_REL, RUNNER_REL, LOGITSPROCS_REL / "builtin.py"):
-    if not (ROOT / _rel).is_file():
-        pytest.skip(f"no {_rel} under {ROOT}: needs a vllm tree and a vllm_gaudi tree", allow_module_level=True)
-
 PARAMS = {
-    "P": SamplingParams(temperature=0.0, min_tokens=MIN_TOKENS, eos_token_id=EOS),
-    "N": SamplingParams(temperature=0.0),
+    "P": dict(temperature=0.0, min_tokens=MIN_TOKENS),
+    "N": dict(temperature=0.0),
 }
 PROMPT_LEN = 8
 
@@ -78,94 +69,51 @@ def _no_repeat_plugin(interface: types.ModuleType, builtin: types.ModuleType) ->
 
 class Scenario:
 
-    def __init__(self, use_async: bool, params: dict = PARAMS, plugin: bool = False, prefer_eos: bool = True):
+    def __init__(self, root, mode: str, params: dict = PARAMS, plugin: bool = False,  # noqa: F811
+                 prefer_eos: bool = True):
         self.params, self.prefer_eos = params, prefer_eos
-        loaded = load(ROOT, H2DRecorder(ROOT / UTILS_REL))
-        self.module = loaded.input_batch
-        config = types.SimpleNamespace(scheduler_config=types.SimpleNamespace(max_num_seqs=8),
-                                       speculative_config=None)
-        lp = loaded.logitsprocs
-        custom = [_no_repeat_plugin(lp.interface, lp.builtin)] if plugin else []
-        logitsprocs = loaded.build_logitsprocs(config, torch.device("cpu"), False, False, custom)
-        self.batch = self.module.InputBatch(max_num_reqs=8, max_model_len=64, max_num_batched_tokens=64,
-                                            device=torch.device("cpu"), pin_memory=False, vocab_size=VOCAB,
-                                            block_sizes=[128], kernel_block_sizes=[128], logitsprocs=logitsprocs)
-        runner = self.runner = Runner(ROOT, self.batch, reorder=True)
-        self.tail = stubs.lift_sample_tokens_tail(runner, ROOT, use_async)
-        self.said: dict[str, list[int]] = {rid: [] for rid in params}
-        self.finished = False
+        lp = harness.logitsprocs_package(root)
+        self.h = harness.Harness(root, mode, vocab=VOCAB,
+                                 plugins=(_no_repeat_plugin(lp.interface, lp.builtin), ) if plugin else ())
+        self.h.runner.sampler = self._sample
+        self.number = 0
+        for rid, kw in params.items():
+            self.h.add(rid, list(range(5, 5 + PROMPT_LEN)), **kw)
+            # as the engine's input processing sets it (the generation config's EOS)
+            self.h.scheduler.requests[rid].params._all_stop_token_ids = {EOS}
 
-    def _sample(self, rows: list[str], metadata, step: int) -> torch.Tensor:
+    def _sample(self, logits: torch.Tensor, sampling_metadata) -> types.SimpleNamespace:
         # A model that prefers EOS and then a fresh token per step; or (prefer_eos=False) token
         # 20, then 21.
-        logits = torch.zeros(len(rows), VOCAB)
+        logits = torch.zeros(logits.shape[0], VOCAB)
         if self.prefer_eos:
             logits[:, EOS] = 10.0
-            logits[:, 20 + step] = 5.0
+            logits[:, 20 + self.number] = 5.0
         else:
             logits[:, 20] = 10.0
             logits[:, 21] = 5.0
-        for processor in metadata.logitsprocs.non_argmax_invariant:
+        for processor in sampling_metadata.logitsprocs.non_argmax_invariant:
             logits = processor.apply(logits)
-        for processor in metadata.logitsprocs.argmax_invariant:
+        for processor in sampling_metadata.logitsprocs.argmax_invariant:
             logits = processor.apply(logits)
-        return logits.argmax(dim=-1).to(torch.int32)
-
-    def step(self, number: int) -> None:
-        batch, runner = self.batch, self.runner
-        if number == 0:
-            for rid, params in self.params.items():
-                state = runner.requests[rid] = self.module.CachedRequestState(
-                    req_id=rid, prompt_token_ids=list(range(5, 5 + PROMPT_LEN)), mm_features=[],
-                    sampling_params=params, generator=None, block_ids=[[0]], num_computed_tokens=0,
-                    output_token_ids=[])
-                batch.add_request(state, None)
-            batch.refresh_sampling_metadata()
-            scheduled = {rid: PROMPT_LEN for rid in self.params}
-        else:
-            scheduled = {rid: 1 for rid in self.params}
-        for rid, state in runner.requests.items():
-            batch.num_computed_tokens_cpu[batch.req_id_to_index[rid]] = state.num_computed_tokens
-        runner._sample_tokens_reorder(SchedulerOutput(num_scheduled_tokens=scheduled))
-        runner.invalid_req_indices = []
-        requests = list(batch.req_ids)
-        if number == 0:
-            md = runner._prepare_sampling(True, requests, len(requests), requests)
-            sampled = self._sample(requests, md, number)
-            decode_sampled, prefill_sampled, num_decodes = [], [sampled], 0
-        else:
-            pad_to = 4  # a padded decode bucket
-            md = runner._prepare_sampling(False, requests, pad_to)
-            rows = [r for r, _ in runner._generate_req_id_output_token_ids_lst(requests, pad_to)]
-            sampled = self._sample(rows, md, number)
-            decode_sampled, prefill_sampled, num_decodes = [sampled], [], len(requests)
-        for i, rid in enumerate(requests):
-            self.said[rid].append(int(sampled[i]))
-        exec(self.tail, {
-            "self": runner, "torch": torch, "num_reqs": len(requests), "num_decodes": num_decodes,
-            "decode_sampled_token_ids": decode_sampled, "prefill_sampled_token_ids": prefill_sampled,
-            "decode_sampled_requests": requests if num_decodes else [],
-            "prefill_sampled_requests": [] if num_decodes else requests, "spec_decode_num_tokens": None
-        })
-        for rid, n in scheduled.items():
-            runner.requests[rid].num_computed_tokens += n
-        # The scheduler's stop check: EOS once min_tokens are out, or max_tokens.
-        out = self.said[next(iter(self.params))]
-        self.finished = (out[-1] == EOS and len(out) >= MIN_TOKENS) or len(out) >= MAX_TOKENS
+        tokens = logits.argmax(dim=-1).to(torch.int32)
+        return types.SimpleNamespace(sampled_token_ids=tokens.view(-1, 1), logprobs_tensors=None)
 
     def run(self) -> list[int]:
-        for number in range(MAX_TOKENS):
-            self.step(number)
-            if self.finished:
+        first = next(iter(self.params))
+        for self.number in range(MAX_TOKENS):
+            self.h.step({rid: PROMPT_LEN if self.number == 0 else 1 for rid in self.params})
+            # The scheduler's stop check: EOS once min_tokens are out, or max_tokens.
+            out = self.h.output(first)
+            if (out[-1] == EOS and len(out) >= MIN_TOKENS) or len(out) >= MAX_TOKENS:
                 break
-        return self.said[next(iter(self.params))]
+        return self.h.output(first)
 
 
-@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
-def test_min_tokens_request_stops_at_its_eos(use_async: bool):
-    said = Scenario(use_async).run()
+def test_min_tokens_request_stops_at_its_eos(root, mode):  # noqa: F811
+    said = Scenario(root, mode).run()
     want = [20, 21, 22, 23, EOS]
-    mode = "async scheduling" if use_async else "sync scheduling"
+    mode = f"{mode} scheduling"
     if said == want:
         return
     if EOS not in said:
@@ -176,13 +124,12 @@ def test_min_tokens_request_stops_at_its_eos(use_async: bool):
                 f"(want {want}: EOS masked for its first {MIN_TOKENS} tokens)")
 
 
-@pytest.mark.parametrize("use_async", [False, True], ids=["sync", "async"])
-def test_a_plugin_reading_the_tokens_sees_them(use_async: bool):
+def test_a_plugin_reading_the_tokens_sees_them(root, mode):  # noqa: F811
     """A logits-processor plugin that reads the generated tokens (not only their number) must
     see the real ones under async scheduling too, with no penalties or bad_words in the batch."""
-    params = {"R": SamplingParams(temperature=0.0, extra_args={"no_repeat": True}), "N": SamplingParams(temperature=0.0)}
-    said = Scenario(use_async, params, plugin=True, prefer_eos=False).run()
+    params = {"R": dict(temperature=0.0, extra_args={"no_repeat": True}), "N": dict(temperature=0.0)}
+    said = Scenario(root, mode, params, plugin=True, prefer_eos=False).run()
     want = [20, 21, 20, 21, 20, 21]
-    mode = "async scheduling" if use_async else "sync scheduling"
+    mode = f"{mode} scheduling"
     assert said == want, (f"under {mode} a --logits-processors plugin that bans repeating the last token let it "
                           f"repeat: the request said {said}, want {want}")

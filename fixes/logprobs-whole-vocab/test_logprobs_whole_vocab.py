@@ -1,16 +1,16 @@
 """logprobs=-1 and prompt_logprobs=-1 return the whole vocabulary (CPU; needs torch and numpy).
 
 vLLM maps ``-1`` to the vocabulary size where a request enters the batch (the GPU input batch for
-``logprobs``, the GPU model runner for ``prompt_logprobs``). This drives the REAL ``InputBatch`` of
-``$GAUDI_FIXES_ROOT/vllm_gaudi/v1/worker/hpu_input_batch.py`` (vLLM's imports stubbed, see
-vllm_gaudi_stubs.py) with the runner's own ``_prepare_sampling`` and hands what it builds to the
-code vllm_gaudi runs with it: its ``_hpu_gather_logprobs`` (``vllm_gaudi/patches.py``, the
+``logprobs``, the GPU model runner for ``prompt_logprobs``). The harness (harness.py) brings the
+requests in as vLLM's scheduler sends them, through the runner's own ``_update_states`` into the
+REAL ``InputBatch``, and runs their steps with the runner's ``_run_sampling`` / ``_prepare_sampling``;
+what the batch and the sampler call hold is handed to the code vllm_gaudi runs with it: its ``_hpu_gather_logprobs`` (``vllm_gaudi/patches.py``, the
 ``Sampler.gather_logprobs`` it installs) for sampled tokens and the runner's
 ``_gather_prompt_logprobs_hpu`` for prompt tokens, both lifted from the tree.
 
 - L (``logprobs=-1``) decodes beside F (``logprobs=5``): the sampler is handed the batch's
   ``max_num_logprobs``; L must get the whole vocabulary, F at least its 5.
-- L decodes alone: ``max_num_logprobs`` must be the vocabulary size, never -1.
+- L prefills and decodes alone: ``max_num_logprobs`` must be the vocabulary size, never -1.
 - P (``prompt_logprobs=-1``) prefills beside G (``prompt_logprobs=5``): each prompt's logprobs
   are gathered with its own count; P must get the whole vocabulary.
 On pristine vllm_gaudi these tests fail; on the patched file they pass.
@@ -20,30 +20,17 @@ Run: ``GAUDI_FIXES_ROOT=<dir holding vllm_gaudi/> pytest fixes/logprobs-whole-vo
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 from typing import Any, Optional
 
 import pytest
 import torch
-from vllm_gaudi_stubs import (
-    INPUT_BATCH_REL,
-    UTILS_REL,
-    H2DRecorder,
-    Runner,
-    SamplingParams,
-    load_hpu_gather_logprobs,
-    load_input_batch,
-)
+from fixtures import root  # noqa: F401  (pytest fixture)
+import vllm_gaudi_stubs as stubs
+from vllm_gaudi_stubs import load_hpu_gather_logprobs
 
-ROOT_ENV = "GAUDI_FIXES_ROOT"
-VOCAB = 96
+import harness
 
-if not os.environ.get(ROOT_ENV):
-    pytest.skip(f"{ROOT_ENV} is not set: point it at a directory holding vllm_gaudi/", allow_module_level=True)
-ROOT = Path(os.environ[ROOT_ENV])
-if not (ROOT / INPUT_BATCH_REL).is_file():
-    pytest.skip(f"no {INPUT_BATCH_REL} under {ROOT}: needs a vllm_gaudi tree", allow_module_level=True)
+VOCAB = harness.VOCAB
 
 # request -> (logprobs, prompt_logprobs)
 REQUESTS: dict[str, tuple[Optional[int], Optional[int]]] = {
@@ -60,42 +47,23 @@ def wanted(n: int) -> int:
     return VOCAB if n == -1 else n
 
 
-class Batch:
+def _arrive(root, rids: list[str]) -> harness.Harness:  # noqa: F811
+    """`rids` arrive and prefill their whole prompt in one step."""
+    h = harness.Harness(root, "sync")
+    for n, rid in enumerate(rids):
+        logprobs, prompt_logprobs = REQUESTS[rid]
+        h.add(rid, harness.prompt(PROMPT_LEN, n), temperature=1.0, logprobs=logprobs, prompt_logprobs=prompt_logprobs)
+    h.step({rid: PROMPT_LEN for rid in rids})
+    return h
 
-    def __init__(self, rids: list[str]):
-        h2d = H2DRecorder(ROOT / UTILS_REL)
-        self.module = load_input_batch(ROOT, h2d)
-        self.batch = self.module.InputBatch(
-            max_num_reqs=4,
-            max_model_len=64,
-            max_num_batched_tokens=64,
-            device=torch.device("cpu"),
-            pin_memory=False,
-            vocab_size=VOCAB,
-            block_sizes=[128],
-            kernel_block_sizes=[128],
-        )
-        self.runner = Runner(ROOT, self.batch, extra=("_gather_prompt_logprobs_hpu", ))
-        self.prompts = {rid: [(5 * i + 3 * n) % VOCAB for i in range(PROMPT_LEN)] for n, rid in enumerate(rids)}
-        for rid in rids:
-            logprobs, prompt_logprobs = REQUESTS[rid]
-            state = self.module.CachedRequestState(
-                req_id=rid,
-                prompt_token_ids=self.prompts[rid],
-                mm_features=[],
-                sampling_params=SamplingParams(temperature=1.0, logprobs=logprobs, prompt_logprobs=prompt_logprobs),
-                generator=None,
-                block_ids=[[0]],
-                num_computed_tokens=0,
-                output_token_ids=[],
-            )
-            self.runner.requests[rid] = state
-            self.batch.add_request(state, None)
-        self.batch.refresh_sampling_metadata()
 
-    def decode_metadata(self, rids: list[str]) -> Any:
-        pad_to = 1 << (len(rids) - 1).bit_length()
-        return self.runner._prepare_sampling(True, rids, pad_to)
+def _decode_metadata(root, rids: list[str]) -> Any:  # noqa: F811
+    """The sampling metadata of `rids`' first decode step, sampled in one call."""
+    h = _arrive(root, rids)
+    before = len(h.sampler.calls)
+    h.step({rid: 1 for rid in rids})
+    (call, ) = h.sampler.calls[before:]
+    return call["metadata"]
 
 
 def _logprobs(rows: int, seed: int) -> torch.Tensor:
@@ -103,12 +71,11 @@ def _logprobs(rows: int, seed: int) -> torch.Tensor:
     return torch.log_softmax(torch.randn(rows, VOCAB, generator=gen), dim=-1)
 
 
-def test_whole_vocabulary_beside_five():
-    b = Batch(["L", "F"])
-    metadata = b.decode_metadata(["L", "F"])
+def test_whole_vocabulary_beside_five(root):  # noqa: F811
+    metadata = _decode_metadata(root, ["L", "F"])
     n = metadata.max_num_logprobs
     assert n is not None and n != -1, f"the sampler is asked for max_num_logprobs={n}"
-    gather = load_hpu_gather_logprobs(ROOT)
+    gather = load_hpu_gather_logprobs(root)
     sampled = torch.tensor([1, 2], dtype=torch.int64)
     out = gather(_logprobs(2, 0), n, sampled)
     # Column 0 is the sampled token; the rest are the top-n tokens, as vLLM's gather_logprobs.
@@ -120,24 +87,24 @@ def test_whole_vocabulary_beside_five():
     assert sorted(out.logprob_token_ids[0, 1:].tolist()) == list(range(VOCAB))
 
 
-def test_whole_vocabulary_alone():
+def test_whole_vocabulary_alone(root):  # noqa: F811
     """Alone, L made max_num_logprobs -1: vLLM's Sampler then returns the raw logprobs without
     token ids (a 1-D empty tensor), which vllm_gaudi's _build_logprobs_output reads as 2-D."""
-    b = Batch(["L"])
-    metadata = b.decode_metadata(["L"])
+    metadata = _decode_metadata(root, ["L"])
     assert metadata.max_num_logprobs == VOCAB, (
         f"request L asked for logprobs=-1 (the whole vocabulary, {VOCAB}) but the sampler is asked for "
         f"max_num_logprobs={metadata.max_num_logprobs}")
 
 
-def test_prompt_logprobs_whole_vocabulary_beside_five():
-    b = Batch(["P", "G"])
+def test_prompt_logprobs_whole_vocabulary_beside_five(root):  # noqa: F811
+    h = _arrive(root, ["P", "G"])
+    gather = stubs.Runner(root, h.batch, extra=("_gather_prompt_logprobs_hpu", ))._gather_prompt_logprobs_hpu
     for n, rid in enumerate(["P", "G"]):
-        num = b.batch.num_prompt_logprobs[rid]
+        num = h.batch.num_prompt_logprobs[rid]  # as the step's _update_states added it
         asked = REQUESTS[rid][1]
-        prompt = torch.tensor(b.prompts[rid], dtype=torch.int64)
+        prompt = torch.tensor(h.runner.requests[rid].prompt_token_ids, dtype=torch.int64)
         try:
-            out = b.runner._gather_prompt_logprobs_hpu(_logprobs(PROMPT_LEN - 1, 10 + n), num, prompt[1:])
+            out = gather(_logprobs(PROMPT_LEN - 1, 10 + n), num, prompt[1:])
         except RuntimeError as err:
             pytest.fail(f"request {rid} asked for prompt_logprobs={asked}: the runner gathers its prompt "
                         f"logprobs with torch.topk(k={num}), which raises: {err}")

@@ -2,16 +2,16 @@
 
 vllm_gaudi pads a decode batch to its bucket by repeating the first request's row
 (``_generate_req_id_output_token_ids_lst``), and ``make_selective_sampling_metadata`` maps every
-row to its request's ``torch.Generator``. This drives the REAL ``InputBatch`` of
-``$GAUDI_FIXES_ROOT/vllm_gaudi/v1/worker/hpu_input_batch.py`` (vLLM's imports stubbed, see
-vllm_gaudi_stubs.py) with the runner's own ``_prepare_sampling``, lifted from the tree's
-``hpu_model_runner.py``, and samples with the tree's REAL ``TopKTopPSampler.forward_native``
-(``vllm/v1/sample/ops/topk_topp_sampler.py``, on an HPU-like platform) — stock, or with
-``topk-subset-sampler`` applied when the tree has it (then its path must be the one taken).
+row to its request's ``torch.Generator``. The harness (harness.py) runs the steps: vLLM's scheduler
+output through the runner's own ``_update_states`` (which gives a seeded request its generator),
+the REAL ``InputBatch`` and the runner's ``_run_sampling`` / ``_prepare_sampling``, and samples
+with the tree's REAL ``TopKTopPSampler.forward_native`` (``vllm/v1/sample/ops/topk_topp_sampler.py``)
+— stock, or with ``topk-subset-sampler`` applied when the tree has it (then its path must be the
+one taken).
 
-S (seed 1234, top_k 20) decodes for six steps in a bucket of 1 (alone), a bucket of 2 (alone,
+S (seed 1234, top_k 20) prefills, then decodes for six steps in a bucket of 1 (alone), a bucket of 2 (alone,
 one padding row) and a bucket of 4 (beside U, two padding rows), each run from a fresh batch and
-the same seed, with the same logits for S on each step. S must get the same tokens in all three.
+the same seed (the model's logits are a function of S's tokens). S must get the same tokens in all three.
 On pristine vllm_gaudi these tests fail; on the patched file they pass.
 
 Run: ``GAUDI_FIXES_ROOT=<dir holding vllm/ and vllm_gaudi/> pytest fixes/seeded-padding-rows``
@@ -19,40 +19,22 @@ Run: ``GAUDI_FIXES_ROOT=<dir holding vllm/ and vllm_gaudi/> pytest fixes/seeded-
 
 from __future__ import annotations
 
-import os
-from pathlib import Path
 from typing import Any
 
 import pytest
 import torch
-from vllm_gaudi_stubs import (
-    INPUT_BATCH_REL,
-    SAMPLER_REL,
-    UTILS_REL,
-    H2DRecorder,
-    Runner,
-    SamplingParams,
-    load_input_batch,
-    load_sampler,
-)
+from fixtures import root  # noqa: F401  (pytest fixture)
+from vllm_gaudi_stubs import SAMPLER_REL
 
-ROOT_ENV = "GAUDI_FIXES_ROOT"
-VOCAB = 512
+import harness
+
 SEED = 1234
 STEPS = 6
 PROMPT_LEN = 8
 
-if not os.environ.get(ROOT_ENV):
-    pytest.skip(f"{ROOT_ENV} is not set: point it at a directory holding vllm/ and vllm_gaudi/",
-                allow_module_level=True)
-ROOT = Path(os.environ[ROOT_ENV])
-for _rel in (INPUT_BATCH_REL, SAMPLER_REL):
-    if not (ROOT / _rel).is_file():
-        pytest.skip(f"no {_rel} under {ROOT}: needs vllm and vllm_gaudi trees", allow_module_level=True)
-
 REQUESTS = {
-    "S": SamplingParams(temperature=1.0, top_k=20, seed=SEED),
-    "U": SamplingParams(temperature=1.0, top_k=50),
+    "S": dict(temperature=1.0, top_k=20, seed=SEED),
+    "U": dict(temperature=1.0, top_k=50),
 }
 # (name, decode requests, bucket)
 CASES = (
@@ -62,84 +44,48 @@ CASES = (
 )
 
 
-def step_logits(rid: str, step: int) -> torch.Tensor:
-    """The model's logits for request `rid` on `step`: the same in every case."""
-    gen = torch.Generator().manual_seed(1000 * step + ord(rid))
-    return torch.randn(VOCAB, generator=gen) * 3
-
-
-def sampler_module() -> Any:
-    return load_sampler(ROOT)
-
-
-def topk_applied() -> bool:
-    return "topk-subset-sampler" in (ROOT / SAMPLER_REL).read_text()
-
-
-def run_case(rids: list[str], bucket: int) -> dict[str, Any]:
-    """S's tokens over STEPS decode steps in `bucket`, the generators each step handed the
-    sampler, and whether topk-subset-sampler's path sampled."""
-    h2d = H2DRecorder(ROOT / UTILS_REL)
-    module = load_input_batch(ROOT, h2d)
-    batch = module.InputBatch(
-        max_num_reqs=8,
-        max_model_len=64,
-        max_num_batched_tokens=64,
-        device=torch.device("cpu"),
-        pin_memory=False,
-        vocab_size=VOCAB,
-        block_sizes=[128],
-        kernel_block_sizes=[128],
-    )
-    runner = Runner(ROOT, batch)
-    for rid in rids:
-        params = REQUESTS[rid]
-        # As HPUModelRunner._update_states: a seeded request gets its own generator.
-        generator = torch.Generator().manual_seed(params.seed) if params.seed is not None else None
-        state = module.CachedRequestState(
-            req_id=rid,
-            prompt_token_ids=list(range(PROMPT_LEN)),
-            mm_features=[],
-            sampling_params=params,
-            generator=generator,
-            block_ids=[[0]],
-            num_computed_tokens=PROMPT_LEN,
-            output_token_ids=[1],
-        )
-        runner.requests[rid] = state
-        batch.add_request(state, None)
-    batch.refresh_sampling_metadata()
-    mod = sampler_module()
+def run_case(root, rids: list[str], bucket: int) -> dict[str, Any]:  # noqa: F811
+    """S's tokens over its prefill and STEPS decode steps in `bucket`, the generators each decode
+    step handed the sampler, and how many sampler calls topk-subset-sampler's path sampled."""
+    h = harness.Harness(root, "sync")
+    h.decode_bucket = lambda n: bucket
+    for n, rid in enumerate(rids):
+        h.add(rid, harness.prompt(PROMPT_LEN, n), max_tokens=32, **REQUESTS[rid])
+    mod = h.vllm.sampler_module
     subset_calls = []
-    if hasattr(mod, "_topk_subset_sample"):
-        real = mod._topk_subset_sample
+    real = getattr(mod, "_topk_subset_sample", None)
+    if real is not None:
 
         def spy(*args, **kwargs):
             subset_calls.append(1)
             return real(*args, **kwargs)
 
         mod._topk_subset_sample = spy
-    sampler = mod.TopKTopPSampler()
-    tokens, generator_rows = [], []
     # Unseeded rows draw from the global generator; fix it so that only the seed can differ.
     torch.manual_seed(0)
-    for step in range(STEPS):
-        metadata = runner._prepare_sampling(step == 0, rids, bucket)
-        rows = [r for r, _ in runner._generate_req_id_output_token_ids_lst(rids, bucket)]
-        assert len(rows) == bucket and rows[0] == "S", rows
-        logits = torch.stack([step_logits(r, step) for r in rows]) / metadata.temperature.unsqueeze(1)
-        generator_rows.append(sorted(metadata.generators))
-        sampled, _ = sampler.forward_native(logits, metadata.generators, metadata.top_k, metadata.top_p)
-        tokens.append(int(sampled[0]))
-        for rid in rids:
-            runner.requests[rid].output_token_ids.append(int(sampled[rows.index(rid)]))
-    return {"tokens": tokens, "generator_rows": generator_rows, "subset_calls": len(subset_calls)}
+    generator_rows = []
+    try:
+        h.step({rid: PROMPT_LEN for rid in rids})
+        subset_calls.clear()
+        for _ in range(STEPS):
+            before = len(h.sampler.calls)
+            h.step({rid: 1 for rid in rids})
+            (call, ) = h.sampler.calls[before:]
+            assert call["rows"] == bucket and h.model.owners(call["logits"])[0] == "S"
+            generator_rows.append(sorted(call["generators"]))
+    finally:
+        if real is not None:
+            mod._topk_subset_sample = real
+    return {"tokens": h.output("S"), "generator_rows": generator_rows, "subset_calls": len(subset_calls)}
 
 
 @pytest.fixture(scope="module")
-def results() -> dict[str, dict[str, Any]]:
-    return {name: run_case(rids, bucket) for name, rids, bucket in CASES}
+def results(root) -> dict[str, dict[str, Any]]:  # noqa: F811
+    return {name: run_case(root, rids, bucket) for name, rids, bucket in CASES}
 
+
+def topk_applied(root) -> bool:  # noqa: F811
+    return "topk-subset-sampler" in (root / SAMPLER_REL).read_text()
 
 def test_seed_gives_the_same_tokens_whatever_the_padding(results):
     reference_name = CASES[0][0]
@@ -158,10 +104,10 @@ def test_only_the_requests_own_row_draws_from_its_generator(results):
                                  f"S is row 0, the other rows are padding or U")
 
 
-def test_topk_subset_sampler_path_is_covered(results):
+def test_topk_subset_sampler_path_is_covered(results, root):  # noqa: F811
     """With topk-subset-sampler applied, the seeded rows must go through its path (else the
     first test would only check the stock sampler)."""
-    if not topk_applied():
+    if not topk_applied(root):
         pytest.skip("topk-subset-sampler is not applied to this tree: the stock sampler was checked")
     for name, r in results.items():
         assert r["subset_calls"] == STEPS, (f"in {name}: topk-subset-sampler sampled {r['subset_calls']} of "
