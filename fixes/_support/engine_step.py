@@ -54,7 +54,8 @@ def _sample_tokens_parts(cls: ast.ClassDef, path: Path) -> dict[str, list[ast.st
     flag_from = _index(body, lambda s: ast.unparse(s) == "self.use_structured_output = False", path,
                        "`self.use_structured_output = False`")
     flag_to = next(i for i in range(flag_from, len(body)) if src[i].startswith("if grammar_output is not None"))
-    structured = next((s for s in body if isinstance(s, ast.If) and ast.unparse(s.test).startswith("self.use_structured_output")
+    structured = next((s for s in body if isinstance(s, ast.If)
+                       and ast.unparse(s.test).startswith("self.use_structured_output")
                        and "logits_combined" in ast.unparse(s)), None)
     if structured is None:
         raise LookupError(f"{path}: no structured-output block joining logits_combined (update the test)")

@@ -69,7 +69,7 @@ def _lift_block(path: Path) -> types.CodeType:
     cls = next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "HPUModelRunner")
     fn = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "sample_tokens")
     for node in ast.walk(fn):
-        if (isinstance(node, ast.If) and ast.unparse(node.test) == "self.use_structured_output"
+        if (isinstance(node, ast.If) and ast.unparse(node.test).startswith("self.use_structured_output")
                 and any(isinstance(s, ast.Assign) and ast.unparse(s.targets[0]) == "logits_combined"
                         for s in node.body)):
             return compile(ast.Module(node.body, []), str(path), "exec")
