@@ -137,13 +137,15 @@ class _SpecModel(spec_decode.SpecModel):
 
 
 class _Sampler:
-    """The HPU runner's sampler: calls outside the spec decode block go to the suite's recorder."""
+    """The HPU runner's sampler: calls outside the spec decode block go to the suite's recorder,
+    and so do calls inside it on marked rows (the prompts' rows a structured spec step samples
+    there: spec-decode-structured-rows); the decode block's own rows carry no mark."""
 
     def __init__(self, h: Any, recorder: Recorder, plain: Any):
         self.h, self.recorder, self.plain = h, recorder, plain
 
     def __call__(self, logits: torch.Tensor, sampling_metadata: Any, **kw: Any) -> Any:
-        if self.h.in_spec:
+        if self.h.in_spec and bool((logits[:, 0] == UNMARKED).all()):
             return self.plain(logits, sampling_metadata, **kw)
         return self.recorder(logits, sampling_metadata, **kw)
 

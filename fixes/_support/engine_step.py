@@ -51,11 +51,13 @@ def _sample_tokens_parts(cls: ast.ClassDef, path: Path) -> dict[str, list[ast.st
     flag_from = _index(body, lambda s: ast.unparse(s) == "self.use_structured_output = False", path,
                        "`self.use_structured_output = False`")
     flag_to = next(i for i in range(flag_from, len(body)) if src[i].startswith("if grammar_output is not None"))
-    structured = next((s for s in body if isinstance(s, ast.If) and ast.unparse(s.test) == "self.use_structured_output"
+    structured = next((s for s in body if isinstance(s, ast.If)
+                       and ast.unparse(s.test).startswith("self.use_structured_output")
                        and "logits_combined" in ast.unparse(s)), None)
     if structured is None:
         raise LookupError(f"{path}: no structured-output block joining logits_combined (update the test)")
-    return {"head": body[head_from:head_to], "flag": body[flag_from:flag_to + 1], "structured": structured.body,
+    # the structured block with its own test (a fix may add a condition to it)
+    return {"head": body[head_from:head_to], "flag": body[flag_from:flag_to + 1], "structured": [structured],
             "tail": stubs.tail_of_sample_tokens(cls, path)}
 
 

@@ -164,7 +164,7 @@ def decode_sampling_statement(path: Path) -> Any:
     for stmt in fn.body:
         if isinstance(stmt, ast.If) and ast.unparse(stmt.test) == "num_decodes > 0":
             for sub in stmt.body:
-                if (isinstance(sub, ast.If) and ast.unparse(sub.test) == "self.use_structured_output"
+                if (isinstance(sub, ast.If) and ast.unparse(sub.test).startswith("self.use_structured_output")
                         and "rejection_sampler" in ast.unparse(sub)):
                     module = ast.Module([_const_device(ast.parse(ast.unparse(sub)).body[0])], [])
                     return compile(ast.fix_missing_locations(module), str(path), "exec")

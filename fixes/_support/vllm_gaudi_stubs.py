@@ -441,11 +441,13 @@ def runner_class(path: Path) -> ast.ClassDef:
 
 
 def tail_of_sample_tokens(cls: ast.ClassDef, path: Path) -> list[ast.stmt]:
-    """``sample_tokens`` from ``if self.use_async_scheduling or self.use_structured_output:`` to
-    the loop that extends ``req_state.output_token_ids``: what the runner hands back."""
+    """``sample_tokens`` from ``if self.use_async_scheduling or self.use_structured_output…:`` (a
+    fix may add to that test) to the loop that extends ``req_state.output_token_ids``: what the
+    runner hands back."""
     fn = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "sample_tokens")
     start = next((i for i, s in enumerate(fn.body) if isinstance(s, ast.If)
-                  and ast.unparse(s.test) == "self.use_async_scheduling or self.use_structured_output"), None)
+                  and ast.unparse(s.test).startswith("self.use_async_scheduling or ")
+                  and "self.use_structured_output" in ast.unparse(s.test)), None)
     end = next((i for i, s in enumerate(fn.body) if isinstance(s, ast.For)
                 and "postprocessed_sampled_token_ids[:num_reqs]" in ast.unparse(s.iter)), None)
     if start is None or end is None or end < start:

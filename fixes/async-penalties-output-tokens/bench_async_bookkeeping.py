@@ -57,7 +57,8 @@ def build(root: Path, batch: int, name: str):
     cls = next(n for n in ast.parse(path.read_text()).body if isinstance(n, ast.ClassDef) and n.name == "HPUModelRunner")
     fn = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "sample_tokens")
     start = next(i for i, s in enumerate(fn.body) if isinstance(s, ast.If)
-                 and ast.unparse(s.test) == "self.use_async_scheduling or self.use_structured_output")
+                 and ast.unparse(s.test).startswith("self.use_async_scheduling or ")
+                 and "self.use_structured_output" in ast.unparse(s.test))
     end = next(i for i, s in enumerate(fn.body) if isinstance(s, ast.For)
                and "postprocessed_sampled_token_ids[:num_reqs]" in ast.unparse(s.iter))
     tail = fn.body[start:end + 1]

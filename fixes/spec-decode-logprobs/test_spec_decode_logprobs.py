@@ -90,3 +90,26 @@ def test_every_token_of_a_spec_step_has_its_logprobs(steps):
                 assert abs(float(values[j][0]) - float(want[token])) < 1e-4, (
                     f"speculative-decoding step {number}: request {rid}'s token {token} has logprob "
                     f"{float(values[j][0]):.4f}, vLLM's GPU path {float(want[token]):.4f}")
+
+
+def test_one_token_of_a_lone_spec_request_has_its_logprobs(root):  # noqa: F811
+    """One request with logprobs decoding alone, its one draft wrong: one token of its two
+    positions (the step's logprobs segment holds the request once, then an unused position)."""
+    h = Recording(root, buckets=(2, 4))
+    h.add("X", PROMPTS["X"], temperature=0.0, max_tokens=64, logprobs=LOGPROBS)
+    h.step({"X": len(PROMPTS["X"])})
+    h.step({"X": 1})
+    before = list(h.scheduler.requests["X"].tokens)
+    draft = [(spec_decode.greedy(before, 1)[0] + 1) % harness.VOCAB]
+    try:
+        step = h.step({"X": 2}, {"X": draft})
+        out = h.runner._build_logprobs_output(h.segments, max(h.batch.req_id_to_index.values()) + 1)
+    except Exception as e:  # noqa: BLE001 - an exception in sample_tokens ends EngineCore
+        pytest.fail(f"a speculative-decoding step of request X alone (logprobs={LOGPROBS}, its draft {draft} wrong) "
+                    f"raised {type(e).__name__}: {e} (an exception in sample_tokens ends EngineCore)")
+    tokens = step.returned["X"]
+    want = torch.log_softmax(spec_decode.context_row(before).float(), dim=-1).topk(LOGPROBS).indices.tolist()
+    got = [int(t) for t in out.logprob_token_ids[0]]
+    assert len(tokens) == 1 and got == [tokens[0], *want], (
+        f"request X alone, its draft {draft} wrong: got {tokens} with the logprobs of tokens {got}, where vLLM's "
+        f"GPU path gives {[tokens[0], *want]}")
