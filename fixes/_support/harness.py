@@ -297,11 +297,26 @@ def logitsprocs_package(root: Path) -> Any:
     return _load(root)[0].logitsprocs
 
 
-def input_batch(module: Any, vocab: int, logitsprocs: Any, **kw: Any) -> Any:
-    """The tree's ``InputBatch`` (of `module`) as the harness runs it: the one place a batch is built."""
-    return module.InputBatch(max_num_reqs=MAX_REQS, max_model_len=MAX_MODEL_LEN, max_num_batched_tokens=256,
-                             device=torch.device("cpu"), pin_memory=False, vocab_size=vocab, block_sizes=[BLOCK],
-                             kernel_block_sizes=[BLOCK], logitsprocs=logitsprocs, **kw)
+def input_batch(module: Any, vocab: int, logitsprocs: Any = None, *, max_num_reqs: int = MAX_REQS,
+                max_model_len: int = MAX_MODEL_LEN, max_num_batched_tokens: int = 256, block_size: int = BLOCK,
+                **kw: Any) -> Any:
+    """The tree's ``InputBatch`` (of `module`) as the harness runs it: the one place a batch is
+    built (the bench scripts size theirs through the keywords)."""
+    return module.InputBatch(max_num_reqs=max_num_reqs, max_model_len=max_model_len,
+                             max_num_batched_tokens=max_num_batched_tokens, device=torch.device("cpu"),
+                             pin_memory=False, vocab_size=vocab, block_sizes=[block_size],
+                             kernel_block_sizes=[block_size], logitsprocs=logitsprocs, **kw)
+
+
+def request_state(module: Any, rid: str, prompt: list[int], params: Any, computed: int,
+                  output: Optional[list[int]] = None) -> Any:
+    """The tree's ``CachedRequestState`` (of `module`) of a request that has `computed` tokens
+    and the list `output` (kept, not copied: a logits processor holds it by reference), as
+    ``_update_states`` makes one: for the bench scripts, which fill a batch without stepping it.
+    A fix test gets its states from the runner's own ``_update_states`` (``Harness.step``)."""
+    return module.CachedRequestState(req_id=rid, prompt_token_ids=list(prompt), mm_features=[],
+                                     sampling_params=params, generator=None, block_ids=[[0]],
+                                     num_computed_tokens=computed, output_token_ids=[] if output is None else output)
 
 
 class Harness:

@@ -29,7 +29,9 @@ from pathlib import Path
 
 import torch
 
-sys.path.insert(0, str(Path(__file__).resolve().parent))
+# _support/ beside it (as `gaudi-fixes test` copies it) or in the checkout
+sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parent.parent / "_support")]
+import harness  # noqa: E402
 import vllm_gaudi_stubs as stubs  # noqa: E402
 from vllm_gaudi_stubs import RUNNER_REL, UTILS_REL, H2DRecorder, SamplingParams, load_input_batch  # noqa: E402
 
@@ -42,15 +44,13 @@ def _self_calls(nodes):
 
 def build(root: Path, batch: int, name: str):
     module = load_input_batch(root, H2DRecorder(root / UTILS_REL), name=name)
-    ib = module.InputBatch(max_num_reqs=batch, max_model_len=4096, max_num_batched_tokens=4096,
-                           device=torch.device("cpu"), pin_memory=False, vocab_size=128, block_sizes=[128],
-                           kernel_block_sizes=[128])
+    ib = harness.input_batch(module, 128, max_num_reqs=batch, max_model_len=4096, max_num_batched_tokens=4096,
+                             block_size=128)
     runner = stubs.Runner(root, ib)
     for i in range(batch):
         rid = f"r{i}"
-        state = runner.requests[rid] = module.CachedRequestState(
-            req_id=rid, prompt_token_ids=[1, 2, 3], mm_features=[], sampling_params=SamplingParams(temperature=0.8),
-            generator=None, block_ids=[[0]], num_computed_tokens=3, output_token_ids=[])
+        params = SamplingParams(temperature=0.8)
+        state = runner.requests[rid] = harness.request_state(module, rid, [1, 2, 3], params, 3)
         ib.add_request(state, None)
     ib.refresh_sampling_metadata()
     path = root / RUNNER_REL

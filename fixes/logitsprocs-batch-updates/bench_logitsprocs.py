@@ -27,6 +27,7 @@ from pathlib import Path
 import torch
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "_support"))
+import harness  # noqa: E402
 from vllm_gaudi_stubs import UTILS_REL, H2DRecorder, SamplingParams, load  # noqa: E402
 
 
@@ -37,18 +38,15 @@ def build(root: Path, batch: int, vocab: int, min_p_row: bool, padded: bool, sub
     config = types.SimpleNamespace(scheduler_config=types.SimpleNamespace(max_num_seqs=batch),
                                    speculative_config=None)
     procs = loaded.build_logitsprocs(config, torch.device("cpu"), False, False, [])
-    ib = loaded.input_batch.InputBatch(max_num_reqs=batch, max_model_len=64, max_num_batched_tokens=4096,
-                                       device=torch.device("cpu"), pin_memory=False, vocab_size=vocab,
-                                       block_sizes=[128], kernel_block_sizes=[128], logitsprocs=procs)
+    ib = harness.input_batch(loaded.input_batch, vocab, procs, max_num_reqs=batch, max_model_len=64,
+                             max_num_batched_tokens=4096, block_size=128)
     n = batch - 1 if padded else batch
     outputs = {}
     for i in range(n):
         params = SamplingParams(min_p=0.5) if (min_p_row and i == 0) else SamplingParams()
         rid = f"r{i}"
         outputs[rid] = [1]
-        ib.add_request(loaded.input_batch.CachedRequestState(
-            req_id=rid, prompt_token_ids=[1, 2, 3], mm_features=[], sampling_params=params, generator=None,
-            block_ids=[[0]], num_computed_tokens=3, output_token_ids=outputs[rid]))
+        ib.add_request(harness.request_state(loaded.input_batch, rid, [1, 2, 3], params, 3, outputs[rid]))
     ib.refresh_sampling_metadata()
     if hasattr(ib, "refresh_logitsprocs"):
         ib.refresh_logitsprocs()
