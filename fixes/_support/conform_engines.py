@@ -124,6 +124,30 @@ def probe(rows: Any, positions: Any) -> torch.Tensor:
     return out
 
 
+def begin_step(engine: Any, scheduler: harness.Scheduler, vllm: Any, number: int, step: dict[str, Any],
+               params: Any) -> dict[str, int]:
+    """The scheduler's side of step `number`, the same for every engine: its finishes, preemptions
+    and arrivals (``params(vllm, request)`` their ``SamplingParams``), the engine's recorder emptied
+    and each scheduled request's chunk end noted (``engine.ends``); returns the scheduled counts."""
+    requests = engine.schedule["requests"]
+    engine.number, engine.structured = number, list(step["structured"])
+    for rid in step["finish"]:
+        scheduler.finish(rid)
+    for rid in step["preempt"]:
+        scheduler.preempt(rid)
+    for rid in step["arrive"]:
+        scheduler.add(rid, requests[rid]["prompt"], params(vllm, requests[rid]))
+    engine.recorder.calls = []
+    scheduled = step["scheduled"]
+    engine.ends = ends(scheduler, scheduled)
+    return scheduled
+
+
+def plain_params(vllm: Any, request: dict[str, Any]) -> Any:
+    """A plain schedule's request as vLLM's ``SamplingParams``."""
+    return sampling_params(vllm, request["params"])
+
+
 class Recorder:
     """The sampler both runners call: records what it is handed (a ``Call``) and draws with vLLM's
     ``Sampler``."""
@@ -177,16 +201,7 @@ class HpuEngine:
 
     def step(self, number: int, step: dict[str, Any]) -> StepOut:
         h, requests = self.h, self.schedule["requests"]
-        self.number, self.structured = number, list(step["structured"])
-        for rid in step["finish"]:
-            h.scheduler.finish(rid)
-        for rid in step["preempt"]:
-            h.scheduler.preempt(rid)
-        for rid in step["arrive"]:
-            h.scheduler.add(rid, requests[rid]["prompt"], sampling_params(h.vllm, requests[rid]["params"]))
-        self.recorder.calls = []
-        scheduled = step["scheduled"]
-        self.ends = ends(h.scheduler, scheduled)
+        scheduled = begin_step(self, h.scheduler, h.vllm, number, step, plain_params)
         if not scheduled:
             return StepOut({}, {}, [], {}, {})
         grammar = grammar_output(step["structured"], requests) if step["structured"] else None
@@ -284,16 +299,7 @@ class GpuEngine:
 
     def step(self, number: int, step: dict[str, Any]) -> StepOut:
         requests, scheduler = self.schedule["requests"], self.scheduler
-        self.number = number
-        for rid in step["finish"]:
-            scheduler.finish(rid)
-        for rid in step["preempt"]:
-            scheduler.preempt(rid)
-        for rid in step["arrive"]:
-            scheduler.add(rid, requests[rid]["prompt"], sampling_params(self.m.vllm, requests[rid]["params"]))
-        scheduled = step["scheduled"]
-        self.ends = ends(scheduler, scheduled)
-        self.recorder.calls = []
+        scheduled = begin_step(self, scheduler, self.m.vllm, number, step, plain_params)
         if not scheduled:
             return StepOut({}, {}, [], {}, {})
         self._update_states(scheduler.output(scheduled))

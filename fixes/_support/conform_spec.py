@@ -45,7 +45,8 @@ import torch
 import conform_checks as checks
 import harness
 import spec_decode
-from conform_engines import MARK, GpuEngine, GpuModules, HpuEngine, Recorder, StepOut, ends, grammar_output, mark
+from conform_engines import (MARK, GpuEngine, GpuModules, HpuEngine, Recorder, StepOut, begin_step, grammar_output,
+                             mark)
 from conform_schedule import VOCAB
 
 FEATURE = "spec_decode"
@@ -179,16 +180,7 @@ class SpecHpuEngine(HpuEngine):
 
     def step(self, number: int, step: dict[str, Any]) -> SpecStepOut:
         h, requests = self.h, self.schedule["requests"]
-        self.number, self.structured = number, list(step["structured"])
-        for rid in step["finish"]:
-            h.scheduler.finish(rid)
-        for rid in step["preempt"]:
-            h.scheduler.preempt(rid)
-        for rid in step["arrive"]:
-            h.scheduler.add(rid, requests[rid]["prompt"], spec_params(h.vllm, requests[rid]))
-        self.recorder.calls = []
-        scheduled = step["scheduled"]
-        self.ends = ends(h.scheduler, scheduled)
+        scheduled = begin_step(self, h.scheduler, h.vllm, number, step, spec_params)
         before = {rid: list(r.output) for rid, r in h.scheduler.requests.items()}
         if not scheduled:
             return SpecStepOut({}, {}, [], {}, {}, before=before)
@@ -240,17 +232,8 @@ class SpecGpuEngine(GpuEngine):
             out = super().step(number, step)
             return SpecStepOut(out.scheduled, out.ends, out.calls, out.returned, out.logprobs, before=before)
         requests, scheduler = self.schedule["requests"], self.scheduler
-        self.number = number
-        for rid in step["finish"]:
-            scheduler.finish(rid)
-        for rid in step["preempt"]:
-            scheduler.preempt(rid)
-        for rid in step["arrive"]:
-            scheduler.add(rid, requests[rid]["prompt"], spec_params(self.m.vllm, requests[rid]))
+        scheduled = begin_step(self, scheduler, self.m.vllm, number, step, spec_params)
         before = {rid: list(r.output) for rid, r in scheduler.requests.items()}
-        scheduled = step["scheduled"]
-        self.ends = ends(scheduler, scheduled)
-        self.recorder.calls = []
         drafts = {rid: resolve(scheduler.requests[rid].tokens, d, requests[rid]["grammar"])
                   for rid, d in step["drafts"].items()}
         block = decode_block(scheduler, scheduled)
