@@ -19,27 +19,19 @@ Not measured on HPU: on a device the fix's point is that it makes no device-to-h
 from __future__ import annotations
 
 import argparse
-import ast
-import contextlib
 import statistics
 import sys
 import time
-import types
 from pathlib import Path
 
 import torch
 
 # _support/ beside it (as `gaudi-fixes test` copies it) or in the checkout
 sys.path[:0] = [str(Path(__file__).resolve().parent), str(Path(__file__).resolve().parent.parent / "_support")]
+import engine_step  # noqa: E402
 import harness  # noqa: E402
 import vllm_gaudi_stubs as stubs  # noqa: E402
-from vllm_gaudi_stubs import RUNNER_REL, UTILS_REL, H2DRecorder, SamplingParams, load_input_batch  # noqa: E402
-
-
-def _self_calls(nodes):
-    return {sub.func.attr for node in nodes for sub in ast.walk(node)
-            if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute)
-            and isinstance(sub.func.value, ast.Name) and sub.func.value.id == "self"}
+from vllm_gaudi_stubs import UTILS_REL, H2DRecorder, SamplingParams, load_input_batch  # noqa: E402
 
 
 def build(root: Path, batch: int, name: str):
@@ -53,34 +45,10 @@ def build(root: Path, batch: int, name: str):
         state = runner.requests[rid] = harness.request_state(module, rid, [1, 2, 3], params, 3)
         ib.add_request(state, None)
     ib.refresh_sampling_metadata()
-    path = root / RUNNER_REL
-    cls = next(n for n in ast.parse(path.read_text()).body if isinstance(n, ast.ClassDef) and n.name == "HPUModelRunner")
-    fn = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "sample_tokens")
-    start = next(i for i, s in enumerate(fn.body) if isinstance(s, ast.If)
-                 and ast.unparse(s.test).startswith("self.use_async_scheduling or ")
-                 and "self.use_structured_output" in ast.unparse(s.test))
-    end = next(i for i, s in enumerate(fn.body) if isinstance(s, ast.For)
-               and "postprocessed_sampled_token_ids[:num_reqs]" in ast.unparse(s.iter))
-    tail = fn.body[start:end + 1]
-    defs = {n.name: n for n in cls.body if isinstance(n, ast.FunctionDef)}
-    have = {"_ensure_decodes_first", "_is_prompt", "_generate_req_id_output_token_ids_lst", "_prepare_sampling"}
-    todo, lifted = _self_calls([defs[n] for n in have] + tail), set()
-    while todo - have - lifted:
-        n = (todo - have - lifted).pop()
-        if n in defs:
-            lifted.add(n)
-            todo |= _self_calls([defs[n]])
-        else:
-            have.add(n)
-    ns = {"torch": torch}
-    exec(compile(ast.Module([defs[n] for n in sorted(lifted)], []), str(path), "exec"), ns)
-    for n in lifted:
-        setattr(runner, n, types.MethodType(ns[n], runner))
-    runner.use_async_scheduling, runner.use_structured_output = True, False
-    runner.device, runner.max_model_len, runner.speculative_config = torch.device("cpu"), 4096, None
+    # the tail and every runner method it calls, lifted as the fix tests lift them (engine_step)
+    code = engine_step.lift_step(runner, root)["tail"]
+    runner.use_async_scheduling, runner.max_model_len = True, 4096
     runner.invalid_req_indices = []
-    runner.profiler = types.SimpleNamespace(enabled=False, record_event=lambda *a: contextlib.nullcontext())
-    code = compile(ast.Module(tail, []), str(path), "exec")
     requests = list(ib.req_ids)
     sampled = torch.randint(0, 128, (batch, ), dtype=torch.int32)
 
