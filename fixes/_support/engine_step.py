@@ -27,6 +27,7 @@ from typing import Any, Callable, Optional, Union
 
 import numpy as np
 import torch
+import lift
 import vllm_gaudi_stubs as stubs
 from vllm_gaudi_stubs import RUNNER_REL
 
@@ -62,7 +63,7 @@ def _sample_tokens_parts(cls: ast.ClassDef, path: Path) -> dict[str, list[ast.st
 
 
 def _module_defs(path: Path, names: set[str]) -> list[ast.stmt]:
-    tree = stubs.parse(path)
+    tree = lift.parse(path)
     found = [n for n in tree.body if isinstance(n, (ast.FunctionDef, ast.ClassDef)) and n.name in names]
     if {n.name for n in found} != names:
         raise LookupError(f"{path}: missing {names - {n.name for n in found}} (vllm_gaudi changed; update the test)")
@@ -143,13 +144,13 @@ def _lifted(path: Path, mtime_ns: int, grammar: bool) -> tuple[dict[str, Any], d
         wanted.add("apply_grammar_bitmask")
     else:
         provided.add("apply_grammar_bitmask")
-    todo = wanted | stubs.self_calls([n for v in parts.values() for n in v])
+    todo = wanted | lift.self_calls([n for v in parts.values() for n in v])
     lifted: set[str] = set()
     while todo - provided - lifted:
         name = (todo - provided - lifted).pop()
         if name in defs:
             lifted.add(name)
-            todo |= stubs.self_calls([defs[name]])
+            todo |= lift.self_calls([defs[name]])
         else:
             provided.add(name)
     from dataclasses import dataclass as _dataclass

@@ -67,3 +67,13 @@ def bind(obj: Any, path: Path, qualnames: Iterable[str], namespace: dict[str, An
     for qualname in qualnames:
         fn = function(path, qualname, namespace)
         setattr(obj, name or fn.__name__, types.MethodType(fn, obj))
+
+
+def self_calls(nodes: list[ast.AST]) -> set[str]:
+    """Names of the `self.NAME(...)` calls in `nodes`."""
+    return {
+        sub.func.attr
+        for node in nodes for sub in ast.walk(node)
+        if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute) and isinstance(sub.func.value, ast.Name)
+        and sub.func.value.id == "self"
+    }

@@ -33,7 +33,6 @@ import __future__
 import ast
 import contextlib
 import enum
-import functools
 import logging
 import sys
 import types
@@ -43,6 +42,8 @@ from typing import Any, Iterable, Mapping, NamedTuple, Optional, Union
 
 import numpy as np
 import torch
+
+import lift
 
 INPUT_BATCH_REL = Path("vllm_gaudi/v1/worker/hpu_input_batch.py")
 RUNNER_REL = Path("vllm_gaudi/v1/worker/hpu_model_runner.py")
@@ -180,20 +181,10 @@ def _swap_dict_values(obj: dict, key1: Any, key2: Any) -> None:
         obj.pop(key1, None)
 
 
-@functools.lru_cache(maxsize=16)
-def _parsed(path: Path, mtime_ns: int) -> ast.Module:
-    return ast.parse(path.read_text(), str(path))
-
-
-def parse(path: Path) -> ast.Module:
-    """`path`'s syntax tree, parsed once per version of the file (callers must not change it)."""
-    return _parsed(path, path.stat().st_mtime_ns)
-
-
 def _top_level_defs(path: Path, names: set[str], class_name: Optional[str] = None) -> list[ast.stmt]:
     """The function definitions `names` at module level of `path` (or in its class
     `class_name`); an error naming the file when one is missing."""
-    tree = parse(path)
+    tree = lift.parse(path)
     body = tree.body
     if class_name is not None:
         cls = next((n for n in body if isinstance(n, ast.ClassDef) and n.name == class_name), None)
@@ -436,7 +427,7 @@ class Runner:
 
 
 def runner_class(path: Path) -> ast.ClassDef:
-    tree = parse(path)
+    tree = lift.parse(path)
     return next(n for n in tree.body if isinstance(n, ast.ClassDef) and n.name == "HPUModelRunner")
 
 
@@ -453,58 +444,6 @@ def tail_of_sample_tokens(cls: ast.ClassDef, path: Path) -> list[ast.stmt]:
     if start is None or end is None or end < start:
         raise LookupError(f"{path}: sample_tokens' async / output-token tail not found (vllm_gaudi changed)")
     return fn.body[start:end + 1]
-
-
-def self_calls(nodes: list[ast.AST]) -> set[str]:
-    """Names of the `self.NAME(...)` calls in `nodes`."""
-    return {
-        sub.func.attr
-        for node in nodes for sub in ast.walk(node)
-        if isinstance(sub, ast.Call) and isinstance(sub.func, ast.Attribute) and isinstance(sub.func.value, ast.Name)
-        and sub.func.value.id == "self"
-    }
-
-
-RUNNER_METHODS = ("_ensure_decodes_first", "_is_prompt", "_generate_req_id_output_token_ids_lst", "_prepare_sampling")
-
-
-def lift_called(runner: Any, cls: ast.ClassDef, path: Path, code: list[ast.stmt],
-                have: Iterable[str] = RUNNER_METHODS) -> set[str]:
-    """Lift onto `runner` every HPUModelRunner method that `code` and the methods `have` (the
-    runner's already) call, and what those call; the names it lifted."""
-    defs = {d.name: d for d in cls.body if isinstance(d, ast.FunctionDef)}
-    have = set(have)
-    todo = self_calls([defs[n] for n in have if n in defs] + code)
-    lifted: set[str] = set()
-    while todo - have - lifted:
-        name = (todo - have - lifted).pop()
-        if name in defs:
-            lifted.add(name)
-            todo |= self_calls([defs[name]])
-        else:
-            have.add(name)  # an attribute or helper the caller provides
-    namespace = {"torch": torch}
-    exec(compile(ast.Module([defs[n] for n in sorted(lifted)], []), str(path), "exec"), namespace)
-    for name in lifted:
-        setattr(runner, name, types.MethodType(namespace[name], runner))
-    return lifted
-
-
-def lift_sample_tokens_tail(runner: Any, root: Path, use_async: bool, max_model_len: int = 64) -> Any:
-    """Lift onto `runner` what the tail of ``sample_tokens`` calls, set the attributes it reads
-    (async or sync scheduling, no structured output, CPU, no profiler) and return the tail
-    compiled, for the test to ``exec`` with the step's locals."""
-    path = root / RUNNER_REL
-    cls = runner_class(path)
-    tail = tail_of_sample_tokens(cls, path)
-    lift_called(runner, cls, path, tail)
-    runner.use_async_scheduling = use_async
-    runner.use_structured_output = False
-    runner.device = torch.device("cpu")
-    runner.max_model_len = max_model_len
-    runner.speculative_config = None
-    runner.profiler = types.SimpleNamespace(enabled=False, record_event=lambda *a: contextlib.nullcontext())
-    return compile(ast.Module(tail, []), str(path), "exec")
 
 
 def load_hpu_gather_logprobs(root: Path):
