@@ -1,8 +1,10 @@
 //! What the docs promise, held to the code and the behaviour: docs/usage.md's per-command exit
 //! table, every man page's EXIT STATUS and every `--help`'s "Exit status:" are the one table of
 //! `src/cli/exit_codes.rs`, and what the commands exit with in the fixture's cases is in it;
-//! fixes/README.md links every fix's page; README's sizes are the marked figures `scripts/build-wheel.sh` prints, within 5% of the last
-//! build (`dist/sizes.json`) when there is one.
+//! fixes/README.md links every fix's page; docs/usage.md names the default profile in
+//! profiles/default.yaml's order and docs/maintaining.md links every fix; README's sizes are the
+//! marked figures `scripts/build-wheel.sh` prints, within 5% of the last build
+//! (`dist/sizes.json`) when there is one.
 
 use std::path::Path;
 
@@ -88,16 +90,17 @@ fn what_the_commands_exit_with_is_in_their_table() {
 #[test]
 fn fixes_readme_links_every_fix_page() {
     let index = read("fixes/README.md");
-    for entry in std::fs::read_dir(Path::new(ROOT).join("fixes")).unwrap() {
-        let path = entry.unwrap().path();
-        if path.join("fix.yaml").is_file() {
-            let name = path.file_name().unwrap().to_string_lossy().to_string();
-            assert!(
-                index.contains(&format!("[{name}]({name}/README.md)")),
-                "fixes/README.md does not link {name}'s page"
-            );
-        }
+    for name in fix_names() {
+        assert!(index.contains(&format!("[{name}]({name}/README.md)")), "fixes/README.md does not link {name}'s page");
     }
+}
+
+/// Every fix of the catalogue: the directories under fixes/ with a fix.yaml.
+fn fix_names() -> Vec<String> {
+    let dirs = std::fs::read_dir(Path::new(ROOT).join("fixes")).unwrap().map(|e| e.unwrap().path());
+    dirs.filter(|p| p.join("fix.yaml").is_file())
+        .map(|p| p.file_name().unwrap().to_string_lossy().to_string())
+        .collect()
 }
 
 /// The byte counts README gives for the wheel and its binary: on the line marked
@@ -147,6 +150,41 @@ fn readme_sizes_are_build_wheels_within_5_percent_of_the_last_build() {
             "README.md says the {what} is {readme} bytes, the last build (dist/sizes.json) {built}: {:.1}% off; \
              copy build-wheel.sh's sizes line into README",
             off * 100.0
+        );
+    }
+}
+
+/// The fixes of `profiles/default.yaml`, in its order.
+fn default_profile() -> Vec<String> {
+    read("profiles/default.yaml").lines().filter_map(|l| l.strip_prefix("  - ")).map(|n| n.trim().to_string()).collect()
+}
+
+#[test]
+fn the_docs_name_the_default_profile_as_it_is() {
+    let default = default_profile();
+    assert!(default.len() > 1, "profiles/default.yaml lists no fixes");
+    let usage = read("docs/usage.md");
+    let start = usage
+        .find("the `default` profile (correctness")
+        .expect("docs/usage.md no longer says which fixes `apply` uses by default");
+    let end = start + usage[start..].find(").").expect("docs/usage.md: the default profile's list is not closed");
+    let named: Vec<String> = usage[start..end]
+        .split('`')
+        .skip(3) // "…the ", "default", " profile (correctness fixes only: "
+        .step_by(2)
+        .map(str::to_string)
+        .collect();
+    assert_eq!(named, default, "docs/usage.md's list of the default profile is not profiles/default.yaml's");
+    let n = default.len();
+    assert!(
+        usage.contains(&format!("everything applied: {n} fixes ({n} applied)")),
+        "docs/usage.md's `apply --check` example should count the default profile's {n} fixes"
+    );
+    let maintaining = read("docs/maintaining.md");
+    for name in fix_names() {
+        assert!(
+            maintaining.contains(&format!("[`{name}`](../fixes/{name}/README.md)")),
+            "docs/maintaining.md's list of fixes does not link {name}'s page"
         );
     }
 }
