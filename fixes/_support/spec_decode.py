@@ -280,7 +280,7 @@ class SpecHarness(harness.Harness):
         request ``max_spec_len + 1`` token slots, padded to a bucket), the runner's
         ``_prepare_spec_decode_inputs``, the model's logits at its ``logits_indices`` (``-1``: the
         last slot's row), and the runner's decode-sampling statement."""
-        runner, batch = self.runner, self.batch
+        runner = self.runner
         decodes = list(pd_info.decode_req_ids)
         slots = max(1 + len(self.spec.get(rid, [])) for rid in decodes)
         padded = min(b for b in self.buckets if b >= num_decodes)
