@@ -1,13 +1,19 @@
 #!/usr/bin/env bash
-# The whole test suite, on a fresh machine: sets up the torch venv (reused when present),
-# checks rustfmt's layout and clippy (-D warnings), runs the Rust tests (default build, then the
-# `reference` feature), the equivalence suite,
-# and, on real vLLM trees from the package index, the topk-subset-sampler cycle:
-#   check → 1, apply → 0, check → 0, apply again changes nothing, pytest of the patched real
-#   code (and it fails on the pristine code), revert → byte-identical, lint --upstream; the
-#   swap-states-sampling-params cycle (default profile); every correctness fix of the default
-#   profile (its tests fail pristine, pass applied; every hunk needed); the conformance suite
-#   (default profile: no difference; pristine and every one-fix-out mutant named); the reworded-docstring drift case.
+# The whole test suite, on a fresh machine:
+#   bash scripts/test.sh          # every check; a mutation gate whose inputs match its record is reused
+#   bash scripts/test.sh --deep   # every check and every mutation gate run, their records written
+# Sets up the torch venv (reused when present), checks rustfmt's layout and clippy (-D warnings),
+# runs the Rust tests (default build, then the `reference` feature), the equivalence suite, and,
+# on real vLLM trees from the package index, one lane per release (two at a time, one per core):
+#   the topk-subset-sampler cycle (check → 1, apply → 0, check → 0, apply again changes nothing,
+#   pytest of the patched real code and of a broken copy, revert → byte-identical, drift refused);
+#   every correctness fix of the default profile (one pytest session on the pristine tree: each
+#   fix's tests fail; one on the default profile: they pass; the swap-states / topk hint and
+#   revert cases; every hunk needed); the conformance suite (default profile: no difference;
+#   pristine and every one-fix-out mutant named); the reworded-docstring drift case.
+# Mutation gates (every-hunk-needed, conform's one-fix-out mutants, scripts/conform-mutants.py) are
+# keyed by what they read (scripts/gates.py) and recorded in gates/; the run ends with which it
+# reused and which it ran, and a table of its steps and their seconds.
 # Releases: v0.26.0 v0.30.0 v0.33.0, or GAUDI_FIXES_TEST_RELEASES="v0.27.0 v0.29.0 ...".
 # vllm_gaudi: each tree gets it from scripts/fetch-upstream.sh (GAUDI_FIXES_VLLM_GAUDI_SRC, else
 # the pristine archives in ../shared/upstream); only when neither exists is the vllm half
@@ -16,6 +22,12 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
+DEEP=0
+case ${1:-} in
+  --deep) DEEP=1 ;;
+  "") ;;
+  *) echo "usage: bash scripts/test.sh [--deep]" >&2; exit 3 ;;
+esac
 CACHE=${XDG_CACHE_HOME:-$HOME/.cache}/gaudi-fixes
 RELEASES=${GAUDI_FIXES_TEST_RELEASES:-"v0.26.0 v0.30.0 v0.33.0"}
 # The reference sampler mirrors two stock samplers: v0.26.0's (top-p softmax in float32) and
@@ -23,16 +35,23 @@ RELEASES=${GAUDI_FIXES_TEST_RELEASES:-"v0.26.0 v0.30.0 v0.33.0"}
 ref_release() { case $1 in v0.26.*|0.26.*) echo v0.26.0 ;; *) echo v0.30.0 ;; esac; }
 REF_RELEASES=$(for rel in $RELEASES; do ref_release "$rel"; done | sort -u)
 WORK=$(mktemp -d "${TMPDIR:-/tmp}/gaudi-fixes-test.XXXXXX")
-trap 'rm -rf "$WORK"' EXIT
+# A killed run takes its lanes (and their pytest and conform children) with it.
+trap 'kill $(jobs -p) 2>/dev/null; rm -rf "$WORK"' EXIT
 passed=0 failed=0 failures=()
+LANE=main
 . scripts/heartbeat.sh
 # Bold headings only on a terminal: a CI log gets no escape sequences.
 if [ -t 1 ]; then BOLD=$'\033[1m' PLAIN=$'\033[0m'; else BOLD='' PLAIN=''; fi
 export PYTHONUNBUFFERED=1  # pytest progress reaches the log as it happens
 export CARGO_TERM_COLOR=${CARGO_TERM_COLOR:-$([ -t 1 ] && echo auto || echo never)}
 
-# Each step says how far into the run it starts (CI's time limit is 90 min: see where it goes).
-step() { printf '\n%s== %s%s  (at %d s)\n' "$BOLD" "$*" "$PLAIN" "$SECONDS"; }
+# Each step says how far into the run it starts (CI's time limit is 90 min: see where it goes) and
+# is written to the step table printed at the end (a lane's step ends where its next one starts).
+step() {
+  printf '\n%s== %s%s  (at %d s)\n' "$BOLD" "$*" "$PLAIN" "$SECONDS"
+  printf '%s\t%d\t%s\n' "$LANE" "$SECONDS" "$*" >>"$WORK/steps.tsv"
+}
+lane_end() { printf '%s\t%d\t%s\n' "$LANE" "$SECONDS" "(end)" >>"$WORK/steps.tsv"; }
 ok() { passed=$((passed + 1)); echo "PASS: $*"; }
 bad() { failed=$((failed + 1)); failures+=("$*"); echo "FAIL: $*"; }
 # expect CODE DESCRIPTION CMD...: run CMD (its output shown; a line every 30 s while it runs),
@@ -56,6 +75,8 @@ expect_quiet() {
   else bad "$what: exit $got, expected $want"; echo "--- output of: $*"; cat "$log"; echo "--- end of output"; fi
   rm -f "$log"
 }
+# snap DIR: one hash of every file's path and content.
+snap() { (cd "$1" && find . -type f -print0 | sort -z | xargs -0 sha256sum | sha256sum); }
 
 step "Python venv with torch 2.13.0 (scripts/setup-venv.sh)"
 VENV=$(bash scripts/setup-venv.sh | tail -n 1) || { echo "setup-venv failed"; exit 3; }
@@ -64,7 +85,6 @@ export PATH="$VENV/bin:$PATH"
 # hold exactly the bytecode they started with (revert gives back what the tree had).
 export PYTHONDONTWRITEBYTECODE=1
 echo "venv: $VENV"
-
 # --- shells and man, for the completion and man-page tests ---------------------------------
 # tests/completion.rs drives bash always, and zsh, fish and `man -l` where they are installed;
 # install them here so CI runs those too (Debian/Ubuntu, as root or with sudo), or say loudly
@@ -90,7 +110,6 @@ else
   fi
 fi
 # --- end shells and man --------------------------------------------------------------------
-
 step "cargo fmt --check, cargo clippy -D warnings (default build)"
 expect 0 "cargo fmt --check (the whole tree is rustfmt's layout)" cargo fmt --check
 expect 0 "cargo clippy --all-targets -- -D warnings (default build)" cargo clippy --release --all-targets --quiet -- -D warnings
@@ -118,10 +137,78 @@ for rel in $REF_RELEASES; do
   expect 0 "equiv --emit-vectors for $rel" "$BIN" equiv --quiet --release "$rel" --emit-vectors "$WORK/vectors-$rel"
 done
 
-for rel in $RELEASES; do
-  step "real vLLM $rel: fetch, apply, pytest, revert"
-  pristine=$(bash scripts/fetch-upstream.sh "$rel" | tail -n 1) || { bad "fetch vLLM $rel"; continue; }
-  tree=$WORK/$rel
+
+# --- one lane per release ------------------------------------------------------------------
+DEFAULT_FIXES=$(sed -n 's/^  - //p' profiles/default.yaml)
+# hunks_differ FIX: its v0.26.0 patches hold other lines than its v0.30.0 ones (hunk headers aside).
+hunks_differ() {
+  local p q
+  [ -d "fixes/$1/v0.30.0" ] || return 1  # one variant's patches serve both releases
+  for p in "fixes/$1"/v0.26.0/*.patch; do
+    q="fixes/$1/v0.30.0/$(basename "$p")"
+    [ -f "$q" ] || return 0
+    cmp -s <(grep -v '^@@' "$p") <(grep -v '^@@' "$q") || return 0
+  done
+  return 1
+}
+# per_fix JUNIT: "FIX PASSED FAILED SKIPPED" for each fix directory in a pytest junit report
+# (errors count as failures: a test that cannot set up is not a pass).
+per_fix() {
+  python3 - "$1" <<'PY'
+import collections, sys, xml.etree.ElementTree as ET
+counts = collections.defaultdict(lambda: [0, 0, 0])
+for case in ET.parse(sys.argv[1]).iter("testcase"):
+    where = case.get("classname") or case.get("name") or ""
+    parts = where.split(".")
+    fix = parts[1] if len(parts) > 1 and parts[0] == "fixes" else where
+    kinds = {child.tag for child in case}
+    counts[fix][1 if kinds & {"failure", "error"} else 2 if "skipped" in kinds else 0] += 1
+for fix, (p, f, s) in sorted(counts.items()):
+    print(fix, p, f, s)
+PY
+}
+# fix_session TREE JUNIT: the default fixes' tests in one pytest session (one import of vLLM and
+# vllm_gaudi for all of them); pytest's exit code.
+fix_session() {
+  local dirs=() f
+  for f in $DEFAULT_FIXES; do dirs+=("fixes/$f"); done
+  env GAUDI_FIXES_ROOT="$1" python -m pytest -q -rs -p no:cacheprovider --junitxml="$2" "${dirs[@]}"
+}
+# gate GATE SUBJECT REL DESCRIPTION CMD...: a mutation gate. Reused (not run) when its record's key
+# matches what it reads here and --deep is not given; else CMD runs, and a pass is recorded.
+gate() {
+  local g=$1 subject=$2 rel=$3 what=$4 why log got=0; shift 4
+  local keyed=("$g" "$subject" "$rel" --tree-id "$TREE_ID" "${GATE_VARIANTS[@]}" --settings "${GATE_SETTINGS:-}")
+  if [ "$DEEP" = 0 ] && why=$(python3 scripts/gates.py reusable "${keyed[@]}"); then
+    ok "$what ($why)"; echo "reused  $g $subject@$rel" >>"$WORK/gates.log"; return 0
+  fi
+  [ "$DEEP" = 1 ] && why="--deep"
+  log=$(mktemp "$WORK/gate.XXXXXX")
+  echo "gate $g $subject@$rel runs: $why"
+  heartbeat 30 "  ... $what" "$@" >"$log" 2>&1 || got=$?
+  if [ "$got" = 0 ]; then
+    ok "$what (ran)"
+    python3 scripts/gates.py record "${keyed[@]}" --found "$log" >/dev/null \
+      && echo "ran     $g $subject@$rel (recorded)" >>"$WORK/gates.log"
+  else
+    bad "$what: exit $got"; echo "--- output of: $*"; tail -n 80 "$log"; echo "--- end of output"
+    echo "FAILED  $g $subject@$rel" >>"$WORK/gates.log"
+  fi
+  rm -f "$log"
+}
+# variants_of TREE: --variant FIX=VARIANT for each default fix (the variant serving this pristine tree).
+variants_of() {
+  "$BIN" --root "$1" --format json apply --check --profile default 2>/dev/null | python3 -c '
+import json, sys
+for f in json.load(sys.stdin)["fixes"]:
+    if f.get("variant"):
+        print("--variant=%s=%s" % (f["name"], f["variant"]))'
+}
+
+# topk_cycle REL PRISTINE: the performance profile's cycle on a copy of the release.
+topk_cycle() {
+  local rel=$1 pristine=$2 tree=$WORK/topk-$1 f code before after edited now
+  step "$rel: topk-subset-sampler: apply, pytest, revert, drift"
   cp -a "$pristine" "$tree"
   only=()
   if [ ! -d "$tree/vllm_gaudi" ]; then
@@ -135,16 +222,17 @@ for rel in $RELEASES; do
     env GAUDI_FIXES_ROOT="$tree" python -m pytest -q -x -p no:cacheprovider fixes/topk-subset-sampler -k "not mutant"
   expect 0 "$rel: apply" gf apply --profile performance
   expect 0 "$rel: apply --check after apply" gf apply --check --profile performance
-  before=$(cd "$tree" && find . -type f -print0 | sort -z | xargs -0 sha256sum | sha256sum)
+  before=$(snap "$tree")
   expect 0 "$rel: second apply" gf apply --profile performance
-  after=$(cd "$tree" && find . -type f -print0 | sort -z | xargs -0 sha256sum | sha256sum)
+  after=$(snap "$tree")
   if [ "$before" = "$after" ]; then ok "$rel: second apply changed nothing"; else bad "$rel: second apply changed the tree"; fi
   expect 0 "$rel: pytest of the patched real code" \
     env GAUDI_FIXES_ROOT="$tree" GAUDI_FIXES_VECTORS="$WORK/vectors-$(ref_release "$rel")" python -m pytest -q -p no:cacheprovider fixes/topk-subset-sampler
   # The same pytest must reject a deliberately broken patched file: `<` for `<=` in the
-  # subset's top-p mask (the last occurrence in the file; the first is stock's own).
+  # subset's top-p mask (the last occurrence in the file; the first is stock's own). -x: the
+  # first failure is the verdict.
   f=$tree/vllm/v1/sample/ops/topk_topp_sampler.py
-  cp -p "$f" "$WORK/good.py"
+  cp -p "$f" "$WORK/good-$rel.py"
   python - "$f" <<'PY'
 import sys
 path = sys.argv[1]
@@ -155,117 +243,86 @@ assert src.count(old) == 2, "expected stock's and the subset's top-p mask"
 open(path, "w").write(src[:i] + new + src[i + len(old):])
 PY
   expect_quiet 1 "$rel: pytest rejects a broken patched file (strict top-p mask)" \
-    env GAUDI_FIXES_ROOT="$tree" python -m pytest -q -p no:cacheprovider fixes/topk-subset-sampler -k "not mutant"
-  cp -p "$WORK/good.py" "$f"
+    env GAUDI_FIXES_ROOT="$tree" python -m pytest -q -x -p no:cacheprovider fixes/topk-subset-sampler -k "not mutant"
+  cp -p "$WORK/good-$rel.py" "$f"
   expect 0 "$rel: revert" gf revert --profile performance
   if diff -r "$pristine" "$tree" >/dev/null; then ok "$rel: revert restored every byte"; else bad "$rel: tree differs from pristine after revert"; diff -rq "$pristine" "$tree" | head; fi
   # A one-line edit inside a hunk's context: --check says drifted (2) and shows the line,
   # apply refuses (2) and writes nothing.
   sed -i 's/^        self.use_fp64_gumbel = use_fp64_gumbel$/        self.use_fp64_gumbel = bool(use_fp64_gumbel)/' "$f"
-  edited=$(cd "$tree" && find . -type f -print0 | sort -z | xargs -0 sha256sum | sha256sum)
-  gf apply --check --profile performance >"$WORK/drift.out"; code=$?
-  if [ "$code" = 2 ] && grep -q "+        self.use_fp64_gumbel = bool(use_fp64_gumbel)" "$WORK/drift.out"; then
+  edited=$(snap "$tree")
+  gf apply --check --profile performance >"$WORK/drift-$rel.out"; code=$?
+  if [ "$code" = 2 ] && grep -q "+        self.use_fp64_gumbel = bool(use_fp64_gumbel)" "$WORK/drift-$rel.out"; then
     ok "$rel: a one-line edit inside a hunk is drift (exit 2, with the diff)"
-  else bad "$rel: edit inside a hunk: exit $code"; cat "$WORK/drift.out"; fi
+  else bad "$rel: edit inside a hunk: exit $code"; cat "$WORK/drift-$rel.out"; fi
   expect_quiet 2 "$rel: apply refuses the drifted tree" gf apply --profile performance
-  now=$(cd "$tree" && find . -type f -print0 | sort -z | xargs -0 sha256sum | sha256sum)
+  now=$(snap "$tree")
   if [ "$edited" = "$now" ]; then ok "$rel: refused apply left every byte"; else bad "$rel: refused apply changed the tree"; fi
   rm -rf "$tree"  # each block frees its trees: a CI machine's disk is not ours to fill
-done
-
-# --- one state per fix on the real trees (tests/real_trees.rs) ------------------------------
-# The trees the loop above fetched into the cache: 0.26/0.30/0.33 with both vllm_gaudi archives,
-# every command reads every fix not applied on pristine, status names the applied variants, a
-# vllm_gaudi-only tree applies and reverts. The release test binary built for the reference step.
-step "one state per fix on the real pristine trees (tests/real_trees.rs, release build)"
-expect 0 "cargo test --release --test main real_trees::" \
-  cargo test --release --features reference --quiet --test main real_trees::
-# --- end real trees ------------------------------------------------------------------------
-# --- swap-states-sampling-params (default profile; vllm_gaudi only) ---------------------------
-# Needs a real vllm_gaudi tree: fetch-upstream.sh puts vllm_gaudi/ next to vllm/ when it has one
-# (GAUDI_FIXES_VLLM_GAUDI_SRC, or the archives); without it this block says so and is skipped.
-for rel in $RELEASES; do
-  step "swap-states-sampling-params on $rel: pytest fails pristine, apply default, passes, revert"
-  swp=$(bash scripts/fetch-upstream.sh "$rel" "$WORK/swap-pristine-$rel" | tail -n 1) || { bad "fetch $rel"; continue; }
-  if [ ! -d "$swp/vllm_gaudi" ]; then
-    echo "note: no vllm_gaudi tree for $rel; swap-states-sampling-params is NOT tested (set GAUDI_FIXES_VLLM_GAUDI_SRC)"
-    continue
-  fi
-  swt=$WORK/swap-$rel
-  cp -a "$swp" "$swt"
-  sgf() { "$BIN" --root "$swt" "$@"; }
-  spy() { env GAUDI_FIXES_ROOT="$swt" python -m pytest -q -rs -p no:cacheprovider fixes/swap-states-sampling-params "$@"; }
-  expect_quiet 1 "$rel: swap-states pytest fails on pristine vllm_gaudi" spy
-  expect_quiet 1 "$rel: apply --check (default profile) on pristine" sgf apply --check
-  expect 0 "$rel: apply (default profile)" sgf apply
-  expect 0 "$rel: swap-states pytest passes on the patched file" spy
-  expect 0 "$rel: apply topk-subset-sampler brings swap-states-sampling-params first" sgf apply topk-subset-sampler
-  spy -k topk_hint >"$WORK/swap-hint.out"; code=$?
-  if [ "$code" = 0 ] && grep -q "1 passed" "$WORK/swap-hint.out"; then ok "$rel: topk hint agrees with the device top_k"
-  else bad "$rel: topk hint test: exit $code"; cat "$WORK/swap-hint.out"; fi
-  expect_quiet 3 "$rel: revert swap-states-sampling-params refused while topk-subset-sampler is applied" \
-    sgf revert swap-states-sampling-params
-  expect 0 "$rel: revert --profile performance" sgf revert --profile performance
-  if diff -r "$swp" "$swt" >/dev/null; then ok "$rel: revert restored every byte (vllm and vllm_gaudi)"
-  else bad "$rel: tree differs from pristine after revert"; diff -rq "$swp" "$swt" | head; fi
-  rm -rf "$swp" "$swt"
-done
-# --- end swap-states-sampling-params ---------------------------------------------------------
-# --- every correctness fix of the default profile (vllm_gaudi) --------------------------------
-# On each release, with `gaudi-fixes test` (what a user runs): each fix's tests fail on the
-# pristine tree and pass once the default profile is applied in one run; the profile reverts
-# byte-identically. Then scripts/every-hunk-needed.py drops each hunk of each fix once (on
-# v0.26.0, and on v0.30.0 for the runner's other variant): one of the fix's tests must fail.
-DEFAULT_FIXES=$(sed -n 's/^  - //p' profiles/default.yaml)
-# hunks_differ FIX: its v0.26.0 patches hold other lines than its v0.30.0 ones (hunk headers aside).
-hunks_differ() {
-  local p q
-  [ -d "fixes/$1/v0.30.0" ] || return 1  # one variant's patches serve both releases
-  for p in "fixes/$1"/v0.26.0/*.patch; do
-    q="fixes/$1/v0.30.0/$(basename "$p")"
-    [ -f "$q" ] || return 0
-    cmp -s <(grep -v '^@@' "$p") <(grep -v '^@@' "$q") || return 0
-  done
-  return 1
 }
-for rel in $RELEASES; do
-  step "correctness fixes on $rel: each fix's tests fail pristine, pass with the default profile"
-  cfp=$(bash scripts/fetch-upstream.sh "$rel" "$WORK/fixes-pristine-$rel" | tail -n 1) || { bad "fetch $rel"; continue; }
-  if [ ! -d "$cfp/vllm_gaudi" ]; then
-    echo "note: no vllm_gaudi tree for $rel; the correctness fixes are NOT tested (set GAUDI_FIXES_VLLM_GAUDI_SRC)"
-    continue
-  fi
-  cft=$WORK/fixes-$rel
+
+# correctness_fixes REL PRISTINE: each default fix's tests fail on the pristine tree and pass once
+# the default profile is applied in one run (one pytest session each: vLLM imported once); the
+# swap-states / topk hint relation; the profiles revert byte-identically; every hunk needed.
+correctness_fixes() {
+  local rel=$1 cfp=$2 cft=$WORK/fixes-$1 fix p f s code own line
+  step "$rel: correctness fixes: one pytest session on pristine (each fix fails), one on the default profile (all pass)"
   cp -a "$cfp" "$cft"
+  fix_session "$cft" "$WORK/junit-pristine-$rel.xml" >"$WORK/session-pristine-$rel.log" 2>&1; code=$?
+  tail -n 3 "$WORK/session-pristine-$rel.log"
+  per_fix "$WORK/junit-pristine-$rel.xml" >"$WORK/per-fix-pristine-$rel" 2>/dev/null
   for fix in $DEFAULT_FIXES; do
-    # -x: the first failure is the verdict (later tests may import vLLM for real, tens of seconds each)
-    expect_quiet 1 "$rel: $fix: its tests fail on the pristine tree" "$BIN" --root "$cft" --python python test "$fix" -- -x
+    line=$(grep "^$fix " "$WORK/per-fix-pristine-$rel") || line="$fix 0 0 0"
+    read -r _ p f s <<<"$line"
+    if [ "$f" -gt 0 ]; then ok "$rel: $fix: its tests fail on the pristine tree ($f of $((p + f + s)) failed)"
+    else bad "$rel: $fix: its tests do not fail on the pristine tree ($p passed, $s skipped; pytest exit $code)"; fi
   done
+  expect_quiet 1 "$rel: apply --check (default profile) on pristine" "$BIN" --root "$cft" apply --check
   expect 0 "$rel: apply (default profile, one run)" "$BIN" --root "$cft" apply
   expect_quiet 0 "$rel: apply --check (default profile) after apply" "$BIN" --root "$cft" apply --check
+  fix_session "$cft" "$WORK/junit-default-$rel.xml" >"$WORK/session-default-$rel.log" 2>&1; code=$?
+  tail -n 3 "$WORK/session-default-$rel.log"
+  per_fix "$WORK/junit-default-$rel.xml" >"$WORK/per-fix-default-$rel" 2>/dev/null
   for fix in $DEFAULT_FIXES; do
-    expect_quiet 0 "$rel: $fix: its tests pass on the patched tree" "$BIN" --root "$cft" --python python test "$fix"
+    line=$(grep "^$fix " "$WORK/per-fix-default-$rel") || line="$fix 0 0 0"
+    read -r _ p f s <<<"$line"
+    if [ "$f" = 0 ] && [ "$p" -gt 0 ]; then ok "$rel: $fix: its tests pass on the patched tree ($p passed, $s skipped)"
+    else bad "$rel: $fix: on the patched tree $f failed, $p passed"; fi
   done
+  [ "$code" = 0 ] || { bad "$rel: pytest on the default profile: exit $code"; cat "$WORK/session-default-$rel.log"; }
+  # One user's path through `gaudi-fixes test` (the others ran as one session above).
+  expect_quiet 0 "$rel: gaudi-fixes test swap-states-sampling-params on the patched tree" \
+    "$BIN" --root "$cft" --python python test swap-states-sampling-params
   expect 0 "$rel: revert (default profile)" "$BIN" --root "$cft" revert
   if diff -r "$cfp" "$cft" >/dev/null; then ok "$rel: revert restored every byte (default profile)"
   else bad "$rel: tree differs from pristine after revert"; diff -rq "$cfp" "$cft" | head; fi
+  # topk-subset-sampler's window hint needs swap-states-sampling-params; apply brings it first.
+  expect 0 "$rel: apply topk-subset-sampler brings swap-states-sampling-params first" "$BIN" --root "$cft" apply topk-subset-sampler
+  expect 0 "$rel: apply (default profile) beside topk-subset-sampler" "$BIN" --root "$cft" apply
+  env GAUDI_FIXES_ROOT="$cft" python -m pytest -q -rs -p no:cacheprovider fixes/swap-states-sampling-params -k topk_hint \
+    >"$WORK/swap-hint-$rel.out" 2>&1; code=$?
+  if [ "$code" = 0 ] && grep -q "1 passed" "$WORK/swap-hint-$rel.out"; then ok "$rel: topk hint agrees with the device top_k"
+  else bad "$rel: topk hint test: exit $code"; cat "$WORK/swap-hint-$rel.out"; fi
+  expect_quiet 3 "$rel: revert swap-states-sampling-params refused while topk-subset-sampler is applied" \
+    "$BIN" --root "$cft" revert swap-states-sampling-params
+  expect 0 "$rel: revert --profile performance" "$BIN" --root "$cft" revert --profile performance
+  if diff -r "$cfp" "$cft" >/dev/null; then ok "$rel: revert restored every byte (vllm and vllm_gaudi)"
+  else bad "$rel: tree differs from pristine after revert"; diff -rq "$cfp" "$cft" | head; fi
+  rm -rf "$cft"
+  # Every hunk needed: on v0.30.0 every default fix; on v0.26.0 those whose hunks there are not the
+  # ones checked on v0.30.0 (a variant of its own with other lines): the same hunk is not dropped twice.
   case $rel in
-    v0.30.0)
-      expect 0 "$rel: every hunk of every default fix is needed (scripts/every-hunk-needed.py)" \
-        python scripts/every-hunk-needed.py --bin "$BIN" --tree "$cfp" --python python $DEFAULT_FIXES ;;
-    v0.26.0)
-      # Only the fixes whose v0.26.0 hunks are not the ones checked on v0.30.0 (a variant of its
-      # own with other lines): the same hunk is not dropped twice (CI's 90-minute budget).
-      own=$(for f in $DEFAULT_FIXES; do hunks_differ "$f" && echo "$f"; done)
-      if [ -n "$own" ]; then
-        # shellcheck disable=SC2086
-        expect 0 "$rel: every hunk of the default fixes with hunks of their own here is needed ($(echo $own))" \
-          python scripts/every-hunk-needed.py --bin "$BIN" --tree "$cfp" --python python $own
-      fi ;;
+    v0.30.0) own=$DEFAULT_FIXES ;;
+    v0.26.0) own=$(for f in $DEFAULT_FIXES; do hunks_differ "$f" && echo "$f"; done) ;;
+    *) own= ;;
   esac
-  rm -rf "$cfp" "$cft"
-done
-# --- end correctness fixes --------------------------------------------------------------------
+  [ -n "$own" ] && step "$rel: every hunk of every default fix is needed (scripts/every-hunk-needed.py, keyed gates)"
+  for fix in $own; do
+    gate every-hunk-needed "$fix" "$rel" "$rel: every hunk of $fix is needed" \
+      python scripts/every-hunk-needed.py --bin "$BIN" --tree "$cfp" --python python "$fix"
+  done
+}
+
 # --- conformance suite (gaudi-fixes conform; vllm_gaudi) ---------------------------------------
 # On each release, with vLLM's own GPU path of the tree as the differential reference: the
 # default profile applied, >= 200 seeded schedules (sync and async) -> no difference (exit 0);
@@ -274,7 +331,8 @@ done
 # fix's feature, one the default profile does not differ in (else the check proves nothing and
 # fails; a fix marked neutral on a release, CONFORM_NEUTRAL, must not be named there). Every
 # fifth schedule drives speculative decoding (feature spec_decode). Each run imports the tree's
-# vllm once (~15 s) and takes ~0.25-0.5 s a schedule; the mutants run $(nproc) at a time.
+# vllm once (~15 s) and takes ~0.25-0.5 s a schedule. The one-fix-out mutants and
+# scripts/conform-mutants.py are keyed gates.
 # fix@release pairs where the fix changes nothing any request sees (the fix's page says why):
 # there its one-fix-out mutant must name nothing in its feature (else the mark is wrong, and fails).
 # rejection-sample-fly-args: only vLLM 0.33's RejectionSampler passes the FLy arguments. The mark holds
@@ -300,16 +358,16 @@ conform_any() {
   python3 -c 'import json, sys; d = json.load(open(sys.argv[1]))
 sys.exit(0 if any(f["name"] in sys.argv[2:] and f["differences"] for f in d["features"]) else 1)' "$@"
 }
-# conform_without TREE FIX: apply the default profile without FIX, and without each fix apply
-# reports it selects FIX for ("note: FIX is selected too: X requires it"); prints what was left out.
+# conform_without PRISTINE TREE FIX: apply the default profile without FIX, and without each fix
+# apply reports it selects FIX for ("note: FIX is selected too: X requires it"); prints what was left out.
 conform_without() {
-  local drop=" $2 " others note more f
+  local cgp=$1 drop=" $3 " others note more f
   # one round per link of the longest `requires:` chain at most (each round drops at least one fix)
   for _ in $DEFAULT_FIXES; do
-    rm -rf "$1"; cp -a "$cgp" "$1"
+    rm -rf "$2"; cp -a "$cgp" "$2"
     others=$(for f in $DEFAULT_FIXES; do case $drop in *" $f "*) ;; *) echo "$f" ;; esac; done)
     # shellcheck disable=SC2086
-    note=$("$BIN" --root "$1" apply $others 2>&1) || return 1
+    note=$("$BIN" --root "$2" apply $others 2>&1) || return 1
     more=$(printf '%s\n' "$note" | sed -n 's/^note: .* is selected too: \([^ ]*\) requires it$/\1/p' | sort -u)
     # shellcheck disable=SC2086
     [ -z "$more" ] && { echo $drop; return 0; }
@@ -317,22 +375,35 @@ conform_without() {
   done
   return 1
 }
-for rel in $RELEASES; do
-  step "conformance suite on $rel: default profile 0 differences, pristine and every one-fix-out mutant named"
-  cgp=$(bash scripts/fetch-upstream.sh "$rel" "$WORK/conform-pristine-$rel" | tail -n 1) || { bad "fetch $rel"; continue; }
-  if [ ! -d "$cgp/vllm_gaudi" ]; then
-    echo "note: no vllm_gaudi tree for $rel; the conformance suite is NOT run (set GAUDI_FIXES_VLLM_GAUDI_SRC)"
-    continue
-  fi
-  started=$SECONDS
-  cgt=$WORK/conform-$rel
+# conform_mutant REL PRISTINE FIX: the gate's run: conform (40 schedules) on the default profile
+# minus FIX names FIX's feature, or names nothing there where FIX is marked neutral on REL.
+conform_mutant() {
+  local rel=$1 cgp=$2 fix=$3 feature mut dropped
+  feature=$(conform_feature "$fix")
+  mut=$WORK/conform-mutant-$rel-$fix
+  dropped=$(conform_without "$cgp" "$mut" "$fix") || { echo "FAIL: apply the default profile without $fix"; return 1; }
+  "$BIN" --root "$mut" --python python --format json conform --schedules 40 >"$mut.json"
+  rm -rf "$mut"
+  # shellcheck disable=SC2086
+  if case " $CONFORM_NEUTRAL " in *" $fix@$rel "*) [ "$dropped" = "$fix" ] ;; *) false ;; esac; then
+    if conform_any "$mut.json" $feature; then
+      echo "FAIL: default minus $dropped: conform names $feature, but $fix is marked neutral on $rel (CONFORM_NEUTRAL)"; return 1
+    fi
+    echo "PASS: default minus $dropped: conform names nothing in $feature ($fix changes nothing on $rel)"
+  elif conform_names "$mut.json" $feature; then echo "PASS: default minus $dropped: conform names $feature"
+  else echo "FAIL: default minus $dropped: conform does not name $feature"; return 1; fi
+}
+
+conformance() {
+  local rel=$1 cgp=$2 cgt=$WORK/conform-$1 got pristine_rc fix feature
+  step "$rel: conformance suite: default profile 0 differences, pristine and every one-fix-out mutant named"
   cp -a "$cgp" "$cgt"
   "$BIN" --root "$cgt" apply >/dev/null 2>&1 || bad "$rel: apply (default profile) for the conformance suite"
   "$BIN" --root "$cgt" --python python --format json conform --schedules 200 >"$WORK/conform-default-$rel.json" &
   "$BIN" --root "$cgp" --python python --format json conform --schedules 200 >"$WORK/conform-$rel.json" &
-  pristine_job=$!
-  wait $pristine_job; pristine_rc=$?
-  wait; got=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["exit_code"])' \
+  wait $!; pristine_rc=$?
+  wait
+  got=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["exit_code"])' \
     "$WORK/conform-default-$rel.json" 2>/dev/null || echo "?")
   if [ "$got" = 0 ]; then ok "$rel: conform on the default profile (200 schedules): no difference"
   else
@@ -346,9 +417,9 @@ for f in json.load(open(sys.argv[1]))["features"]:
 for g in json.load(open(sys.argv[1])).get("gpu_disagrees") or []:
     print("note: %s: vLLM'"'"'s GPU path disagrees with the request %d time(s); first: %s" % (g["name"], g["count"], g["first"]))' \
     "$WORK/conform-default-$rel.json" 2>/dev/null
-  if [ $pristine_rc = 1 ]; then ok "$rel: conform on the pristine tree finds differences (exit 1)"
+  if [ "$pristine_rc" = 1 ]; then ok "$rel: conform on the pristine tree finds differences (exit 1)"
   else bad "$rel: conform on the pristine tree did not exit 1"; fi
-  mutants=()
+  step "$rel: conformance suite: one-fix-out mutants (keyed gates)"
   for fix in $DEFAULT_FIXES; do
     feature=$(conform_feature "$fix")
     if [ -z "$feature" ]; then echo "note: $fix: its feature is not in the conformance suite yet"; continue; fi
@@ -359,46 +430,30 @@ for g in json.load(open(sys.argv[1])).get("gpu_disagrees") or []:
     # shellcheck disable=SC2086
     if conform_names "$WORK/conform-$rel.json" $feature; then ok "$rel: pristine: conform names $feature ($fix)"
     else bad "$rel: pristine: conform finds no difference in $feature ($fix)"; fi
-    mut=$WORK/conform-mutant-$rel-$fix
-    if ! dropped=$(conform_without "$mut" "$fix"); then bad "$rel: apply the default profile without $fix"; continue; fi
-    echo "$dropped" >"$mut.dropped"
-    while [ "$(jobs -rp | wc -l)" -ge "$(nproc)" ]; do wait -n; done
-    "$BIN" --root "$mut" --python python --format json conform --schedules 40 >"$mut.json" &
-    mutants+=("$fix")
-  done
-  wait
-  for fix in "${mutants[@]}"; do
-    feature=$(conform_feature "$fix")
-    mut=$WORK/conform-mutant-$rel-$fix
     # shellcheck disable=SC2086
     if conform_any "$WORK/conform-default-$rel.json" $feature; then
       bad "$rel: default minus $fix: the default profile differs in $feature too, so naming it proves nothing"
-    elif case " $CONFORM_NEUTRAL " in *" $fix@$rel "*) [ "$(cat "$mut.dropped")" = "$fix" ] ;; *) false ;; esac; then
-      # shellcheck disable=SC2086
-      if conform_any "$mut.json" $feature; then
-        bad "$rel: default minus $(cat "$mut.dropped"): conform names $feature, but $fix is marked neutral on $rel (CONFORM_NEUTRAL)"
-      else ok "$rel: default minus $(cat "$mut.dropped"): conform names nothing in $feature ($fix changes nothing on $rel)"; fi
-    elif conform_names "$mut.json" $feature; then ok "$rel: default minus $(cat "$mut.dropped"): conform names $feature"
-    else bad "$rel: default minus $(cat "$mut.dropped"): conform does not name $feature"; fi
+    fi
+    GATE_SETTINGS="schedules 40; neutral: $CONFORM_NEUTRAL" gate conform-one-fix-out "$fix" "$rel" \
+      "$rel: conform names $feature on the default profile without $fix" conform_mutant "$rel" "$cgp" "$fix"
   done
   # Single-statement mutants of the sampling path (scripts/conform-mutants.py), on one release:
   # every one that changes what a request is handed must be named.
   if [ "$rel" = v0.30.0 ]; then
-    expect 0 "$rel: conform names every single-statement mutant of the sampling path" \
+    GATE_SETTINGS="schedules 12" gate conform-mutants sampling-path "$rel" \
+      "$rel: conform names every single-statement mutant of the sampling path" \
       python scripts/conform-mutants.py --root "$cgt" --schedules 12
   fi
-  echo "conformance suite on $rel: $((SECONDS - started)) s"
-  rm -rf "$WORK"/conform-*
-done
-# --- end conformance suite --------------------------------------------------------------------
-# Issue 8 (exact placement), its own block: on a copy of each pristine release, reword
-# forward_native's docstring ("may be updated in-place" -> "may be modified in-place"). The
-# hunk's context then occurs only in forward_cpu: --check must say drifted (2) and name the
+  rm -rf "$cgt"
+}
+
+# docstring_drift REL PRISTINE: issue 8 (exact placement). On a copy of the pristine release,
+# reword forward_native's docstring ("may be updated in-place" -> "may be modified in-place").
+# The hunk's context then occurs only in forward_cpu: --check must say drifted (2) and name the
 # reason, apply must refuse (2) and write nothing — never put the fix into forward_cpu.
-for rel in $RELEASES; do
-  step "real vLLM $rel: forward_native's docstring reworded -> drift, never forward_cpu"
-  pristine=$(bash scripts/fetch-upstream.sh "$rel" | tail -n 1) || { bad "fetch vLLM $rel"; continue; }
-  doc=$WORK/docstring-$rel
+docstring_drift() {
+  local rel=$1 pristine=$2 doc=$WORK/docstring-$1 before code
+  step "$rel: forward_native's docstring reworded -> drift, never forward_cpu"
   mkdir -p "$doc" && cp -a "$pristine/vllm" "$doc/"
   python3 - "$doc/vllm/v1/sample/ops/topk_topp_sampler.py" <<'PY'
 import sys
@@ -410,19 +465,67 @@ i = src.index(old, start)
 assert i < src.index("def forward_cpu("), "the docstring belongs to forward_native"
 open(path, "w").write(src[:i] + "may be modified in-place" + src[i + len(old):])
 PY
-  snap() { (cd "$doc" && find . -type f -print0 | sort -z | xargs -0 sha256sum | sha256sum); }
-  before=$(snap)
-  "$BIN" --root "$doc" --only-tree vllm apply --check --profile performance >"$WORK/doc.out"; code=$?
+  before=$(snap "$doc")
+  "$BIN" --root "$doc" --only-tree vllm apply --check --profile performance >"$WORK/doc-$rel.out"; code=$?
   # The reason is in words: with the shipped context the reworded line is part of the hunk
   # ("not found"); with less context the same lines are only in forward_cpu ("found only inside").
-  if [ "$code" = 2 ] && grep -qE 'drift: hunk [0-9]+ .*(not found|found only inside `forward_cpu`.*the fix targets `forward_native`)' "$WORK/doc.out"; then
+  if [ "$code" = 2 ] && grep -qE 'drift: hunk [0-9]+ .*(not found|found only inside `forward_cpu`.*the fix targets `forward_native`)' "$WORK/doc-$rel.out"; then
     ok "$rel: reworded docstring: --check exits 2 and names the reason"
-  else bad "$rel: reworded docstring: --check exit $code"; cat "$WORK/doc.out"; fi
+  else bad "$rel: reworded docstring: --check exit $code"; cat "$WORK/doc-$rel.out"; fi
   expect_quiet 2 "$rel: reworded docstring: apply refuses" "$BIN" --root "$doc" --only-tree vllm apply --profile performance
-  if [ "$before" = "$(snap)" ]; then ok "$rel: refused apply wrote nothing"; else bad "$rel: refused apply changed the tree"; fi
+  if [ "$before" = "$(snap "$doc")" ]; then ok "$rel: refused apply wrote nothing"; else bad "$rel: refused apply changed the tree"; fi
   rm -rf "$doc"
-done
+}
 
+# release_lane REL: everything on one release, in its own log; its counts go to lane-REL.count.
+release_lane() {
+  local rel=$1 pristine=$CACHE/upstream/$1
+  LANE=$rel passed=0 failed=0 failures=()
+  TREE_ID=$(python3 scripts/gates.py tree-id "$pristine")
+  mapfile -t GATE_VARIANTS < <(variants_of "$pristine")
+  topk_cycle "$rel" "$pristine"
+  if [ -d "$pristine/vllm_gaudi" ]; then
+    correctness_fixes "$rel" "$pristine"
+    conformance "$rel" "$pristine"
+  else
+    echo "note: no vllm_gaudi tree for $rel; the correctness fixes and the conformance suite are NOT tested" \
+      "(set GAUDI_FIXES_VLLM_GAUDI_SRC)"
+  fi
+  docstring_drift "$rel" "$pristine"
+  lane_end
+  echo "$passed $failed" >"$WORK/lane-$rel.count"
+  if [ ${#failures[@]} -gt 0 ]; then printf '%s\n' "${failures[@]}" >"$WORK/lane-$rel.failures"; fi
+}
+# --- end of the lanes ----------------------------------------------------------------------
+
+# --- the lanes run, two at a time; the main lane goes on with what needs no tree --------------
+step "pristine trees of $RELEASES (scripts/fetch-upstream.sh: vLLM wheels download once into the cache)"
+for rel in $RELEASES; do
+  if heartbeat 30 "  ... fetch $rel" bash scripts/fetch-upstream.sh "$rel" >"$WORK/fetch-$rel.log" 2>&1; then
+    echo "$rel: $(tail -n 1 "$WORK/fetch-$rel.log")"
+  else bad "fetch vLLM $rel"; cat "$WORK/fetch-$rel.log"; fi
+done
+JOBS=${GAUDI_FIXES_TEST_JOBS:-2}
+# v0.30.0 first: its lane has the most gates (every hunk of every fix, conform-mutants.py).
+LANES=$(for rel in $RELEASES; do [ "$rel" = v0.30.0 ] && echo "$rel"; done; for rel in $RELEASES; do [ "$rel" = v0.30.0 ] || echo "$rel"; done)
+step "release lanes ($(echo $LANES), $JOBS at a time): each lane's log is shown when it ends"
+(
+  for rel in $LANES; do
+    [ -d "$CACHE/upstream/$rel" ] || continue
+    while [ "$(jobs -rp | wc -l)" -ge "$JOBS" ]; do wait -n; done
+    ( release_lane "$rel" ) >"$WORK/lane-$rel.log" 2>&1 &
+  done
+  wait
+) &
+POOL=$!
+# --- one state per fix on the real trees (tests/real_trees.rs) ------------------------------
+# The trees the loop above fetched into the cache: 0.26/0.30/0.33 with both vllm_gaudi archives,
+# every command reads every fix not applied on pristine, status names the applied variants, a
+# vllm_gaudi-only tree applies and reverts. The release test binary built for the reference step.
+step "one state per fix on the real pristine trees (tests/real_trees.rs, release build)"
+expect 0 "cargo test --release --test main real_trees::" \
+  cargo test --release --features reference --quiet --test main real_trees::
+# --- end real trees ------------------------------------------------------------------------
 step "gaudi-fixes lint --upstream (every variant against its pristine release)"
 expect 0 "lint --upstream" "$BIN" lint --upstream "$CACHE/upstream"
 
@@ -477,6 +580,13 @@ if [ ${#actionlint_cmd[@]} = 0 ]; then
 else
   expect 0 "actionlint .github/workflows/*.yml" "${actionlint_cmd[@]}" .github/workflows/*.yml
 fi
+# --- the pip wheel (scripts/test-wheel.sh) ------------------------------------------------
+step "pip wheel: build (manylinux2014), install offline into a fresh venv with vLLM and vllm_gaudi, image flow"
+expect 0 "scripts/test-wheel.sh (wheel, offline install, apply --check 1 / apply 0 / --check 0 / revert exact)" \
+  bash scripts/test-wheel.sh
+# --- end pip wheel ------------------------------------------------------------------------
+
+step "matrix fanned out: two per-release job files merge as a local --record writes"
 # matrix fanned out: two per-release job files merge into the table and the verified: lines one
 # local `matrix --record` over both releases writes. bad-words-rows (vllm_gaudi; a quick suite)
 # with its verified: lists emptied in two copies of the catalogue, so both have lines to write.
@@ -507,13 +617,57 @@ else
 fi
 # --- end where users live ------------------------------------------------------------------
 
-# --- the pip wheel (scripts/test-wheel.sh) ------------------------------------------------
-step "pip wheel: build (manylinux2014), install offline into a fresh venv with vLLM and vllm_gaudi, image flow"
-expect 0 "scripts/test-wheel.sh (wheel, offline install, apply --check 1 / apply 0 / --check 0 / revert exact)" \
-  bash scripts/test-wheel.sh
-# --- end pip wheel ------------------------------------------------------------------------
+
+step "waiting for the release lanes"
+shown=" " ticks=0
+while :; do
+  for rel in $LANES; do
+    case $shown in *" $rel "*) continue ;; esac
+    [ -f "$WORK/lane-$rel.count" ] || continue
+    echo; echo "---------- lane $rel ----------"; cat "$WORK/lane-$rel.log"; shown="$shown$rel "
+  done
+  kill -0 "$POOL" 2>/dev/null || break
+  sleep 10; ticks=$((ticks + 1))
+  if [ $((ticks % 6)) = 0 ]; then
+    awk -F'\t' -v now="$SECONDS" '$1 != "main" { last[$1] = $3; at[$1] = $2 }
+      END { for (l in last) if (last[l] != "(end)") printf "  ... lane %s: %s (for %d s)\n", l, last[l], now - at[l] }' "$WORK/steps.tsv"
+  fi
+done
+wait "$POOL"
+for rel in $LANES; do
+  case $shown in *" $rel "*) ;; *) [ -f "$WORK/lane-$rel.log" ] && { echo "---------- lane $rel ----------"; cat "$WORK/lane-$rel.log"; } ;; esac
+  if [ -f "$WORK/lane-$rel.count" ]; then
+    read -r p f <"$WORK/lane-$rel.count"
+    passed=$((passed + p)) failed=$((failed + f))
+    [ -f "$WORK/lane-$rel.failures" ] && mapfile -t -O "${#failures[@]}" failures <"$WORK/lane-$rel.failures"
+  elif [ -d "$CACHE/upstream/$rel" ]; then bad "lane $rel ended before its end (see its log above)"; fi
+done
 
 echo
+echo "step table (seconds; a lane's steps ran beside the main lane's):"
+python3 - "$WORK/steps.tsv" "$SECONDS" <<'PY'
+import sys
+rows = [line.rstrip("\n").split("\t") for line in open(sys.argv[1])]
+total = int(sys.argv[2])
+lanes = list(dict.fromkeys(r[0] for r in rows))
+for lane in lanes:
+    mine = [(int(at), name) for l, at, name in rows if l == lane]
+    for i, (at, name) in enumerate(mine):
+        if name == "(end)":
+            continue
+        end = mine[i + 1][0] if i + 1 < len(mine) else total
+        print(f"  {end - at:6d}  {lane:8s} {name[:100]}")
+print(f"  {total:6d}  total")
+PY
+echo
+if [ -s "$WORK/gates.log" ]; then
+  echo "mutation gates: $(grep -c '^reused' "$WORK/gates.log") reused (their inputs match their records in gates/)," \
+    "$(grep -c '^ran' "$WORK/gates.log") ran, $(grep -c '^FAILED' "$WORK/gates.log") failed$([ "$DEEP" = 1 ] && echo ' (--deep: every gate runs)')"
+  grep -v '^reused' "$WORK/gates.log" | sed 's/^/  /'
+  if grep -q '^ran' "$WORK/gates.log"; then
+    echo "  (the records of the gates that ran are written under gates/: commit them with the change)"
+  fi
+fi
 for f in "${failures[@]}"; do echo "failed: $f"; done
 echo "summary: $passed passed, $failed failed"
 [ "$failed" = 0 ]
