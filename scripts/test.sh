@@ -419,6 +419,17 @@ for g in json.load(open(sys.argv[1])).get("gpu_disagrees") or []:
     "$WORK/conform-default-$rel.json" 2>/dev/null
   if [ "$pristine_rc" = 1 ]; then ok "$rel: conform on the pristine tree finds differences (exit 1)"
   else bad "$rel: conform on the pristine tree did not exit 1"; fi
+  # The kept corpus: every schedule that ever found a difference, each with what it found and what
+  # answered it, replayed on the default profile in one run of the suite (one import of vLLM).
+  local corpus=(tests/conform-corpus/*.json)
+  python fixes/_support/conform.py --root "$cgt" --replay "${corpus[@]}" >"$WORK/corpus-$rel.json" 2>"$WORK/corpus-$rel.err"
+  if python3 -c 'import json, sys
+d = json.load(open(sys.argv[1]))
+diffs = [(f["name"], f["differences"], f["first"]) for f in d["features"] if f["differences"]]
+for name, n, first in diffs: print("  %s: %d difference(s); first: %s" % (name, n, first))
+sys.exit(0 if d["schedules"] == int(sys.argv[2]) and d["complete"] and not diffs else 1)' "$WORK/corpus-$rel.json" "${#corpus[@]}"; then
+    ok "$rel: the conform corpus (${#corpus[@]} schedules in tests/conform-corpus) replays with no difference"
+  else bad "$rel: the conform corpus replays with differences (or did not run)"; tail -n 5 "$WORK/corpus-$rel.err"; fi
   step "$rel: conformance suite: one-fix-out mutants (keyed gates)"
   for fix in $DEFAULT_FIXES; do
     feature=$(conform_feature "$fix")

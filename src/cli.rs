@@ -539,7 +539,8 @@ pub struct ConformFlags {
     /// scheduling; about 0.5 s each after a start of 15-60 s).
     #[arg(long, default_value_t = 200, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
     pub schedules: u32,
-    /// The first schedule's seed (schedule n uses seed + n): the same seed, the same schedules.
+    /// The first schedule's seed (schedule n uses seed + n; a report's "schedule N" is what
+    /// `--seed N --schedules 1` runs): the same seed, the same schedules.
     #[arg(long, default_value_t = 0, value_name = "S")]
     pub seed: u64,
     /// Stop at the first schedule that finds a difference and print that schedule as data

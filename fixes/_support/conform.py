@@ -32,7 +32,7 @@ right or wrong, decodes padded to the buckets 2, 4, 8; greedy requests with the 
 min_tokens, logprobs, bad_words, allowed_token_ids and grammars): every difference such a schedule
 shows counts as ``spec_decode`` (the sentence ends with the check's own feature in brackets).
 
-    python conform.py --root DIR [--schedules N] [--seed S] [--first] [--replay FILE]
+    python conform.py --root DIR [--schedules N] [--seed S] [--first] [--replay FILE...]
                       [--no-reference] [--progress]
 
 prints one JSON object: per feature, the schedules that exercised it, the differences and the
@@ -81,7 +81,7 @@ try:
     import harness
     import conform_schedule as schedules
     import vllm_gaudi_stubs as stubs
-    from conform_engines import GpuEngine, GpuModules, HpuEngine
+    from conform_engines import OWN_ONLY, GpuEngine, GpuModules, HpuEngine
 
     torch.set_num_threads(1)  # tiny tensors: a thread pool only costs time
     torch._dynamo.config.disable = True  # vLLM compiles gather_logprobs: 9 s per process for 4-row batches
@@ -146,10 +146,10 @@ def exercised(schedule: dict[str, Any]) -> set[str]:
     return out
 
 
-def _call_findings(ctx: checks.Ctx, call: checks.Call) -> list[tuple[str, str]]:
+def _call_findings(ctx: checks.Ctx, call: checks.Call, only: Optional[frozenset[str]] = None) -> list[tuple[str, str]]:
     out = []
     for c in checks.CHECKS:
-        if c.scope == "call":
+        if c.scope == "call" and (only is None or c.feature in only):
             for sentence in c.fn(ctx, call):
                 # A structured-output step samples every row in one call: what goes wrong there is the
                 # structured-output path's (the sentence still names the parameter).
@@ -161,8 +161,9 @@ def judge_step(ctx: checks.Ctx, hpu: Any, gpu: Any, f: Findings) -> None:
     """Every check of one step: the HPU calls against the requests and vLLM's GPU call, what was
     handed back."""
     own: set[tuple[str, str]] = set()
-    for call in gpu.calls if gpu else []:
-        for feature, sentence in _call_findings(ctx, call):
+    gpu_calls = [(c, None) for c in gpu.calls] + [(c, OWN_ONLY) for c in gpu.own_calls] if gpu else []
+    for call, only in gpu_calls:
+        for feature, sentence in _call_findings(ctx, call, only):
             rid = next((r for r in call.rows if r and f"request {r} " in sentence), None)
             own.add((feature, rid))
             f.gpu_suspect.add(rid)
@@ -312,7 +313,8 @@ def main() -> None:
     ap.add_argument("--schedules", type=int, default=200)
     ap.add_argument("--seed", type=int, default=0)
     ap.add_argument("--first", action="store_true", help="stop at the first schedule with a difference, and print it")
-    ap.add_argument("--replay", type=Path, help="run exactly this schedule (a `failing_schedule` saved to a file)")
+    ap.add_argument("--replay", type=Path, nargs="+",
+                    help="run exactly these schedules (each a `failing_schedule` saved to a file: the corpus)")
     ap.add_argument("--no-reference", action="store_true", help="leave out vLLM's GPU path (the differential half)")
     ap.add_argument("--progress", action="store_true", help="a conform-progress line on stderr per schedule")
     args = ap.parse_args()
@@ -320,10 +322,12 @@ def main() -> None:
         if not (args.root / rel).is_file():
             _cannot_run(f"no {rel} under {args.root}: the suite needs a vllm tree and a vllm_gaudi tree")
     if args.replay:
-        try:
-            plan = [schedules.load(args.replay)]
-        except (OSError, ValueError) as e:
-            _cannot_run(f"cannot replay {args.replay}: {e}")
+        plan = []
+        for path in args.replay:
+            try:
+                plan.append(schedules.load(path))
+            except (OSError, ValueError) as e:
+                _cannot_run(f"cannot replay {path}: {e}")
     else:
         plan = schedules.plan(args.seed, args.schedules)
     try:

@@ -74,6 +74,12 @@ def sampling_params(vllm: Any, asked: dict[str, Any]) -> Any:
     return params
 
 
+# The features an own-only call is checked in: vLLM's GPU batch hands a request another request's
+# allowed_token_ids mask after a condense (0.26.0 and 0.30.0; the plain schedules note it under
+# gpu_disagrees); on a rejection-sampler step that shows only in what the rejection sampler emits.
+OWN_ONLY = frozenset({"allowed_token_ids"})
+
+
 @dataclasses.dataclass
 class StepOut:
     """What one step of one engine did."""
@@ -84,6 +90,9 @@ class StepOut:
     returned: dict[str, list[int]]  # the tokens each scheduled request got back
     logprobs: dict[str, tuple[list[int], list[float]]]  # served per request: token ids, logprobs
     structured: bool = False
+    # Calls held only against the requests' own parameters, in ``OWN_ONLY``'s features (the GPU
+    # path's metadata of a rejection-sampler step): they say where the reference itself is wrong.
+    own_calls: list[Call] = dataclasses.field(default_factory=list)
 
     @property
     def computed(self) -> dict[str, int]:
@@ -156,16 +165,20 @@ class Recorder:
         self.side, self.sampler, self.engine = side, sampler, engine
         self.calls: list[Call] = []
 
-    def __call__(self, logits: torch.Tensor, sampling_metadata: Any, **_: Any) -> Any:
+    def record(self, logits: torch.Tensor, sampling_metadata: Any) -> Call:
+        """What the sampler is handed, as a ``Call`` (not drawn, not kept)."""
         rows, positions = zip(*(unmark(float(v)) for v in logits[:, 0])) if logits.shape[0] else ((), ())
         e = self.engine
         # The output ids are the requests' live lists, which grow after the call: kept as handed.
         md = copy.copy(sampling_metadata)
         if getattr(md, "output_token_ids", None) is not None:
             md.output_token_ids = [list(ids) for ids in md.output_token_ids]
-        call = Call(self.side, e.where(), list(rows), list(positions), logits.clone(), probe(rows, positions), md,
+        return Call(self.side, e.where(), list(rows), list(positions), logits.clone(), probe(rows, positions), md,
                     dict(e.states()), {rid: list(o) for rid, o in e.outputs().items()},
                     e.structured_ids(), dict(e.ends))
+
+    def __call__(self, logits: torch.Tensor, sampling_metadata: Any, **_: Any) -> Any:
+        call = self.record(logits, sampling_metadata)
         self.calls.append(call)
         out = self.sampler(logits, sampling_metadata)
         call.tokens = out.sampled_token_ids.flatten().tolist()
@@ -203,6 +216,9 @@ class HpuEngine:
         h, requests = self.h, self.schedule["requests"]
         scheduled = begin_step(self, h.scheduler, h.vllm, number, step, plain_params)
         if not scheduled:
+            # execute_model runs _update_states before it returns the empty output: finishes and
+            # requests left out (a preemption) leave the batch on such a step too.
+            h.runner._update_states(h.scheduler.output({}))
             return StepOut({}, {}, [], {}, {})
         grammar = grammar_output(step["structured"], requests) if step["structured"] else None
         out = h.step(scheduled, grammar_output=grammar)
@@ -301,6 +317,7 @@ class GpuEngine:
         requests, scheduler = self.schedule["requests"], self.scheduler
         scheduled = begin_step(self, scheduler, self.m.vllm, number, step, plain_params)
         if not scheduled:
+            self._update_states(scheduler.output({}))  # as HpuEngine.step: GPUModelRunner.execute_model
             return StepOut({}, {}, [], {}, {})
         self._update_states(scheduler.output(scheduled))
         batch = self.batch

@@ -170,10 +170,15 @@ def generate(seed: int, mode: str, spec: int = 0) -> dict[str, Any]:
 
 
 def plan(seed: int, count: int) -> list[dict[str, Any]]:
-    """The `count` schedules of a run from `seed`: sync and async in turn, every fifth one with
-    speculative decoding instead (the others are the schedules they were before spec decode)."""
-    return [generate(seed + n, "sync", SPEC) if n % 5 == 4 else generate(seed + n, "async" if n % 2 else "sync")
-            for n in range(count)]
+    """The `count` schedules of a run from `seed`: schedule s (seed + n) is the one `--seed s
+    --schedules 1` runs, whatever run it is part of."""
+    return [of(seed + n) for n in range(count)]
+
+
+def of(s: int) -> dict[str, Any]:
+    """Schedule s: its mode follows from s alone (a report's "schedule s" reruns as itself): with
+    speculative decoding when s % 5 == 4, else async for odd s, sync for even s."""
+    return generate(s, "sync", SPEC) if s % 5 == 4 else generate(s, "async" if s % 2 else "sync")
 
 
 def load(path: Path) -> dict[str, Any]:

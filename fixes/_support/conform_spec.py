@@ -242,6 +242,11 @@ class SpecGpuEngine(GpuEngine):
         self._update_states(so)
         batch = self.batch
         order = list(batch.req_ids[:batch.num_reqs])
+        # What vLLM's rejection sampler reads per row, held against each request's own parameters
+        # (conform.judge_step, OWN_ONLY): where vLLM's own batch hands a request another's state,
+        # the tokens it emits are the reference's error, not a difference of the HPU path.
+        marked = self.model.logits([(rid, self.ends[rid][0] - 1) for rid in order])
+        own = [self.recorder.record(marked, batch.sampling_metadata)]
         rows, target, bonus = [], [], []
         for rid in order:
             d, r = drafts.get(rid, []), scheduler.requests[rid]
@@ -292,7 +297,7 @@ class SpecGpuEngine(GpuEngine):
         # vLLM's scheduler: num_computed_tokens less the rejected drafts.
         scheduler.update({rid: n - (1 + len(drafts[rid]) - len(returned[rid]) if rid in drafts else 0)
                           for rid, n in scheduled.items()}, returned)
-        result = SpecStepOut(dict(scheduled), self.ends, [], returned, logprobs, spec=spec, before=before)
+        result = SpecStepOut(dict(scheduled), self.ends, [], returned, logprobs, own_calls=own, spec=spec, before=before)
         return split(result, block)
 
 
@@ -304,10 +309,11 @@ def _asked(r: checks.Request) -> str:
 @checks.check(FEATURE, "pair_step")
 def spec_tokens(ctx: checks.Ctx, hpu: Any, gpu: Any, suspect: set[str]) -> Iterable[str]:
     """Per request of a decode block with drafts whose tokens so far are the same on both sides:
-    the tokens it gets back and the logprobs it is served for each, against vLLM's GPU path."""
+    the tokens it gets back and the logprobs it is served for each, against vLLM's GPU path. Not
+    for a request the GPU path itself mishandled (`suspect`)."""
     for rid, (drafts, toks, lp) in getattr(hpu, "spec", {}).items():
         theirs = getattr(gpu, "spec", {}).get(rid)
-        if theirs is None or hpu.before.get(rid) != gpu.before.get(rid):
+        if theirs is None or rid in suspect or hpu.before.get(rid) != gpu.before.get(rid):
             continue
         r = ctx.requests[rid]
         gdrafts, gtoks, glp = theirs
