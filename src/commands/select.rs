@@ -151,7 +151,8 @@ fn what_apply_did(catalog: &Catalog, session: &Session) -> Result<(Vec<String>, 
 /// `--only-tree` too (read, never written), and any state but not-applied counts: drifted may
 /// be partly applied, skipped or error was not seen — except a dependant that is an error only
 /// because its other tree is absent while its files in the trees found are not applied (what
-/// `apply` could do there, `revert` undoes).
+/// `apply` could do there, `revert` undoes), and a drifted one never applied here (its release
+/// unsupported: [`plan::FixReport::never_applied`]).
 fn refuse_reverting_what_applied_fixes_require(
     catalog: &Catalog,
     names: &[String],
@@ -163,12 +164,16 @@ fn refuse_reverting_what_applied_fixes_require(
         return Ok(());
     }
     let fixes: Vec<&Fix> = dependants.iter().map(|(fix, _)| *fix).collect();
-    let reports =
-        plan::plan(catalog, &fixes, &session.trees, &TreeFilter::all(), &session.recorded()?, Op::Status)?.reports;
+    let recorded = session.recorded()?;
+    let reports = plan::plan(catalog, &fixes, &session.trees, &TreeFilter::all(), &recorded, Op::Status)?.reports;
     let applied: Vec<(&str, FixState, &str)> = reports
         .iter()
         .zip(&dependants)
-        .filter(|(report, _)| report.state != FixState::NotApplied && !report.absent_from_found_trees())
+        .filter(|(report, _)| {
+            report.state != FixState::NotApplied
+                && !report.absent_from_found_trees()
+                && !report.never_applied(&recorded)
+        })
         .map(|(report, (_, needed))| (report.name.as_str(), report.state, needed.as_str()))
         .collect();
     if applied.is_empty() {
