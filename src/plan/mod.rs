@@ -125,14 +125,18 @@ pub fn plan(
 /// trees found read not applied, saying why, so that neither refuses the revert of the others.
 fn nothing_to_revert(settled: &FixReport, recorded: &Recorded) -> FixReport {
     let mut report = settled.clone();
-    let why = if report.never_applied(recorded) {
-        "drifted, but nothing of it reads applied and no provenance record says gaudi-fixes applied it"
+    report.message = Some(if report.never_applied(recorded) {
+        "drifted, but no hunk of it reads applied and no provenance record says gaudi-fixes applied it: \
+         there is nothing of it to revert"
+            .to_string()
     } else if report.absent_from_found_trees() {
-        report.message.as_deref().unwrap_or("a tree it needs was not found")
+        format!(
+            "{}; nothing of it is applied in the trees found, so there is nothing to revert",
+            report.message.as_deref().unwrap_or("a tree it needs was not found")
+        )
     } else {
         return report;
-    };
-    report.message = Some(format!("{why}; nothing of it is applied in the trees found, so there is nothing to revert"));
+    });
     report.state = FixState::NotApplied;
     report
 }
