@@ -72,6 +72,9 @@ pub fn run_select(global: &Settings, args: &SelectArgs, op: Op, command: &'stati
     let plan = plan::plan(&catalog, &fixes, &session.trees, &session.filter, &session.recorded()?, op)?;
     let status = plan.status(op);
     let mut written = Vec::new();
+    if writes && status == ExitStatus::Applied {
+        notes.extend(session.sweep()?);
+    }
     if writes && status == ExitStatus::Applied && !plan.edits.is_empty() {
         plan::check_writable(&plan.edits)?;
         let records = provenance::after(&plan, session.provenance()?, &catalog.identity())?;

@@ -62,7 +62,26 @@ pub fn recover(roots: &[PathBuf]) -> Result<Vec<String>> {
                     remove_saved(&state)?;
                 }
             }
-            // A writer's clean-up of the bytecode kept for files changed since by another hand.
+            root.dir.rmdir_if_empty(OsStr::new(STATE_DIR));
+        }
+        Ok(said)
+    })
+}
+
+/// A writer's clean-up, once it knows it will not refuse: remove the bytecode kept for files
+/// in `roots` changed since by another hand (see `sweep_stashes`); a sentence each. Not part of
+/// [`recover`]: a run that then refuses (drift) changes nothing, and a stash dropped for an
+/// edit the user undoes afterwards would be lost for the revert that follows.
+pub fn sweep(roots: &[PathBuf]) -> Result<Vec<String>> {
+    with_roots(|locked| {
+        let mut said = Vec::new();
+        let mut seen = Vec::new();
+        for r in roots {
+            let root = find_root(locked, r)?;
+            if seen.contains(&root.id) {
+                continue;
+            }
+            seen.push(root.id.clone());
             said.extend(sweep_stashes(&root.dir)?);
             root.dir.rmdir_if_empty(OsStr::new(STATE_DIR));
         }
