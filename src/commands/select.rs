@@ -73,10 +73,10 @@ pub fn run_select(global: &Settings, args: &SelectArgs, op: Op, command: &'stati
     let status = plan.status(op);
     let mut written = Vec::new();
     if writes && status == ExitStatus::Applied {
+        plan::check_writable(&plan.edits)?;
         notes.extend(session.sweep()?);
     }
     if writes && status == ExitStatus::Applied && !plan.edits.is_empty() {
-        plan::check_writable(&plan.edits)?;
         let records = provenance::after(&plan, session.provenance()?, &catalog.identity())?;
         let action = if op == Op::Revert { Action::Revert } else { Action::Apply };
         transaction::commit(action, &plan.edits, records)?;

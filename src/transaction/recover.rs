@@ -82,11 +82,25 @@ pub fn sweep(roots: &[PathBuf]) -> Result<Vec<String>> {
                 continue;
             }
             seen.push(root.id.clone());
-            said.extend(sweep_stashes(&root.dir)?);
+            match sweep_stashes(&root.dir) {
+                Ok(swept) => said.extend(swept),
+                // A user who may read the tree but not its state (a root-owned install): a run
+                // with nothing to write needs no more than a reader (one with edits was checked
+                // writable first). Whether any stash there is stale it cannot tell, so it says
+                // nothing; the next writer that may read them sweeps them.
+                Err(e) if denied(&e) => {}
+                Err(e) => return Err(e),
+            }
             root.dir.rmdir_if_empty(OsStr::new(STATE_DIR));
         }
         Ok(said)
     })
+}
+
+/// Whether `e` is a permission refused by the file system.
+fn denied(e: &anyhow::Error) -> bool {
+    e.chain()
+        .any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::PermissionDenied))
 }
 
 /// The locked roots a journal's trees are, refusing a journal of another tree (a copy) or of
