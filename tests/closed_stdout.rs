@@ -63,3 +63,46 @@ fn a_closed_stdout_does_not_stop_an_apply() {
     assert_eq!(got, Some(0), "{err}");
     d.cmd().args(with_fixture(&["apply", "--check"])).expect(0);
 }
+
+/// Run the real binary with stdout and stderr on one pipe whose reading end is already closed
+/// (`gaudi-fixes … 2>&1 | head -0`). Returns the exit code.
+fn closed_both(d: &Dir, args: &[&str]) -> Option<i32> {
+    let (reader, writer) = std::io::pipe().expect("pipe");
+    drop(reader);
+    let mut cmd = Command::new(env!("CARGO_BIN_EXE_gaudi-fixes"));
+    for (k, _) in std::env::vars() {
+        if k.starts_with("GAUDI_FIXES_") {
+            cmd.env_remove(k);
+        }
+    }
+    let status = cmd
+        .current_dir(d.path())
+        .env("NO_COLOR", "1")
+        .args(args)
+        .stdin(Stdio::null())
+        .stdout(Stdio::from(writer.try_clone().unwrap()))
+        .stderr(Stdio::from(writer))
+        .status()
+        .expect("running gaudi-fixes");
+    status.code()
+}
+
+/// Issue 50 (9): with `2>&1 | head`, EPIPE on stderr panicked (exit 101): `status` with no
+/// tree, `apply --check UNKNOWN`, a note. A closed stderr is handled like a closed stdout: the
+/// exit code is the one the run gives with both open.
+#[test]
+fn a_closed_stderr_keeps_the_exit_code() {
+    let d = fixture();
+    d.write("empty/.keep", "");
+    for (args, code) in [
+        (vec!["--root", "empty", "status"], 3),
+        (with_fixture(&["apply", "--check", "no-such-fix"]), 3),
+        (with_fixture(&["--format", "json", "apply", "--check", "no-such-fix"]), 3),
+        (with_fixture(&["apply", "--check", "fix-b"]), 1),
+        (with_fixture(&["-q", "apply", "--check", "no-such-fix"]), 3),
+        (vec!["--no-such-flag"], 3),
+    ] {
+        d.cmd().args(&args).expect(code);
+        assert_eq!(closed_both(&d, &args), Some(code), "gaudi-fixes {} with stdout and stderr closed", args.join(" "));
+    }
+}

@@ -105,7 +105,11 @@ pub fn run_select(global: &Settings, args: &SelectArgs, op: Op, command: &'stati
     if global.quiet && status == ExitStatus::Error {
         // `-q` prints no report, but errors still print (on stderr): a fix that cannot be judged.
         for r in outcome.reports.iter().filter(|r| r.state == FixState::Error) {
-            eprintln!("gaudi-fixes: error: {}: {}", r.name, r.message.as_deref().unwrap_or("it cannot be judged"));
+            report::stderr_line(format_args!(
+                "gaudi-fixes: error: {}: {}",
+                r.name,
+                r.message.as_deref().unwrap_or("it cannot be judged")
+            ));
         }
     }
     Ok(status)
