@@ -430,3 +430,17 @@ fn the_built_in_suite_finds_the_pristine_trees_bugs_and_names_their_fixes() {
     let firsts: Vec<&str> = v["features"].as_array().unwrap().iter().filter_map(|f| f["first"].as_str()).collect();
     assert!(firsts.iter().any(|f| f.contains("vLLM's GPU path")), "{out}");
 }
+
+/// Issue 50 (10): `conform --schedules 4294967295` built its whole plan in memory (1.3 GB and
+/// growing before the first schedule). Above the most a run can mean (100000 schedules, about
+/// 14 hours) it is refused as a usage error, saying the range, before the suite starts.
+#[test]
+fn a_schedule_count_past_the_maximum_is_refused_before_the_suite_runs() {
+    let d = with_suite();
+    for n in ["1000001", "4294967295"] {
+        let (_, err) = conform(&d, "clean", &["conform", "--schedules", n], 3);
+        assert!(err.contains(&format!("'{n}' for '--schedules <N>'")) && err.contains("1..=100000"), "{err}");
+        assert!(!d.path().join("argv.json").exists(), "the suite ran");
+    }
+    conform(&d, "clean", &["conform", "--schedules", "100000"], 0);
+}
