@@ -343,7 +343,7 @@ fn a_drifted_dependant_that_was_never_applied_does_not_block_a_revert() {
     let (out, _) = d.cmd().args(with_fixture(&["status", "--format", "json"])).expect(0);
     assert!(out.contains("unsupported-release"), "{out}");
     for revert in [&["revert"][..], &["revert", "--profile", "default"], &["revert", "--profile", "performance"]] {
-        let (out, err) = d.cmd().args(with_fixture(&[&revert[..], &["--dry-run"]].concat())).expect(0);
+        let (out, err) = d.cmd().args(with_fixture(&[revert, &["--dry-run"]].concat())).expect(0);
         assert!(!err.contains("refusing"), "{revert:?}: {err}");
         assert!(out.contains("1 file(s) would be written"), "{revert:?}: {out}");
     }
