@@ -532,12 +532,18 @@ pub struct TestFlags {
     pub pytest_args: Vec<String>,
 }
 
+/// The most schedules one `conform` run takes (about 14 hours of them): the suite plans them
+/// all before the first, so a count past any real run's (`--schedules 4294967295`) only eats
+/// memory; refused as a usage error instead.
+pub const MAX_SCHEDULES: u32 = 100_000;
+
 /// `conform` flags.
 #[derive(Debug, Args)]
 pub struct ConformFlags {
-    /// How many seeded schedules to run, at least 1 (half under sync, half under async
+    /// How many seeded schedules to run, 1 to 100000 (half under sync, half under async
     /// scheduling; about 0.5 s each after a start of 15-60 s).
-    #[arg(long, default_value_t = 200, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, default_value_t = 200, value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..=MAX_SCHEDULES as i64))]
     pub schedules: u32,
     /// The first schedule's seed (schedule n uses seed + n; a report's "schedule N" is what
     /// `--seed N --schedules 1` runs): the same seed, the same schedules.

@@ -91,7 +91,9 @@ elif mode == "missing":
                       "pip": "py -m pip install --no-deps numpy msgspec"}))
     sys.exit(3)
 elif mode == "first":
-    schedule = {"seed": 7, "async": True, "steps": [{"arrive": ["r0"], "params": {"r0": {"min_p": 0.2}}}]}
+    schedule = {"version": 1, "seed": 7, "mode": "async",
+                "requests": {"r0": {"prompt": [5, 6], "params": {"min_p": 0.2}, "grammar": None}},
+                "steps": [{"arrive": ["r0"], "scheduled": {"r0": 2}}]}
     report(schedules=3, features=[feature("min_p", 3, 1, "schedule 7, step 0: r0 asked min_p=0.2")],
            failing_schedule=schedule)
 elif mode == "replay":
@@ -343,6 +345,39 @@ fn first_prints_the_failing_schedule_and_replay_runs_it() {
     assert!(!d.path().join("argv.json").exists(), "the suite ran");
 }
 
+/// Issue 50 (6): a replayed schedule whose step names a request it does not define was
+/// reported as a difference of the HPU path (exit 1, feature `raised`), and an empty schedule
+/// passed (exit 0, every feature "exercised"). A schedule is checked before the suite runs: a
+/// verdict needs at least one request and one step, and every name a step uses defined; else
+/// exit 3 naming the file and what is wrong.
+#[test]
+fn replay_refuses_a_schedule_that_cannot_give_a_verdict() {
+    let d = with_suite();
+    let request = r#""r0": {"prompt": [5, 6], "params": {}, "grammar": null}"#;
+    let cases = [
+        ("empty.json", r#"{"seed": 7}"#.to_string(), "no requests"),
+        ("no-steps.json", format!(r#"{{"seed": 7, "requests": {{{request}}}, "steps": []}}"#), "no steps"),
+        (
+            "undefined.json",
+            format!(
+                r#"{{"seed": 7, "requests": {{{request}}}, "steps": [{{"arrive": ["r0"], "scheduled": {{"r0": 2, "r9": 1}}}}]}}"#
+            ),
+            "step 0's `scheduled` names r9, a request the schedule does not define",
+        ),
+        (
+            "bad-list.json",
+            format!(r#"{{"seed": 7, "requests": {{{request}}}, "steps": [{{"finish": "r0"}}]}}"#),
+            "step 0's `finish` is not a list of request names",
+        ),
+    ];
+    for (file, text, want) in cases {
+        d.write(file, text);
+        let (_, err) = conform(&d, "replay", &["conform", "--replay", file], 3);
+        assert!(err.contains(file) && err.contains(want), "{file}: wanted `{want}` in:\n{err}");
+        assert!(!d.path().join("argv.json").exists(), "{file}: the suite ran");
+    }
+}
+
 #[test]
 fn conform_needs_both_trees() {
     let d = fixture();
@@ -452,4 +487,18 @@ fn schedule_n_of_a_report_is_what_seed_n_schedules_1_runs() {
     let in_run = min_p_first("10", "2");
     assert!(in_run.starts_with("schedule 11, step 0 (async"), "{in_run}");
     assert_eq!(min_p_first("11", "1"), in_run);
+}
+
+/// Issue 50 (10): `conform --schedules 4294967295` built its whole plan in memory (1.3 GB and
+/// growing before the first schedule). Above the most a run can mean (100000 schedules, about
+/// 14 hours) it is refused as a usage error, saying the range, before the suite starts.
+#[test]
+fn a_schedule_count_past_the_maximum_is_refused_before_the_suite_runs() {
+    let d = with_suite();
+    for n in ["1000001", "4294967295"] {
+        let (_, err) = conform(&d, "clean", &["conform", "--schedules", n], 3);
+        assert!(err.contains(&format!("'{n}' for '--schedules <N>'")) && err.contains("1..=100000"), "{err}");
+        assert!(!d.path().join("argv.json").exists(), "the suite ran");
+    }
+    conform(&d, "clean", &["conform", "--schedules", "100000"], 0);
 }

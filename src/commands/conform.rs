@@ -175,7 +175,7 @@ fn setup(global: &Settings, python: &str, text: &str, pins: &[suite::Pin]) -> Re
     let words = suite::pip_words(python, &file);
     let pip = words.join(" ");
     if !global.quiet {
-        eprintln!("conform --setup: running {pip}");
+        crate::report::stderr_line(format_args!("conform --setup: running {pip}"));
     }
     suite::run_pip(&words)?;
     let env = suite::probe(python, pins)?;

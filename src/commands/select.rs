@@ -72,8 +72,11 @@ pub fn run_select(global: &Settings, args: &SelectArgs, op: Op, command: &'stati
     let plan = plan::plan(&catalog, &fixes, &session.trees, &session.filter, &session.recorded()?, op)?;
     let status = plan.status(op);
     let mut written = Vec::new();
-    if writes && status == ExitStatus::Applied && !plan.edits.is_empty() {
+    if writes && status == ExitStatus::Applied {
         plan::check_writable(&plan.edits)?;
+        notes.extend(session.sweep()?);
+    }
+    if writes && status == ExitStatus::Applied && !plan.edits.is_empty() {
         let records = provenance::after(&plan, session.provenance()?, &catalog.identity())?;
         let action = if op == Op::Revert { Action::Revert } else { Action::Apply };
         transaction::commit(action, &plan.edits, records)?;
@@ -102,7 +105,11 @@ pub fn run_select(global: &Settings, args: &SelectArgs, op: Op, command: &'stati
     if global.quiet && status == ExitStatus::Error {
         // `-q` prints no report, but errors still print (on stderr): a fix that cannot be judged.
         for r in outcome.reports.iter().filter(|r| r.state == FixState::Error) {
-            eprintln!("gaudi-fixes: error: {}: {}", r.name, r.message.as_deref().unwrap_or("it cannot be judged"));
+            report::stderr_line(format_args!(
+                "gaudi-fixes: error: {}: {}",
+                r.name,
+                r.message.as_deref().unwrap_or("it cannot be judged")
+            ));
         }
     }
     Ok(status)
@@ -151,7 +158,8 @@ fn what_apply_did(catalog: &Catalog, session: &Session) -> Result<(Vec<String>, 
 /// `--only-tree` too (read, never written), and any state but not-applied counts: drifted may
 /// be partly applied, skipped or error was not seen — except a dependant that is an error only
 /// because its other tree is absent while its files in the trees found are not applied (what
-/// `apply` could do there, `revert` undoes).
+/// `apply` could do there, `revert` undoes), and a drifted one never applied here (its release
+/// unsupported: [`plan::FixReport::never_applied`]).
 fn refuse_reverting_what_applied_fixes_require(
     catalog: &Catalog,
     names: &[String],
@@ -163,12 +171,16 @@ fn refuse_reverting_what_applied_fixes_require(
         return Ok(());
     }
     let fixes: Vec<&Fix> = dependants.iter().map(|(fix, _)| *fix).collect();
-    let reports =
-        plan::plan(catalog, &fixes, &session.trees, &TreeFilter::all(), &session.recorded()?, Op::Status)?.reports;
+    let recorded = session.recorded()?;
+    let reports = plan::plan(catalog, &fixes, &session.trees, &TreeFilter::all(), &recorded, Op::Status)?.reports;
     let applied: Vec<(&str, FixState, &str)> = reports
         .iter()
         .zip(&dependants)
-        .filter(|(report, _)| report.state != FixState::NotApplied && !report.absent_from_found_trees())
+        .filter(|(report, _)| {
+            report.state != FixState::NotApplied
+                && !report.absent_from_found_trees()
+                && !report.never_applied(&recorded)
+        })
         .map(|(report, (_, needed))| (report.name.as_str(), report.state, needed.as_str()))
         .collect();
     if applied.is_empty() {

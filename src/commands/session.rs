@@ -63,6 +63,12 @@ impl Session {
         transaction::recover(&self.roots)
     }
 
+    /// For writers whose plan does not refuse: drop the bytecode stashes nothing refers to any
+    /// more in the roots; a sentence each.
+    pub fn sweep(&self) -> Result<Vec<String>> {
+        transaction::sweep(&self.roots)
+    }
+
     /// For readers: the journal a killed run left in each root, if any.
     pub fn pending(&self) -> Result<Vec<(PathBuf, Journal)>> {
         let mut found = Vec::new();

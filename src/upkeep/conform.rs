@@ -399,7 +399,11 @@ pub fn replay_file(path: &Path) -> Result<PathBuf> {
     let text = std::fs::read_to_string(path)
         .file_context(path, || format!("reading the schedule to replay, {}", path.display()))?;
     match serde_json::from_str::<serde_json::Value>(&text) {
-        Ok(v) if v.is_object() => {}
+        Ok(v) if v.is_object() => {
+            if let Err(why) = schedule_gives_a_verdict(&v) {
+                return Err(Located::in_file(path, format!("not a schedule to replay: {why}")).into());
+            }
+        }
         Ok(_) => {
             return Err(Located::in_file(
                 path,
@@ -412,6 +416,46 @@ pub fn replay_file(path: &Path) -> Result<PathBuf> {
         }
     }
     std::path::absolute(path).with_context(|| format!("resolving {}", path.display()))
+}
+
+/// Whether a schedule (`fixes/_support/conform_schedule.py` documents its format) can give a
+/// verdict: at least one request and one step, and every request a step names (`finish`,
+/// `preempt`, `arrive`, `structured`; the keys of `scheduled` and `drafts`) one it defines.
+/// Otherwise the suite ran it and called what broke a difference of the HPU path, or checked
+/// nothing and passed.
+fn schedule_gives_a_verdict(schedule: &serde_json::Value) -> Result<(), String> {
+    let requests = match schedule.get("requests") {
+        Some(serde_json::Value::Object(r)) if !r.is_empty() => r,
+        _ => return Err("it defines no requests (`requests`, an object of named requests)".into()),
+    };
+    let steps = match schedule.get("steps") {
+        Some(serde_json::Value::Array(s)) if !s.is_empty() => s,
+        _ => return Err("it has no steps (`steps`, a list)".into()),
+    };
+    for (n, step) in steps.iter().enumerate() {
+        let Some(step) = step.as_object() else { return Err(format!("step {n} is not an object")) };
+        let mut named: Vec<(&str, &str)> = Vec::new();
+        for key in ["finish", "preempt", "arrive", "structured"] {
+            match step.get(key) {
+                None => {}
+                Some(serde_json::Value::Array(names)) if names.iter().all(|x| x.is_string()) => {
+                    named.extend(names.iter().filter_map(|x| x.as_str()).map(|x| (key, x)));
+                }
+                Some(_) => return Err(format!("step {n}'s `{key}` is not a list of request names")),
+            }
+        }
+        for key in ["scheduled", "drafts"] {
+            match step.get(key) {
+                None => {}
+                Some(serde_json::Value::Object(by_name)) => named.extend(by_name.keys().map(|x| (key, x.as_str()))),
+                Some(_) => return Err(format!("step {n}'s `{key}` is not an object keyed by request name")),
+            }
+        }
+        if let Some((key, name)) = named.into_iter().find(|(_, name)| !requests.contains_key(*name)) {
+            return Err(format!("step {n}'s `{key}` names {name}, a request the schedule does not define"));
+        }
+    }
+    Ok(())
 }
 
 /// What the suite printed (its one JSON line), and the fixes `conform` names per feature.

@@ -289,9 +289,12 @@ pub fn run_tests(
         _ => bail!("pytest could not run {name}'s tests (exit {code}): {summary}"),
     }
     let skips = verdict.skip_reasons();
-    if verdict.passed == 0 && verdict.failed == 0 && verdict.errors == 0 {
+    // Errors alone (every test's setup failed: a harness that cannot load on this tree) are
+    // no verdict on the fix either: no test ran.
+    if verdict.passed == 0 && verdict.failed == 0 {
         let why = if skips.is_empty() { String::new() } else { format!("; skipped: {}", skips.join("; ")) };
-        bail!("no test of {name} ran (pytest: `{summary}`){why}");
+        let errored = if verdict.errors == 0 { "" } else { ": each one errored before it could run" };
+        bail!("no test of {name} ran{errored} (pytest: `{summary}`){why}");
     }
     Ok(TestRun {
         fix: name.clone(),
