@@ -478,7 +478,8 @@ fn schedule_n_of_a_report_is_what_seed_n_schedules_1_runs() {
     let d = Dir::new();
     let (python, root) = (python.to_str().expect("utf-8 path"), tree.to_str().expect("utf-8 path"));
     let min_p_first = |seed: &str, count: &str| {
-        let args = ["--root", root, "--python", python, "--format", "json", "conform", "--schedules", count, "--seed", seed];
+        let args =
+            ["--root", root, "--python", python, "--format", "json", "conform", "--schedules", count, "--seed", seed];
         let (out, _) = d.cmd().args(args).expect(1);
         let v = json(&out);
         let f = v["features"].as_array().unwrap().iter().find(|f| f["name"] == "min_p").cloned();
