@@ -214,6 +214,7 @@ impl From<ConformFlags> for settings::ConformArgs {
             seed: f.seed,
             first: f.first,
             replay: f.replay,
+            shrink: f.shrink,
             no_reference: f.no_reference,
             setup: f.setup,
             requirements: f.requirements,
@@ -556,17 +557,21 @@ pub struct ConformFlags {
     /// Run the one schedule saved in FILE (what --first printed) instead of seeded ones.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["schedules", "seed", "first"])]
     pub replay: Option<PathBuf>,
+    /// Shrink the schedule saved in FILE (what --first printed) to the smallest one that still
+    /// differs in the same feature, and print it (for --replay, and for an upstream bug report).
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["schedules", "seed", "first", "replay", "no_reference"])]
+    pub shrink: Option<PathBuf>,
     /// Only hold each request against its own parameters: vLLM's GPU path is not imported.
     #[arg(long = "no-reference")]
     pub no_reference: bool,
     /// Set up or repair --python's environment for the suite, then exit: write the pinned
     /// requirements built into gaudi-fixes to the cache and run `PYTHON -m pip install --no-deps
     /// -r FILE`. torch is never installed (the interpreter's own is used).
-    #[arg(long, conflicts_with_all = ["replay", "first", "requirements", "schedules", "seed", "no_reference"])]
+    #[arg(long, conflicts_with_all = ["replay", "shrink", "first", "requirements", "schedules", "seed", "no_reference"])]
     pub setup: bool,
     /// Print the pinned requirements built into gaudi-fixes (a file for `pip install --no-deps
     /// -r`), then exit.
-    #[arg(long, conflicts_with_all = ["replay", "first", "schedules", "seed", "no_reference"])]
+    #[arg(long, conflicts_with_all = ["replay", "shrink", "first", "schedules", "seed", "no_reference"])]
     pub requirements: bool,
 }
 

@@ -503,3 +503,33 @@ fn a_schedule_count_past_the_maximum_is_refused_before_the_suite_runs() {
     }
     conform(&d, "clean", &["conform", "--schedules", "100000"], 0);
 }
+
+/// `--shrink` on a pristine tree's first failing schedule prints a smaller schedule that still
+/// differs in the same feature, and `--replay` of it says so again.
+#[test]
+fn shrink_prints_a_smaller_schedule_that_still_differs_on_replay() {
+    let Some((python, tree)) = real_python_and_tree() else {
+        eprintln!("skipped: no venv with torch or no ~/.cache/gaudi-fixes/upstream/v0.30.0 with vllm_gaudi");
+        return;
+    };
+    let d = Dir::new();
+    let (python, root) = (python.to_str().expect("utf-8 path"), tree.to_str().expect("utf-8 path"));
+    let gf = |args: &[&str], code: i32| {
+        let mut all = vec!["--root", root, "--python", python, "--format", "json", "conform"];
+        all.extend_from_slice(args);
+        json(&d.cmd().args(all).expect(code).0)
+    };
+    let first = gf(&["--seed", "10", "--schedules", "5", "--first"], 1);
+    d.write("failing.json", &first["failing_schedule"].to_string());
+    let failing = d.path().join("failing.json");
+    let shrunk = gf(&["--shrink", failing.to_str().unwrap()], 1)["shrunk"].clone();
+    let (before, after) = (&shrunk["before"], &shrunk["after"]);
+    let size = |v: &serde_json::Value| (v["requests"].as_u64().unwrap(), v["steps"].as_u64().unwrap());
+    assert!(size(after).0 < size(before).0 && size(after).1 <= size(before).1, "{shrunk}");
+    d.write("small.json", &shrunk["schedule"].to_string());
+    let small = d.path().join("small.json");
+    let replayed = gf(&["--replay", small.to_str().unwrap()], 1);
+    let feature = shrunk["feature"].as_str().unwrap();
+    let row = replayed["features"].as_array().unwrap().iter().find(|f| f["name"] == feature).cloned().unwrap();
+    assert!(row["differences"].as_u64() > Some(0), "{replayed}");
+}

@@ -1,4 +1,4 @@
-//! `gaudi-fixes conform [--schedules N] [--seed S] [--first] [--replay FILE] [--no-reference]`:
+//! `gaudi-fixes conform [--schedules N] [--seed S] [--first] [--replay FILE] [--shrink FILE] [--no-reference]`:
 //! run the conformance suite (`fixes/_support/conform.py`, built into the binary with the
 //! catalogue) on the trees found, with the interpreter given by `--python`, as `test` does;
 //! `--setup` installs what the suite needs into that interpreter's environment (the pinned
@@ -44,6 +44,7 @@ pub fn run(global: &Settings, args: &ConformArgs) -> Result<ExitStatus> {
         return setup(global, &python, &text, &pins);
     }
     let replay = args.replay.as_deref().map(suite::replay_file).transpose()?;
+    let shrink = args.shrink.as_deref().map(suite::replay_file).transpose()?;
     // Shared, as `status` takes it, for the whole run: no `apply` writes the trees under the suite.
     let session = Session::open(global, Access::Read)?;
     let trees = &session.trees;
@@ -70,6 +71,9 @@ pub fn run(global: &Settings, args: &ConformArgs) -> Result<ExitStatus> {
     } else {
         filtered_view(&scratch.0, &[("vllm", &vllm.root), ("vllm_gaudi", &gaudi.root)])?
     };
+    if let Some(file) = shrink {
+        return shrink_run(global, &python, &suite_dir, &root, &file);
+    }
     let suite_args = SuiteArgs {
         root: root.clone(),
         schedules: if replay.is_some() { 1 } else { args.schedules },
@@ -95,6 +99,22 @@ pub fn run(global: &Settings, args: &ConformArgs) -> Result<ExitStatus> {
     };
     crate::report::emit(global.quiet, |w| conform_report::emit(w, global.format, &shown))?;
     Ok(status)
+}
+
+/// `conform --shrink FILE`: the shrinker's progress as step lines, then the smallest schedule that
+/// still differs (exit 1: it is a difference), or exit 3 with the reason there is none.
+fn shrink_run(global: &Settings, python: &str, dir: &Path, root: &Path, file: &Path) -> Result<ExitStatus> {
+    let mut progress = Progress::or_lines(global, "conform --shrink");
+    progress.draw(&format!("shrinking {} against {} (each try runs the schedule)", file.display(), root.display()));
+    let shrunk = suite::run_shrinker(python, dir, root, file, &mut |line| {
+        if let Some(step) = line.strip_prefix("conform-shrink: ") {
+            progress.draw(step);
+        }
+    });
+    progress.clear();
+    let shrunk = shrunk?;
+    crate::report::emit(global.quiet, |w| conform_report::shrunk(w, global.format, &shrunk))?;
+    Ok(ExitStatus::NotApplied)
 }
 
 /// Run the suite with a progress display: before the first schedule ends (the suite imports the

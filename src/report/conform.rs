@@ -8,7 +8,7 @@ use std::io::Write;
 use super::json::SCHEMA;
 use super::Format;
 use crate::exit_status::ExitStatus;
-pub use crate::upkeep::conform::{Conformance, Feature, GpuDisagrees};
+pub use crate::upkeep::conform::{Conformance, Feature, GpuDisagrees, Shrunk};
 use anyhow::Result;
 use colored::Colorize;
 
@@ -239,5 +239,29 @@ pub fn setup(out: &mut dyn Write, format: Format, s: &SetupShown<'_>) -> Result<
             }
         }
     }
+    Ok(())
+}
+
+/// `conform --shrink`: the feature it still differs in, the sizes before and after, the first
+/// difference, and the schedule itself as the last line (what `--replay` takes); JSON: the same
+/// under `shrunk`.
+pub fn shrunk(out: &mut dyn Write, format: Format, s: &Shrunk) -> Result<()> {
+    let sizes = |v: &serde_json::Value| {
+        ["requests", "steps", "parameters", "scheduled_tokens", "drafts"]
+            .iter()
+            .map(|k| format!("{} {}", v.get(*k).and_then(serde_json::Value::as_u64).unwrap_or(0), k.replace('_', " ")))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    if format == Format::Json {
+        let doc = serde_json::json!({ "schema": SCHEMA, "command": "conform --shrink", "shrunk": s });
+        writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
+        return Ok(());
+    }
+    writeln!(out, "still differs in {}: {}", s.feature.bold(), s.first)?;
+    writeln!(out, "from {}", sizes(&s.before))?;
+    writeln!(out, "to   {} ({} runs of the schedule)", sizes(&s.after), s.runs)?;
+    writeln!(out, "the shrunk schedule (save it to a file for --replay):")?;
+    writeln!(out, "{}", serde_json::to_string(&s.schedule)?)?;
     Ok(())
 }

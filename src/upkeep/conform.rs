@@ -24,6 +24,9 @@ use crate::error::{FileContext, Located};
 /// The suite's script in the test-support folder.
 pub const SUITE: &str = "conform.py";
 
+/// The shrinker's script in the test-support folder (`conform --shrink`): it imports the suite.
+pub const SHRINKER: &str = "conform_shrink.py";
+
 /// The pinned requirements' file in the test-support folder.
 pub const REQUIREMENTS: &str = "requirements.txt";
 
@@ -538,5 +541,78 @@ impl Conformance {
             }
             _ => Vec::new(),
         }
+    }
+}
+
+/// What the shrinker printed (`conform_shrink.py`'s last stdout line): the smallest schedule it
+/// found that still differs in `feature`, with the first difference and the sizes before and
+/// after; or an `error` (the file finds no difference to shrink).
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+pub struct Shrunk {
+    #[serde(default)]
+    pub schedule: serde_json::Value,
+    #[serde(default)]
+    pub feature: String,
+    #[serde(default)]
+    pub first: String,
+    #[serde(default)]
+    pub before: serde_json::Value,
+    #[serde(default)]
+    pub after: serde_json::Value,
+    #[serde(default)]
+    pub runs: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// Run the shrinker in `suite_dir` on `file` (an absolute path) against the trees under `root`;
+/// `line` gets each of its stderr lines as it comes. Its result, or why there is none.
+pub fn run_shrinker(
+    python: &str,
+    suite_dir: &Path,
+    root: &Path,
+    file: &Path,
+    line: &mut dyn FnMut(&str),
+) -> Result<Shrunk> {
+    let mut child = Command::new(python)
+        .current_dir(suite_dir)
+        .arg(SHRINKER)
+        .arg("--root")
+        .arg(root)
+        .arg(file)
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .env("PYTHONUNBUFFERED", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("running `{python} {SHRINKER}`"))?;
+    let mut stdout = child.stdout.take().expect("piped");
+    let stderr = child.stderr.take().expect("piped");
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = std::io::Read::read_to_string(&mut stdout, &mut text);
+        text
+    });
+    let mut tail: VecDeque<String> = VecDeque::new();
+    for l in std::io::BufRead::lines(std::io::BufReader::new(stderr)).map_while(Result::ok) {
+        line(&l);
+        tail.push_back(l);
+        if tail.len() > TAIL {
+            tail.pop_front();
+        }
+    }
+    let status = child.wait().context("waiting for the shrinker")?;
+    let stdout = reader.join().unwrap_or_default();
+    let last = stdout.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("");
+    let shrunk = serde_json::from_str::<Shrunk>(last).ok();
+    match shrunk {
+        Some(Shrunk { error: Some(error), .. }) => bail!("cannot shrink: {error}"),
+        Some(s) if status.success() && s.schedule.is_object() => Ok(s),
+        _ => bail!(
+            "the shrinker ended with {} and no schedule; the last lines it printed on stderr:\n{}",
+            ended(status),
+            Vec::from(tail).join("\n")
+        ),
     }
 }
