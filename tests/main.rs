@@ -17,6 +17,8 @@ mod docs;
 mod hangs_and_leaks;
 mod hostile;
 mod matrix_merge;
+
+mod pairing;
 mod placement;
 mod promises;
 mod properties;
