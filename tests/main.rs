@@ -17,7 +17,7 @@ mod docs;
 mod hangs_and_leaks;
 mod hostile;
 mod matrix_merge;
-
+mod noop_apply;
 mod pairing;
 mod placement;
 mod promises;

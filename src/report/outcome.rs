@@ -123,7 +123,8 @@ fn human_select(out: &mut dyn Write, o: &RunOutcome) -> Result<()> {
     // Nothing to report fix by fix (`-v`: every block): a check that passed, or an apply or
     // revert that found everything in the requested state (an image layer run again).
     let quiet_pass = o.status == ExitStatus::Applied && !o.verbose && !o.nothing_selected;
-    if quiet_pass && o.mode == Mode::Check {
+    let no_op = matches!(o.mode, Mode::Apply | Mode::Revert) && o.written.is_empty() && !o.reports.is_empty();
+    if quiet_pass && (o.mode == Mode::Check || no_op) {
         let head = match o.mode {
             Mode::Check => format!("check: {}", "everything applied".green()),
             _ => "nothing to do: already in the requested state".to_string(),
