@@ -71,3 +71,18 @@ fn a_pair_whose_imports_all_resolve_says_so() {
     let (status, _) = d.cmd().args(with_fixture(&["status"])).expect(0);
     assert!(status.contains("pairing: vllm_gaudi's imports from vLLM all resolve (2 files read)"), "{status}");
 }
+
+#[test]
+fn test_and_conform_refuse_a_vllm_without_the_sampling_path_naming_it() {
+    let d = paired();
+    // A python that would say the tests passed: the refusal comes before it runs.
+    let py = crate::common::fake_python(&d, "py/python", "verdict 0 1 0\nexit 0\n");
+    let py = py.to_str().unwrap();
+    for args in [vec!["--python", py, "test", "fix-a"], vec!["--python", py, "conform"]] {
+        let (_, err) = d.cmd().args(with_fixture(&args)).expect(3);
+        assert!(
+            err.contains("the vLLM 0.26.0 at") && err.contains("lacks vllm/v1/sample/sampler.py"),
+            "{args:?}: the vLLM side is not named:\n{err}"
+        );
+    }
+}

@@ -17,7 +17,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 
 use super::session::{Access, Session};
 use crate::catalog::{conform_key, Catalog, SUPPORT_DIR};
@@ -51,6 +51,7 @@ pub fn run(global: &Settings, args: &ConformArgs) -> Result<ExitStatus> {
         let notes = trees.notes.join("; ");
         bail!("conform needs a vllm tree and a vllm_gaudi tree ({notes}); give --root DIR holding both");
     };
+    session.require_the_sampling_path(&catalog).context("cannot run the conformance suite")?;
     let (_, pins) = suite::requirements(&catalog)?;
     let env = suite::probe(&python, &pins)?;
     let setup_line = setup_command(global);
