@@ -14,6 +14,7 @@ mod conform;
 mod conventions;
 mod discovery;
 mod docs;
+mod github_format;
 mod hangs_and_leaks;
 mod hostile;
 mod matrix_merge;

@@ -52,7 +52,8 @@ fn other_unresolved_names_are_a_warning_in_status_and_apply_goes_on() {
     let d = paired();
     with_sampler(&d);
     let (status, _) = d.cmd().args(with_fixture(&["status"])).expect(0);
-    let line = status.lines().find(|l| l.starts_with("pairing:")).unwrap_or_else(|| panic!("no pairing line:\n{status}"));
+    let line =
+        status.lines().find(|l| l.starts_with("pairing:")).unwrap_or_else(|| panic!("no pairing line:\n{status}"));
     assert!(
         line.contains("1 name(s)") && line.contains("vllm_gaudi/platform.py:1 imports not_in_vllm from vllm.mod"),
         "the first unresolved name is not in words: {line}"

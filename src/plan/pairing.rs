@@ -21,7 +21,8 @@ use crate::tree::TreeName;
 
 /// The modules of vLLM's V1 sampling path that vllm_gaudi's sampler and runner import and the
 /// catalogue's fixes plug into (vLLM 0.34.0 removed all three with the V1 GPU model runner).
-pub const SAMPLING_PATH: [&str; 3] = ["vllm.v1.sample.sampler", "vllm.v1.sample.metadata", "vllm.v1.sample.rejection_sampler"];
+pub const SAMPLING_PATH: [&str; 3] =
+    ["vllm.v1.sample.sampler", "vllm.v1.sample.metadata", "vllm.v1.sample.rejection_sampler"];
 
 /// Source files larger than this are not read (no vLLM or vllm_gaudi module comes near it).
 const MAX_MODULE_BYTES: u64 = 8 << 20;
@@ -320,7 +321,8 @@ fn imports(text: &str) -> Vec<Import> {
     out
 }
 
-const KEYWORDS: [&str; 12] = ["else", "try", "finally", "if", "elif", "while", "for", "with", "return", "match", "case", "lambda"];
+const KEYWORDS: [&str; 12] =
+    ["else", "try", "finally", "if", "elif", "while", "for", "with", "return", "match", "case", "lambda"];
 
 /// The names `text` binds: `def`/`class`, assignments and annotations (tuples too), imports.
 fn bound_names(text: &str) -> Bound {

@@ -86,21 +86,23 @@ fn github(out: &mut dyn Write, shown: &Shown<'_>) -> Result<()> {
     for f in c.features.iter().filter(|f| f.differences > 0) {
         let first = f.first.as_deref().unwrap_or("");
         let fixes = if f.fixes.is_empty() { String::new() } else { format!(" ({})", f.fixes.join(", ")) };
-        writeln!(
+        super::github::command(
             out,
-            "::error title=conform {}{fixes}::{} difference(s) in {} schedule(s); first: {first}",
-            f.name, f.differences, f.schedules
+            "error",
+            &[("title", &format!("conform {}{fixes}", f.name))],
+            &format!("{} difference(s) in {} schedule(s); first: {first}", f.differences, f.schedules),
         )?;
     }
     for e in &c.reference_errors {
-        writeln!(
+        super::github::command(
             out,
-            "::warning title=conform reference::vLLM's GPU reference failed (not counted): {}",
-            reference_error(e)
+            "warning",
+            &[("title", "conform reference")],
+            &format!("vLLM's GPU reference failed (not counted): {}", reference_error(e)),
         )?;
     }
     if c.differences() == 0 {
-        writeln!(out, "::notice::conform: {} schedules, no difference", c.schedules)?;
+        super::github::command(out, "notice", &[], &format!("conform: {} schedules, no difference", c.schedules))?;
     }
     Ok(())
 }

@@ -76,7 +76,11 @@ pub fn render(out: &mut dyn Write, format: Format, outcome: &RunOutcome) -> Resu
             github::error(out, &format!("gaudi-fixes: {}", refusal_words(outcome)))
         }
         Format::Github => {
-            github::print(out, &outcome.reports, outcome.mode == Mode::Check, &outcome.invocation)?;
+            let passed = outcome.status == ExitStatus::Applied;
+            github::print(out, &outcome.reports, outcome.mode == Mode::Check, passed, &outcome.invocation)?;
+            if outcome.mode == Mode::Check && outcome.status == ExitStatus::NotApplied {
+                github::check_failed(out, &outcome.reports, &outcome.invocation)?;
+            }
             github::summary(
                 out,
                 outcome.mode,
