@@ -223,6 +223,7 @@ fn every_missing_module_is_named_at_once_before_the_suite_runs() {
         .env("FAKE_PROBE", probe)
         .expect(3);
     assert!(err.contains("/py` has no torch: conform drives vLLM's and vllm_gaudi's sampling code"), "{err}");
+    assert!(err.contains("-m pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu`"), "{err}");
     assert!(!err.contains("the fix's tests"), "{err}");
     assert!(
         err.contains("2 of the 2 distributions the suite imports") && err.contains("msgspec==0.23.0, pydantic==2.14.4"),

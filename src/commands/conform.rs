@@ -27,7 +27,7 @@ use crate::report::conform::{self as conform_report, Conformance, SetupShown, Sh
 use crate::report::progress::Progress;
 use crate::settings::{ConformArgs, Settings};
 use crate::upkeep::conform::{self as suite, Environment, SuiteArgs};
-use crate::upkeep::pytest::{filtered_view, pinned_torch, resolve_python, write_folder, Scratch};
+use crate::upkeep::pytest::{filtered_view, resolve_python, write_folder, Scratch};
 
 /// Run `conform`.
 pub fn run(global: &Settings, args: &ConformArgs) -> Result<ExitStatus> {
@@ -56,7 +56,7 @@ pub fn run(global: &Settings, args: &ConformArgs) -> Result<ExitStatus> {
     let env = suite::probe(&python, &pins)?;
     let setup_line = setup_command(global);
     if !env.ready() {
-        bail!(suite::not_ready(&python, &env, &setup_line, pinned_torch(&vllm.root)));
+        bail!(suite::not_ready(&python, &env, &setup_line, Some(&vllm.root)));
     }
     let mut notes = version_notes(&env, &setup_line);
     let scratch = Scratch::new("conform")?;
@@ -200,7 +200,7 @@ fn setup(global: &Settings, python: &str, text: &str, pins: &[suite::Pin]) -> Re
     crate::report::emit(global.quiet, |w| conform_report::setup(w, global.format, &shown))?;
     if !env.ready() {
         let vllm_root = discover::discover(&global.trees.clone()).ok().and_then(|t| t.vllm.map(|v| v.root));
-        let why = suite::not_ready(python, &env, &setup_command(global), vllm_root.as_deref().and_then(pinned_torch));
+        let why = suite::not_ready(python, &env, &setup_command(global), vllm_root.as_deref());
         bail!("{why}\n(pip installed the pinned distributions it could; torch is never installed by gaudi-fixes)");
     }
     Ok(status)

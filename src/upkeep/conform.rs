@@ -156,18 +156,15 @@ pub fn probe(python: &str, pins: &[Pin]) -> Result<Environment> {
 
 /// Why the suite cannot run on `env`, in conform's words, with what to do: every missing module
 /// and distribution at once. `setup` is the command that installs the pinned ones.
-pub fn not_ready(python: &str, env: &Environment, setup: &str, torch_pin: Option<(String, String)>) -> String {
+pub fn not_ready(python: &str, env: &Environment, setup: &str, vllm_root: Option<&std::path::Path>) -> String {
     let mut parts = Vec::new();
     if env.missing_modules.iter().any(|m| m == "torch") {
-        let (version, from) = match &torch_pin {
-            Some((v, vllm)) => (v.clone(), format!(" (vLLM {vllm} pins torch=={v})")),
-            None => ("<the version your vLLM pins>".to_string(), String::new()),
-        };
         parts.push(format!(
             "`{python}` has no torch: conform drives vLLM's and vllm_gaudi's sampling code on CPU with the \
              interpreter's own torch, and gaudi-fixes never installs one. In a Gaudi image give --python the \
-             image's interpreter; on a CPU-only machine first `{python} -m pip install torch=={version} \
-             --index-url https://download.pytorch.org/whl/cpu`{from}"
+             image's interpreter; on a CPU-only machine first {}{}",
+            super::pytest::cpu_torch_install(python),
+            super::pytest::vllm_pin_note(vllm_root)
         ));
     }
     if env.missing_modules.iter().any(|m| m == "numpy") {
