@@ -16,9 +16,15 @@ use std::time::{Duration, Instant};
 use crate::common::{fixture, with_fixture, Dir};
 
 /// A stand-in interpreter: answers gaudi-fixes' probe with `$FAKE_PROBE` (default: everything
-/// there), records pip's arguments in `$FAKE_STATE/pip.args`, and runs anything else with the
-/// real `python3` (the stand-in suite).
+/// there), records pip's arguments in `$FAKE_STATE/pip.args`, makes a layered venv whose
+/// `bin/python` is itself, and runs anything else with the real `python3` (the stand-in suite,
+/// the question where its packages are).
 const FAKE_PYTHON: &str = r#"#!/bin/sh
+if [ "$1" = "-m" ] && [ "$2" = venv ]; then
+  for dir; do :; done
+  mkdir -p "$dir/bin" && cp "$0" "$dir/bin/python" && exit 0
+fi
+if [ "$1" = "-c" ] && [ -z "${2##*gaudi_fixes_site*}" ]; then exec python3 "$@"; fi
 if [ "$1" = "-c" ]; then
   echo gaudi-fixes-probe-ok
   if [ -e "$FAKE_STATE/installed" ]; then echo "$FAKE_PROBE_AFTER"; else echo "${FAKE_PROBE:-$ALL_THERE}"; fi
@@ -260,9 +266,23 @@ fn setup_installs_the_built_in_requirements_without_dependencies_and_requirement
     let (out, err) = run(&[], 0);
     let file = d.path().join("cache/conform/requirements.txt");
     let pip = d.read_string("pip.args");
-    assert_eq!(pip.trim(), format!("-m pip install --no-deps -r {}", file.display()), "{err}");
+    // Into conform's own venv, never into the interpreter's environment.
+    let venv = std::fs::read_dir(d.path().join("cache/conform"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("venv-")));
+    let venv = venv.unwrap_or_else(|| panic!("no venv in the cache:\n{err}"));
+    let (head, target) = pip.trim().split_once(" --target ").unwrap_or_else(|| panic!("pip has no --target: {pip}"));
+    assert_eq!(head, "-m pip install --no-deps --upgrade", "{err}");
+    assert!(target.starts_with(&format!("{}/lib/python3.", venv.display())), "{pip}");
+    assert!(target.ends_with(&format!("/site-packages -r {}", file.display())), "{pip}");
+    assert!(venv.join("bin/python").is_file(), "{err}");
     assert_eq!(std::fs::read_to_string(&file).unwrap(), REQUIREMENTS);
-    assert!(err.contains(&format!("running {}/py -m pip install --no-deps -r", d.path().display())), "{err}");
+    assert!(
+        err.contains(&format!("running {}/py -m pip install --no-deps --upgrade --target", d.path().display())),
+        "{err}"
+    );
     // The run it suggests is this one's: its catalogue, trees and interpreter.
     assert!(out.contains("ready; run `gaudi-fixes --catalog cat --root root --python ./py conform`"), "{out}");
     std::fs::remove_file(d.path().join("installed")).unwrap();

@@ -11,6 +11,7 @@ mod cli;
 mod closed_stdout;
 mod completion;
 mod conform;
+mod conform_setup;
 mod conventions;
 mod discovery;
 mod docs;

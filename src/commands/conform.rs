@@ -26,7 +26,7 @@ use crate::exit_status::ExitStatus;
 use crate::report::conform::{self as conform_report, Conformance, SetupShown, Shown};
 use crate::report::progress::Progress;
 use crate::settings::{ConformArgs, Settings};
-use crate::upkeep::conform::{self as suite, Environment, SuiteArgs};
+use crate::upkeep::conform::{self as suite, Environment, LayeredVenv, SuiteArgs};
 use crate::upkeep::pytest::{filtered_view, resolve_python, write_folder, Scratch};
 
 /// Run `conform`.
@@ -52,6 +52,9 @@ pub fn run(global: &Settings, args: &ConformArgs) -> Result<ExitStatus> {
         bail!("conform needs a vllm tree and a vllm_gaudi tree ({notes}); give --root DIR holding both");
     };
     session.require_the_sampling_path(&catalog).context("cannot run the conformance suite")?;
+    // The pins live in conform's own venv once `--setup` made it (the image's interpreter is
+    // never changed); else the interpreter may have them itself.
+    let python = LayeredVenv::of(&python)?.python().unwrap_or(python);
     let (_, pins) = suite::requirements(&catalog)?;
     let env = suite::probe(&python, &pins)?;
     let setup_line = setup_command(global);
@@ -169,16 +172,24 @@ fn name_fixes(catalog: &Catalog, report: &mut Conformance) -> Vec<String> {
     notes
 }
 
-/// `conform --setup`: write the pinned requirements into the cache, run pip on them without
-/// their dependencies into `python`'s environment, then check again.
+/// `conform --setup`: write the pinned requirements into the cache, make conform's own venv
+/// layered on `python` (the image's interpreter, left as it is), install the pins into it
+/// without their dependencies, then check the venv.
 fn setup(global: &Settings, python: &str, text: &str, pins: &[suite::Pin]) -> Result<ExitStatus> {
     let file = suite::write_requirements(text)?;
-    let words = suite::pip_words(python, &file);
+    let venv = LayeredVenv::of(python)?;
+    if !global.quiet {
+        eprintln!("conform --setup: conform's own venv {}, on {python}'s packages", venv.dir.display());
+    }
+    venv.make(python)?;
+    let words = suite::pip_words(python, &file, &venv.site);
     let pip = words.join(" ");
     if !global.quiet {
         eprintln!("conform --setup: running {pip}");
     }
     suite::run_pip(&words)?;
+    let venv_python = venv.python().context("the venv made has no bin/python")?;
+    let python = venv_python.as_str();
     let env = suite::probe(python, pins)?;
     let mut missing: Vec<String> = env.missing_modules.clone();
     missing.extend(env.missing.iter().map(ToString::to_string));
