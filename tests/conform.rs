@@ -149,10 +149,7 @@ fn differences_are_a_table_naming_each_features_fix_with_the_first_as_a_sentence
     assert!(words.contains("request r3 asked min_p=0.2; the HPU sampler applied none"), "{out}");
     assert!(out.contains("conform: 2 difference(s)"), "{out}");
     let header = out.lines().find(|l| l.trim_start().starts_with("feature")).unwrap_or_default();
-    assert!(
-        header.split_whitespace().eq(["feature", "schedules", "differences", "fix"]),
-        "{out}"
-    );
+    assert!(header.split_whitespace().eq(["feature", "schedules", "differences", "fix"]), "{out}");
     let row = |name: &str| out.lines().find(|l| l.trim_start().starts_with(name)).unwrap_or_default().to_string();
     assert!(row("min_p").split_whitespace().take(4).eq(["min_p", "3", "2", "fix-a"]), "{out}");
     assert!(row("seeds").split_whitespace().eq(["seeds", "4", "0", "none"]), "{out}");
