@@ -144,7 +144,7 @@ fn entry_points(root: &Path) -> Result<Vec<String>> {
     let mut out = vec![init];
     for import in imports(&text) {
         let base = match import.module.strip_prefix('.') {
-            Some(rel) if rel.is_empty() => "vllm_gaudi".to_string(),
+            Some("") => "vllm_gaudi".to_string(),
             Some(rel) => format!("vllm_gaudi.{rel}"),
             None if import.module == "vllm_gaudi" || import.module.starts_with("vllm_gaudi.") => import.module.clone(),
             None => continue,
