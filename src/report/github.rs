@@ -110,7 +110,7 @@ pub fn summary(
     };
     let names: Vec<String> = reports.iter().map(|r| format!("{} {}", r.name, word(r.state))).collect();
     let unverified = reports.iter().filter(|r| r.reason.as_ref().is_some_and(|x| x.note)).count();
-    let unverified = if unverified == 0 {
+    let unverified = if unverified == 0 || matches!(mode, Mode::Status | Mode::Diff) {
         String::new()
     } else {
         format!(" ({unverified} on a release its variant was not verified on: `-v` or the human report says which)")

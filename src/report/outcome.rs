@@ -76,7 +76,9 @@ pub fn render(out: &mut dyn Write, format: Format, outcome: &RunOutcome) -> Resu
             github::error(out, &format!("gaudi-fixes: {}", refusal_words(outcome)))
         }
         Format::Github => {
-            let passed = outcome.status == ExitStatus::Applied;
+            // A run that passed says its fixes' notes in its one summary; `status` and `diff`
+            // report, so each fix's note stays.
+            let passed = outcome.status == ExitStatus::Applied && !matches!(outcome.mode, Mode::Status | Mode::Diff);
             github::print(out, &outcome.reports, outcome.mode == Mode::Check, passed, &outcome.invocation)?;
             if outcome.mode == Mode::Check && outcome.status == ExitStatus::NotApplied {
                 github::check_failed(out, &outcome.reports, &outcome.invocation)?;
