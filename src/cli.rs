@@ -42,7 +42,7 @@ pub struct GlobalFlags {
     pub vllm_gaudi: Option<PathBuf>,
     /// Python interpreter asked where vllm and vllm_gaudi are installed (never imports them; the
     /// working directory is not searched).
-    #[arg(long, global = true, default_value = "python3", value_name = "PYTHON")]
+    #[arg(long, global = true, default_value = "python3", value_name = "PYTHON", add = complete::pythons())]
     pub python: String,
     /// Only touch/inspect patches of these trees; the others are reported as skipped.
     #[arg(long = "only-tree", global = true, value_parser = tree_name_parser(), value_name = "TREE")]
@@ -302,7 +302,8 @@ pub enum Command {
     /// Make or refresh a variant from a hand-edited tree, into a directory catalogue.
     Record(RecordFlags),
     /// Print a shell's completion script on stdout (e.g. `gaudi-fixes completions bash >
-    /// /etc/bash_completion.d/gaudi-fixes`); it asks `gaudi-fixes` on PATH for each completion.
+    /// /usr/share/bash-completion/completions/gaudi-fixes`); it asks `gaudi-fixes` on PATH for
+    /// each completion.
     Completions {
         #[arg(value_enum)]
         shell: clap_complete::Shell,

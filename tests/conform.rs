@@ -16,9 +16,15 @@ use std::time::{Duration, Instant};
 use crate::common::{fixture, with_fixture, Dir};
 
 /// A stand-in interpreter: answers gaudi-fixes' probe with `$FAKE_PROBE` (default: everything
-/// there), records pip's arguments in `$FAKE_STATE/pip.args`, and runs anything else with the
-/// real `python3` (the stand-in suite).
+/// there), records pip's arguments in `$FAKE_STATE/pip.args`, makes a layered venv whose
+/// `bin/python` is itself, and runs anything else with the real `python3` (the stand-in suite,
+/// the question where its packages are).
 const FAKE_PYTHON: &str = r#"#!/bin/sh
+if [ "$1" = "-m" ] && [ "$2" = venv ]; then
+  for dir; do :; done
+  mkdir -p "$dir/bin" && cp "$0" "$dir/bin/python" && exit 0
+fi
+if [ "$1" = "-c" ] && [ -z "${2##*gaudi_fixes_site*}" ]; then exec python3 "$@"; fi
 if [ "$1" = "-c" ]; then
   echo gaudi-fixes-probe-ok
   if [ -e "$FAKE_STATE/installed" ]; then echo "$FAKE_PROBE_AFTER"; else echo "${FAKE_PROBE:-$ALL_THERE}"; fi
@@ -141,16 +147,17 @@ fn json(out: &str) -> serde_json::Value {
 fn differences_are_a_table_naming_each_features_fix_with_the_first_as_a_sentence_and_exit_1() {
     let d = with_suite();
     let (out, _) = conform(&d, "differs", &["conform", "--schedules", "4"], 1);
-    assert!(out.contains("request r3 asked min_p=0.2; the HPU sampler applied none"), "{out}");
+    let words = out.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(words.contains("request r3 asked min_p=0.2; the HPU sampler applied none"), "{out}");
     assert!(out.contains("conform: 2 difference(s)"), "{out}");
     let header = out.lines().find(|l| l.trim_start().starts_with("feature")).unwrap_or_default();
-    assert!(
-        header.split_whitespace().eq(["feature", "schedules", "differences", "fix", "first", "difference"]),
-        "{out}"
-    );
+    assert!(header.split_whitespace().eq(["feature", "schedules", "differences", "fix"]), "{out}");
     let row = |name: &str| out.lines().find(|l| l.trim_start().starts_with(name)).unwrap_or_default().to_string();
     assert!(row("min_p").split_whitespace().take(4).eq(["min_p", "3", "2", "fix-a"]), "{out}");
-    assert!(row("seeds").split_whitespace().take(5).eq(["seeds", "4", "0", "-", "-"]), "{out}");
+    assert!(row("seeds").split_whitespace().eq(["seeds", "4", "0", "none"]), "{out}");
+    // The table fits 100 columns; the first difference is under its row.
+    assert!(out.lines().all(|l| l.chars().count() <= 100), "a line is over 100 columns:\n{out}");
+    assert!(row("first:").contains("schedule 7, step 2 (sync, decode call): request r3"), "{out}");
     let (out, _) = conform(&d, "differs", &["--format", "json", "conform", "--schedules", "4"], 1);
     let v = json(&out);
     assert_eq!((v["differences"].clone(), v["exit_code"].clone()), (2.into(), 1.into()), "{out}");
@@ -225,6 +232,7 @@ fn every_missing_module_is_named_at_once_before_the_suite_runs() {
         .env("FAKE_PROBE", probe)
         .expect(3);
     assert!(err.contains("/py` has no torch: conform drives vLLM's and vllm_gaudi's sampling code"), "{err}");
+    assert!(err.contains("-m pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu`"), "{err}");
     assert!(!err.contains("the fix's tests"), "{err}");
     assert!(
         err.contains("2 of the 2 distributions the suite imports") && err.contains("msgspec==0.23.0, pydantic==2.14.4"),
@@ -261,9 +269,23 @@ fn setup_installs_the_built_in_requirements_without_dependencies_and_requirement
     let (out, err) = run(&[], 0);
     let file = d.path().join("cache/conform/requirements.txt");
     let pip = d.read_string("pip.args");
-    assert_eq!(pip.trim(), format!("-m pip install --no-deps -r {}", file.display()), "{err}");
+    // Into conform's own venv, never into the interpreter's environment.
+    let venv = std::fs::read_dir(d.path().join("cache/conform"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("venv-")));
+    let venv = venv.unwrap_or_else(|| panic!("no venv in the cache:\n{err}"));
+    let (head, target) = pip.trim().split_once(" --target ").unwrap_or_else(|| panic!("pip has no --target: {pip}"));
+    assert_eq!(head, "-m pip install --no-deps --upgrade", "{err}");
+    assert!(target.starts_with(&format!("{}/lib/python3.", venv.display())), "{pip}");
+    assert!(target.ends_with(&format!("/site-packages -r {}", file.display())), "{pip}");
+    assert!(venv.join("bin/python").is_file(), "{err}");
     assert_eq!(std::fs::read_to_string(&file).unwrap(), REQUIREMENTS);
-    assert!(err.contains(&format!("running {}/py -m pip install --no-deps -r", d.path().display())), "{err}");
+    assert!(
+        err.contains(&format!("running {}/py -m pip install --no-deps --upgrade --target", d.path().display())),
+        "{err}"
+    );
     // The run it suggests is this one's: its catalogue, trees and interpreter.
     assert!(out.contains("ready; run `gaudi-fixes --catalog cat --root root --python ./py conform`"), "{out}");
     std::fs::remove_file(d.path().join("installed")).unwrap();

@@ -57,6 +57,13 @@ fn test_without_pytest_or_torch_is_a_clear_error() {
         .env("FAKE_MISSING", "pytest torch")
         .expect(3);
     assert!(err.contains("has no torch and no pytest") && err.contains("--python"), "{err}");
+    // The CPU wheel of the torch the tests are run with, from the CPU index alone: with the
+    // package index as an extra index pip takes the CUDA build from there.
+    assert!(
+        err.contains("-m pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu`")
+            && !err.contains("extra-index-url"),
+        "{err}"
+    );
     let (_, err) = d.cmd().args(with_fixture(&["--python", "./no-such-python", "test", "fix-a"])).expect(3);
     assert!(err.contains("cannot run `") && err.contains("no-such-python`"), "{err}");
     let (_, err) = d.cmd().args(with_fixture(&["--python", "./py", "test", "fix-b"])).expect(3);

@@ -65,6 +65,32 @@ pub fn run_select(global: &Settings, args: &SelectArgs, op: Op, command: &'stati
         names = did;
         notes.extend(said);
     }
+    let pairing = plan::pairing::check(&catalog, &session.trees)?;
+    // Undoing is always possible; applying to a vLLM without the path the fixes plug into is
+    // not: refuse before judging (exit 2, nothing written).
+    let refusal = match (&pairing, &session.trees.vllm) {
+        (Some(pairing), Some(vllm)) if op != Op::Revert => pairing.refusal(vllm),
+        _ => None,
+    };
+    if let Some(refusal) = refusal {
+        let outcome = RunOutcome {
+            command,
+            mode: mode(op, args.dry_run),
+            status: ExitStatus::Drifted,
+            would_write: 0,
+            trees: session.trees.clone(),
+            reports: Vec::new(),
+            written: Vec::new(),
+            notes,
+            nothing_selected: false,
+            verbose: global.verbose,
+            invocation: global.invocation(),
+            pairing,
+            refusal: Some(refusal),
+        };
+        report::emit(global.quiet, |out| report::outcome::render(out, global.format, &outcome))?;
+        return Ok(ExitStatus::Drifted);
+    }
     let fixes: Vec<&Fix> = catalog.order(&names)?;
     if op == Op::Revert {
         refuse_reverting_what_applied_fixes_require(&catalog, &names, &session, &global.invocation())?;
@@ -82,15 +108,9 @@ pub fn run_select(global: &Settings, args: &SelectArgs, op: Op, command: &'stati
         transaction::commit(action, &plan.edits, records)?;
         written = plan.edits.iter().map(|e| e.path.clone()).collect();
     }
-    let mode = match (op, args.dry_run) {
-        (Op::Check, _) => Mode::Check,
-        (_, true) => Mode::DryRun,
-        (Op::Revert, false) => Mode::Revert,
-        _ => Mode::Apply,
-    };
     let outcome = RunOutcome {
         command,
-        mode,
+        mode: mode(op, args.dry_run),
         status,
         would_write: plan.edits.len(),
         trees: session.trees.clone(),
@@ -100,6 +120,8 @@ pub fn run_select(global: &Settings, args: &SelectArgs, op: Op, command: &'stati
         nothing_selected: names.is_empty() && !undo_apply,
         verbose: global.verbose,
         invocation: global.invocation(),
+        pairing,
+        refusal: None,
     };
     report::emit(global.quiet, |out| report::outcome::render(out, global.format, &outcome))?;
     if global.quiet && status == ExitStatus::Error {
@@ -113,6 +135,16 @@ pub fn run_select(global: &Settings, args: &SelectArgs, op: Op, command: &'stati
         }
     }
     Ok(status)
+}
+
+/// How a run of `op` reports.
+fn mode(op: Op, dry_run: bool) -> Mode {
+    match (op, dry_run) {
+        (Op::Check, _) => Mode::Check,
+        (_, true) => Mode::DryRun,
+        (Op::Revert, false) => Mode::Revert,
+        _ => Mode::Apply,
+    }
 }
 
 /// What a plain `revert` undoes: every catalogue fix that a tree's provenance record says apply

@@ -14,6 +14,7 @@
 mod chain;
 mod detect;
 mod evaluate;
+pub mod pairing;
 pub mod reason;
 mod verdict;
 mod workspace;

@@ -159,18 +159,15 @@ pub fn probe(python: &str, pins: &[Pin]) -> Result<Environment> {
 
 /// Why the suite cannot run on `env`, in conform's words, with what to do: every missing module
 /// and distribution at once. `setup` is the command that installs the pinned ones.
-pub fn not_ready(python: &str, env: &Environment, setup: &str, torch_pin: Option<(String, String)>) -> String {
+pub fn not_ready(python: &str, env: &Environment, setup: &str, vllm_root: Option<&std::path::Path>) -> String {
     let mut parts = Vec::new();
     if env.missing_modules.iter().any(|m| m == "torch") {
-        let (version, from) = match &torch_pin {
-            Some((v, vllm)) => (v.clone(), format!(" (vLLM {vllm} pins torch=={v})")),
-            None => ("<the version your vLLM pins>".to_string(), String::new()),
-        };
         parts.push(format!(
             "`{python}` has no torch: conform drives vLLM's and vllm_gaudi's sampling code on CPU with the \
              interpreter's own torch, and gaudi-fixes never installs one. In a Gaudi image give --python the \
-             image's interpreter; on a CPU-only machine first `{python} -m pip install torch=={version} \
-             --index-url https://download.pytorch.org/whl/cpu`{from}"
+             image's interpreter; on a CPU-only machine first {}{}",
+            super::pytest::cpu_torch_install(python),
+            super::pytest::vllm_pin_note(vllm_root)
         ));
     }
     if env.missing_modules.iter().any(|m| m == "numpy") {
@@ -198,15 +195,85 @@ pub fn write_requirements(text: &str) -> Result<PathBuf> {
     Ok(path)
 }
 
-/// The pip command `--setup` runs, as words.
-pub fn pip_words(python: &str, file: &Path) -> Vec<String> {
+/// The pip command `--setup` runs, as words: `python`'s own pip, installing into `target` (the
+/// layered venv's site-packages), never into `python`'s environment.
+pub fn pip_words(python: &str, file: &Path, target: &Path) -> Vec<String> {
     let mut words = vec![python.to_string()];
-    words.extend(["-m", "pip", "install", "--no-deps", "-r"].map(String::from));
+    words.extend(["-m", "pip", "install", "--no-deps", "--upgrade", "--target"].map(String::from));
+    words.push(target.display().to_string());
+    words.push("-r".into());
     words.push(file.display().to_string());
     words
 }
 
-/// Run pip (its output on our stderr, so stdout stays the report's); an error when it fails.
+/// The venv of conform's own that `--setup` makes for an interpreter (the image's): its pins
+/// live there, so the interpreter's environment is never changed (pinned versions vLLM's own
+/// requirements exclude broke `pip check` of the image's vLLM). It is layered on the
+/// interpreter: `--system-site-packages`, and a `.pth` naming the interpreter's site-packages
+/// (a venv made from a venv's python is based on the base installation, whose site-packages
+/// would not hold the image's torch).
+#[derive(Debug, Clone)]
+pub struct LayeredVenv {
+    pub dir: PathBuf,
+    /// The venv's site-packages, where the pins go.
+    pub site: PathBuf,
+    /// The interpreter's site-packages directories, for the `.pth`.
+    base_sites: Vec<String>,
+}
+
+/// The `.pth` in the layered venv that puts the interpreter's site-packages after its own.
+const BASE_PTH: &str = "gaudi_fixes_base.pth";
+
+impl LayeredVenv {
+    /// The layered venv for `python` in the cache (one per interpreter and Python version),
+    /// made or not.
+    pub fn of(python: &str) -> Result<LayeredVenv> {
+        let code = "import json, sys  # gaudi_fixes_site\n\
+                    print(json.dumps([sys.executable, '%d.%d' % sys.version_info[:2], \
+                    [p for p in sys.path if p.endswith(('site-packages', 'dist-packages'))]]))";
+        let out = Command::new(python)
+            .arg("-c")
+            .arg(code)
+            .stdin(Stdio::null())
+            .output()
+            .with_context(|| format!("cannot run `{python}` for the conformance suite (give --python PATH)"))?;
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let answer: Option<(String, String, Vec<String>)> =
+            stdout.lines().last().and_then(|l| serde_json::from_str(l).ok()).filter(|_| out.status.success());
+        let Some((executable, version, base_sites)) = answer else {
+            bail!("`{python}` did not say where its packages are (is it a Python interpreter?); give --python PATH");
+        };
+        let key = crate::hash::sha256_hex(format!("{executable}\n{version}").as_bytes());
+        let dir = super::upstream::cache_dir()?.join("conform").join(format!("venv-{}", &key[..12]));
+        let site = dir.join("lib").join(format!("python{version}")).join("site-packages");
+        Ok(LayeredVenv { dir, site, base_sites })
+    }
+
+    /// The venv's interpreter, once `--setup` made it.
+    pub fn python(&self) -> Option<String> {
+        let python = self.dir.join("bin").join("python");
+        python.is_file().then(|| python.display().to_string())
+    }
+
+    /// Make the venv with `python` (once), and name `python`'s site-packages in its `.pth`
+    /// (every time: the image's may have moved).
+    pub fn make(&self, python: &str) -> Result<()> {
+        if self.python().is_none() {
+            let dir = self.dir.display().to_string();
+            let words: Vec<String> =
+                [python, "-m", "venv", "--without-pip", "--system-site-packages", &dir].map(String::from).to_vec();
+            run_pip(&words)?;
+        }
+        std::fs::create_dir_all(&self.site).file_context(&self.site, || format!("creating {}", self.site.display()))?;
+        let pth = self.site.join(BASE_PTH);
+        let text: String = self.base_sites.iter().map(|p| format!("{p}\n")).collect();
+        std::fs::write(&pth, text).file_context(&pth, || format!("writing {}", pth.display()))?;
+        Ok(())
+    }
+}
+
+/// Run pip (or `python -m venv`; its output on our stderr, so stdout stays the report's); an
+/// error when it fails.
 pub fn run_pip(words: &[String]) -> Result<()> {
     let status = Command::new(&words[0])
         .args(&words[1..])
