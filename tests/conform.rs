@@ -542,13 +542,13 @@ fn shrink_prints_a_smaller_schedule_that_still_differs_on_replay() {
         json(&d.cmd().args(all).expect(code).0)
     };
     let first = gf(&["--seed", "10", "--schedules", "5", "--first"], 1);
-    d.write("failing.json", &first["failing_schedule"].to_string());
+    d.write("failing.json", first["failing_schedule"].to_string());
     let failing = d.path().join("failing.json");
     let shrunk = gf(&["--shrink", failing.to_str().unwrap()], 1)["shrunk"].clone();
     let (before, after) = (&shrunk["before"], &shrunk["after"]);
     let size = |v: &serde_json::Value| (v["requests"].as_u64().unwrap(), v["steps"].as_u64().unwrap());
     assert!(size(after).0 < size(before).0 && size(after).1 <= size(before).1, "{shrunk}");
-    d.write("small.json", &shrunk["schedule"].to_string());
+    d.write("small.json", shrunk["schedule"].to_string());
     let small = d.path().join("small.json");
     let replayed = gf(&["--replay", small.to_str().unwrap()], 1);
     let feature = shrunk["feature"].as_str().unwrap();
