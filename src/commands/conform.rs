@@ -199,7 +199,10 @@ fn setup(global: &Settings, python: &str, text: &str, pins: &[suite::Pin]) -> Re
     let file = suite::write_requirements(text)?;
     let venv = LayeredVenv::of(python)?;
     if !global.quiet {
-        eprintln!("conform --setup: conform's own venv {}, on {python}'s packages", venv.dir.display());
+        crate::report::stderr_line(format_args!(
+            "conform --setup: conform's own venv {}, on {python}'s packages",
+            venv.dir.display()
+        ));
     }
     venv.make(python)?;
     let words = suite::pip_words(python, &file, &venv.site);

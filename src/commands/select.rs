@@ -49,17 +49,7 @@ pub fn run_select(global: &Settings, args: &SelectArgs, op: Op, command: &'stati
     let writes = matches!(op, Op::Apply | Op::Revert) && !args.dry_run && !args.check;
     let session = Session::open(global, if writes { Access::Write } else { Access::Read })?;
     session.require_a_tree()?;
-    if writes {
-        notes.extend(session.recover()?);
-    } else {
-        for (root, _) in session.pending()? {
-            notes.push(format!(
-                "{}: an interrupted gaudi-fixes run left a journal; the next `apply` or `revert` finishes it first",
-                root.display()
-            ));
-        }
-    }
-    notes.extend(session.remove_stale_temp_files(&catalog)?);
+    notes.extend(before_planning(&session, &catalog, writes)?);
     if undo_apply {
         let (did, said) = what_apply_did(&catalog, &session)?;
         names = did;
@@ -135,6 +125,24 @@ pub fn run_select(global: &Settings, args: &SelectArgs, op: Op, command: &'stati
         }
     }
     Ok(status)
+}
+
+/// What a run does to the trees before it plans, and says: a writer finishes or undoes what an
+/// interrupted run left (a reader only says there is such a journal); stale temp files go.
+fn before_planning(session: &Session, catalog: &Catalog, writes: bool) -> Result<Vec<String>> {
+    let mut notes = Vec::new();
+    if writes {
+        notes.extend(session.recover()?);
+    } else {
+        for (root, _) in session.pending()? {
+            notes.push(format!(
+                "{}: an interrupted gaudi-fixes run left a journal; the next `apply` or `revert` finishes it first",
+                root.display()
+            ));
+        }
+    }
+    notes.extend(session.remove_stale_temp_files(catalog)?);
+    Ok(notes)
 }
 
 /// How a run of `op` reports.
