@@ -42,7 +42,7 @@ pub struct GlobalFlags {
     pub vllm_gaudi: Option<PathBuf>,
     /// Python interpreter asked where vllm and vllm_gaudi are installed (never imports them; the
     /// working directory is not searched).
-    #[arg(long, global = true, default_value = "python3", value_name = "PYTHON")]
+    #[arg(long, global = true, default_value = "python3", value_name = "PYTHON", add = complete::pythons())]
     pub python: String,
     /// Only touch/inspect patches of these trees; the others are reported as skipped.
     #[arg(long = "only-tree", global = true, value_parser = tree_name_parser(), value_name = "TREE")]
@@ -214,6 +214,7 @@ impl From<ConformFlags> for settings::ConformArgs {
             seed: f.seed,
             first: f.first,
             replay: f.replay,
+            shrink: f.shrink,
             no_reference: f.no_reference,
             setup: f.setup,
             requirements: f.requirements,
@@ -301,7 +302,8 @@ pub enum Command {
     /// Make or refresh a variant from a hand-edited tree, into a directory catalogue.
     Record(RecordFlags),
     /// Print a shell's completion script on stdout (e.g. `gaudi-fixes completions bash >
-    /// /etc/bash_completion.d/gaudi-fixes`); it asks `gaudi-fixes` on PATH for each completion.
+    /// /usr/share/bash-completion/completions/gaudi-fixes`); it asks `gaudi-fixes` on PATH for
+    /// each completion.
     Completions {
         #[arg(value_enum)]
         shell: clap_complete::Shell,
@@ -532,12 +534,18 @@ pub struct TestFlags {
     pub pytest_args: Vec<String>,
 }
 
+/// The most schedules one `conform` run takes (about 14 hours of them): the suite plans them
+/// all before the first, so a count past any real run's (`--schedules 4294967295`) only eats
+/// memory; refused as a usage error instead.
+pub const MAX_SCHEDULES: u32 = 100_000;
+
 /// `conform` flags.
 #[derive(Debug, Args)]
 pub struct ConformFlags {
-    /// How many seeded schedules to run, at least 1 (half under sync, half under async
+    /// How many seeded schedules to run, 1 to 100000 (half under sync, half under async
     /// scheduling; about 0.5 s each after a start of 15-60 s).
-    #[arg(long, default_value_t = 200, value_name = "N", value_parser = clap::value_parser!(u32).range(1..))]
+    #[arg(long, default_value_t = 200, value_name = "N",
+          value_parser = clap::value_parser!(u32).range(1..=MAX_SCHEDULES as i64))]
     pub schedules: u32,
     /// The first schedule's seed (schedule n uses seed + n; a report's "schedule N" is what
     /// `--seed N --schedules 1` runs): the same seed, the same schedules.
@@ -550,17 +558,21 @@ pub struct ConformFlags {
     /// Run the one schedule saved in FILE (what --first printed) instead of seeded ones.
     #[arg(long, value_name = "FILE", conflicts_with_all = ["schedules", "seed", "first"])]
     pub replay: Option<PathBuf>,
+    /// Shrink the schedule saved in FILE (what --first printed) to the smallest one that still
+    /// differs in the same feature, and print it (for --replay, and for an upstream bug report).
+    #[arg(long, value_name = "FILE", conflicts_with_all = ["schedules", "seed", "first", "replay", "no_reference"])]
+    pub shrink: Option<PathBuf>,
     /// Only hold each request against its own parameters: vLLM's GPU path is not imported.
     #[arg(long = "no-reference")]
     pub no_reference: bool,
     /// Set up or repair --python's environment for the suite, then exit: write the pinned
     /// requirements built into gaudi-fixes to the cache and run `PYTHON -m pip install --no-deps
     /// -r FILE`. torch is never installed (the interpreter's own is used).
-    #[arg(long, conflicts_with_all = ["replay", "first", "requirements", "schedules", "seed", "no_reference"])]
+    #[arg(long, conflicts_with_all = ["replay", "shrink", "first", "requirements", "schedules", "seed", "no_reference"])]
     pub setup: bool,
     /// Print the pinned requirements built into gaudi-fixes (a file for `pip install --no-deps
     /// -r`), then exit.
-    #[arg(long, conflicts_with_all = ["replay", "first", "schedules", "seed", "no_reference"])]
+    #[arg(long, conflicts_with_all = ["replay", "shrink", "first", "schedules", "seed", "no_reference"])]
     pub requirements: bool,
 }
 

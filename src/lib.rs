@@ -201,6 +201,22 @@ mod layers {
         assert!(found.is_empty(), "command lines built below report/ (give them as Advice):\n{}", found.join("\n"));
     }
 
+    /// Nothing writes to stderr with `eprintln!`/`eprint!`: they panic on a closed stderr
+    /// (`… 2>&1 | head`, exit 101 instead of the verdict); `report::stderr_line` does not.
+    #[test]
+    fn nothing_panics_on_a_closed_stderr() {
+        let macros = [["eprint", "ln!"].concat(), ["eprint", "!("].concat()];
+        let mut found = Vec::new();
+        for (rel, _, text) in sources() {
+            for (n, code) in code_lines(&text) {
+                if macros.iter().any(|m| code.contains(m.as_str())) {
+                    found.push(format!("src/{rel}:{n}: {}", code.trim()));
+                }
+            }
+        }
+        assert!(found.is_empty(), "stderr written with a macro that panics on EPIPE:\n{}", found.join("\n"));
+    }
+
     /// The house's rule: no function over 100 lines (from its `fn` line to its closing brace, as
     /// rustfmt lays it out) outside `reference/`.
     #[test]

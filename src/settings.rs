@@ -164,6 +164,8 @@ pub struct ConformArgs {
     pub first: bool,
     /// Run the one schedule saved in this file instead of seeded ones.
     pub replay: Option<PathBuf>,
+    /// Shrink the schedule saved in this file to the smallest that still differs.
+    pub shrink: Option<PathBuf>,
     /// Only hold requests against their own parameters (vLLM's GPU path not imported).
     pub no_reference: bool,
     /// Install the suite's pinned requirements into `--python`'s environment, then exit.

@@ -103,3 +103,31 @@ fn the_stash_follows_every_write_of_gaudi_fixes_own() {
     }
     crate::common::assert_same(&d.snapshot("root"), &installed, "after apply, apply on top, revert, revert");
 }
+
+/// Issue 50 (2): apply, edit a patched line, `revert` → exit 2 "nothing was written", yet the
+/// stash was removed ("note: removed the bytecode kept for …"): once the edit was undone the
+/// revert gave the source back with its own mtime and without pip's `.pyc`. A refused run
+/// changes nothing; the stash is still the way back.
+#[test]
+fn a_refused_revert_keeps_the_bytecode_stash() {
+    let d = fixture();
+    if !install(&d, PRISTINE, 2) {
+        eprintln!("no python3: skipped");
+        return;
+    }
+    let installed = d.snapshot("root");
+    d.cmd().args(with_fixture(&["apply", "fix-a"])).expect(0);
+    let applied = d.read_string("root/vllm/mod.py");
+    d.write("root/vllm/mod.py", applied.replace("b = a * 3", "b = a * 4"));
+    let state = d.snapshot("root/.gaudi-fixes");
+    for args in [&["revert", "fix-a"][..], &["revert"], &["apply", "fix-a"]] {
+        let (out, _) = d.cmd().args(with_fixture(args)).expect(2);
+        assert!(!out.contains("removed the bytecode"), "{args:?} refused, yet: {out}");
+        crate::common::assert_same(&d.snapshot("root/.gaudi-fixes"), &state, "after a refused run");
+    }
+    d.write("root/vllm/mod.py", &applied);
+    d.cmd().args(with_fixture(&["revert", "fix-a"])).expect(0);
+    let mut now = d.snapshot("root");
+    now.retain(|k, _| !k.starts_with(".gaudi-fixes"));
+    crate::common::assert_same(&now, &installed, "after the edit was undone and fix-a reverted");
+}

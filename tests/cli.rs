@@ -77,7 +77,12 @@ fn one_line_edit_inside_a_hunk_is_drift_with_a_diff_and_apply_refuses() {
     assert!(out.contains("drift:") && out.contains("-    a = x + 1") && out.contains("+    a = x + 42"), "{out}");
     let (out, _) = d.cmd().args(with_fixture(&["apply"])).expect(2);
     assert!(out.contains("nothing was written"), "{out}");
-    d.cmd().args(with_fixture(&["revert", "fix-a"])).expect(2);
+    // Never applied (no hunk reads applied, no provenance record): nothing of it to revert,
+    // which is no drift to refuse (issue 50: such a fix blocked the revert of the others).
+    let (out, _) = d.cmd().args(with_fixture(&["revert", "fix-a"])).expect(0);
+    assert!(out.contains("nothing to do: already in the requested state: 1 fix (1 not applied)"), "{out}");
+    let (out, _) = d.cmd().args(with_fixture(&["-v", "revert", "fix-a"])).expect(0);
+    assert!(out.contains("there is nothing of it to revert"), "{out}");
     // Plain revert undoes what apply did, which was nothing here.
     let (out, _) = d.cmd().args(with_fixture(&["revert"])).expect(0);
     assert!(out.contains("nothing to revert"), "{out}");

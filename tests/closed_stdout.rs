@@ -6,8 +6,9 @@ use std::process::{Command, Stdio};
 use crate::common::{fixture, with_fixture, Dir};
 
 /// Run the real binary with a stdout pipe whose reading end is already closed: every write to
-/// it fails with EPIPE, deterministically. Returns the exit code and stderr.
-fn closed_stdout(d: &Dir, args: &[&str]) -> (Option<i32>, String) {
+/// it fails with EPIPE, deterministically; with `stderr_too` stderr is that pipe as well
+/// (`… 2>&1 | head -0`), else piped. Returns the exit code and stderr.
+fn on_closed_pipe(d: &Dir, args: &[&str], stderr_too: bool) -> (Option<i32>, String) {
     let (reader, writer) = std::io::pipe().expect("pipe");
     drop(reader);
     let mut cmd = Command::new(env!("CARGO_BIN_EXE_gaudi-fixes"));
@@ -16,16 +17,21 @@ fn closed_stdout(d: &Dir, args: &[&str]) -> (Option<i32>, String) {
             cmd.env_remove(k);
         }
     }
+    let stderr = if stderr_too { Stdio::from(writer.try_clone().unwrap()) } else { Stdio::piped() };
     let out = cmd
         .current_dir(d.path())
         .env("NO_COLOR", "1")
-        .args(with_fixture(args))
+        .args(args)
         .stdin(Stdio::null())
         .stdout(Stdio::from(writer))
-        .stderr(Stdio::piped())
+        .stderr(stderr)
         .output()
         .expect("running gaudi-fixes");
     (out.status.code(), String::from_utf8_lossy(&out.stderr).into_owned())
+}
+
+fn closed_stdout(d: &Dir, args: &[&str]) -> (Option<i32>, String) {
+    on_closed_pipe(d, &with_fixture(args), false)
 }
 
 fn assert_code(d: &Dir, args: &[&str], code: i32) {
@@ -62,4 +68,29 @@ fn a_closed_stdout_does_not_stop_an_apply() {
     let (got, err) = closed_stdout(&d, &["apply"]);
     assert_eq!(got, Some(0), "{err}");
     d.cmd().args(with_fixture(&["apply", "--check"])).expect(0);
+}
+
+/// Issue 50 (9): with `2>&1 | head`, EPIPE on stderr panicked (exit 101): `status` with no
+/// tree, `apply --check UNKNOWN`, a note. A closed stderr is handled like a closed stdout: the
+/// exit code is the one the run gives with both open.
+#[test]
+fn a_closed_stderr_keeps_the_exit_code() {
+    let d = fixture();
+    d.write("empty/.keep", "");
+    for (args, code) in [
+        (vec!["--root", "empty", "status"], 3),
+        (with_fixture(&["apply", "--check", "no-such-fix"]), 3),
+        (with_fixture(&["--format", "json", "apply", "--check", "no-such-fix"]), 3),
+        (with_fixture(&["apply", "--check", "fix-b"]), 1),
+        (with_fixture(&["-q", "apply", "--check", "no-such-fix"]), 3),
+        (vec!["--no-such-flag"], 3),
+    ] {
+        d.cmd().args(&args).expect(code);
+        assert_eq!(
+            on_closed_pipe(&d, &args, true).0,
+            Some(code),
+            "gaudi-fixes {} with stdout and stderr closed",
+            args.join(" ")
+        );
+    }
 }

@@ -220,3 +220,32 @@ fn a_completion_variable_in_the_environment_changes_no_command() {
         d.cmd().env("GAUDI_FIXES_COMPLETE", "fish").args(["--", "gaudi-fixes", "apply", "--profile", ""]).expect(0);
     assert!(out.lines().any(|l| l.starts_with("default")), "{out}");
 }
+
+/// Issue 48: `--python <TAB>` completed nothing. A path completes to directories and
+/// executables there, a bare word to the `python…` executables on PATH.
+#[test]
+fn python_completes_executables() {
+    use std::os::unix::fs::PermissionsExt;
+    let d = Dir::new();
+    let exe = d.write("bin/python-image", "#!/bin/sh\n");
+    std::fs::set_permissions(&exe, std::fs::Permissions::from_mode(0o755)).unwrap();
+    d.write("bin/python-notes.txt", "not a program\n");
+    let bin = d.path().join("bin").display().to_string();
+    assert_eq!(bash(&["gaudi-fixes", "--python", &format!("{bin}/py")]), [format!("{bin}/python-image")]);
+    let on_path = bash(&["gaudi-fixes", "apply", "--python", "pyth"]);
+    assert!(on_path.iter().any(|p| p == "python3"), "python3 on PATH is not offered: {on_path:?}");
+}
+
+/// `completions --help` names the directory README installs the bash script into.
+#[test]
+fn completions_help_and_readme_name_the_same_directory() {
+    let out = Command::new(env!("CARGO_BIN_EXE_gaudi-fixes")).args(["completions", "--help"]).output().unwrap();
+    let help = String::from_utf8_lossy(&out.stdout).replace('\n', " ");
+    let readme = std::fs::read_to_string(Path::new(env!("CARGO_MANIFEST_DIR")).join("README.md")).unwrap();
+    let dir = "/usr/share/bash-completion/completions/";
+    assert!(readme.contains(dir), "README no longer installs into {dir}");
+    assert!(
+        help.split_whitespace().collect::<String>().contains(dir) && !help.contains("bash_completion.d"),
+        "completions --help names another directory:\n{help}"
+    );
+}

@@ -16,9 +16,15 @@ use std::time::{Duration, Instant};
 use crate::common::{fixture, with_fixture, Dir};
 
 /// A stand-in interpreter: answers gaudi-fixes' probe with `$FAKE_PROBE` (default: everything
-/// there), records pip's arguments in `$FAKE_STATE/pip.args`, and runs anything else with the
-/// real `python3` (the stand-in suite).
+/// there), records pip's arguments in `$FAKE_STATE/pip.args`, makes a layered venv whose
+/// `bin/python` is itself, and runs anything else with the real `python3` (the stand-in suite,
+/// the question where its packages are).
 const FAKE_PYTHON: &str = r#"#!/bin/sh
+if [ "$1" = "-m" ] && [ "$2" = venv ]; then
+  for dir; do :; done
+  mkdir -p "$dir/bin" && cp "$0" "$dir/bin/python" && exit 0
+fi
+if [ "$1" = "-c" ] && [ -z "${2##*gaudi_fixes_site*}" ]; then exec python3 "$@"; fi
 if [ "$1" = "-c" ]; then
   echo gaudi-fixes-probe-ok
   if [ -e "$FAKE_STATE/installed" ]; then echo "$FAKE_PROBE_AFTER"; else echo "${FAKE_PROBE:-$ALL_THERE}"; fi
@@ -91,7 +97,9 @@ elif mode == "missing":
                       "pip": "py -m pip install --no-deps numpy msgspec"}))
     sys.exit(3)
 elif mode == "first":
-    schedule = {"seed": 7, "async": True, "steps": [{"arrive": ["r0"], "params": {"r0": {"min_p": 0.2}}}]}
+    schedule = {"version": 1, "seed": 7, "mode": "async",
+                "requests": {"r0": {"prompt": [5, 6], "params": {"min_p": 0.2}, "grammar": None}},
+                "steps": [{"arrive": ["r0"], "scheduled": {"r0": 2}}]}
     report(schedules=3, features=[feature("min_p", 3, 1, "schedule 7, step 0: r0 asked min_p=0.2")],
            failing_schedule=schedule)
 elif mode == "replay":
@@ -139,16 +147,17 @@ fn json(out: &str) -> serde_json::Value {
 fn differences_are_a_table_naming_each_features_fix_with_the_first_as_a_sentence_and_exit_1() {
     let d = with_suite();
     let (out, _) = conform(&d, "differs", &["conform", "--schedules", "4"], 1);
-    assert!(out.contains("request r3 asked min_p=0.2; the HPU sampler applied none"), "{out}");
+    let words = out.split_whitespace().collect::<Vec<_>>().join(" ");
+    assert!(words.contains("request r3 asked min_p=0.2; the HPU sampler applied none"), "{out}");
     assert!(out.contains("conform: 2 difference(s)"), "{out}");
     let header = out.lines().find(|l| l.trim_start().starts_with("feature")).unwrap_or_default();
-    assert!(
-        header.split_whitespace().eq(["feature", "schedules", "differences", "fix", "first", "difference"]),
-        "{out}"
-    );
+    assert!(header.split_whitespace().eq(["feature", "schedules", "differences", "fix"]), "{out}");
     let row = |name: &str| out.lines().find(|l| l.trim_start().starts_with(name)).unwrap_or_default().to_string();
     assert!(row("min_p").split_whitespace().take(4).eq(["min_p", "3", "2", "fix-a"]), "{out}");
-    assert!(row("seeds").split_whitespace().take(5).eq(["seeds", "4", "0", "-", "-"]), "{out}");
+    assert!(row("seeds").split_whitespace().eq(["seeds", "4", "0", "none"]), "{out}");
+    // The table fits 100 columns; the first difference is under its row.
+    assert!(out.lines().all(|l| l.chars().count() <= 100), "a line is over 100 columns:\n{out}");
+    assert!(row("first:").contains("schedule 7, step 2 (sync, decode call): request r3"), "{out}");
     let (out, _) = conform(&d, "differs", &["--format", "json", "conform", "--schedules", "4"], 1);
     let v = json(&out);
     assert_eq!((v["differences"].clone(), v["exit_code"].clone()), (2.into(), 1.into()), "{out}");
@@ -223,6 +232,7 @@ fn every_missing_module_is_named_at_once_before_the_suite_runs() {
         .env("FAKE_PROBE", probe)
         .expect(3);
     assert!(err.contains("/py` has no torch: conform drives vLLM's and vllm_gaudi's sampling code"), "{err}");
+    assert!(err.contains("-m pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu`"), "{err}");
     assert!(!err.contains("the fix's tests"), "{err}");
     assert!(
         err.contains("2 of the 2 distributions the suite imports") && err.contains("msgspec==0.23.0, pydantic==2.14.4"),
@@ -259,9 +269,23 @@ fn setup_installs_the_built_in_requirements_without_dependencies_and_requirement
     let (out, err) = run(&[], 0);
     let file = d.path().join("cache/conform/requirements.txt");
     let pip = d.read_string("pip.args");
-    assert_eq!(pip.trim(), format!("-m pip install --no-deps -r {}", file.display()), "{err}");
+    // Into conform's own venv, never into the interpreter's environment.
+    let venv = std::fs::read_dir(d.path().join("cache/conform"))
+        .unwrap()
+        .flatten()
+        .map(|e| e.path())
+        .find(|p| p.file_name().is_some_and(|n| n.to_string_lossy().starts_with("venv-")));
+    let venv = venv.unwrap_or_else(|| panic!("no venv in the cache:\n{err}"));
+    let (head, target) = pip.trim().split_once(" --target ").unwrap_or_else(|| panic!("pip has no --target: {pip}"));
+    assert_eq!(head, "-m pip install --no-deps --upgrade", "{err}");
+    assert!(target.starts_with(&format!("{}/lib/python3.", venv.display())), "{pip}");
+    assert!(target.ends_with(&format!("/site-packages -r {}", file.display())), "{pip}");
+    assert!(venv.join("bin/python").is_file(), "{err}");
     assert_eq!(std::fs::read_to_string(&file).unwrap(), REQUIREMENTS);
-    assert!(err.contains(&format!("running {}/py -m pip install --no-deps -r", d.path().display())), "{err}");
+    assert!(
+        err.contains(&format!("running {}/py -m pip install --no-deps --upgrade --target", d.path().display())),
+        "{err}"
+    );
     // The run it suggests is this one's: its catalogue, trees and interpreter.
     assert!(out.contains("ready; run `gaudi-fixes --catalog cat --root root --python ./py conform`"), "{out}");
     std::fs::remove_file(d.path().join("installed")).unwrap();
@@ -341,6 +365,39 @@ fn first_prints_the_failing_schedule_and_replay_runs_it() {
     let (_, err) = conform(&d, "replay", &["conform", "--replay", "absent.json"], 3);
     assert!(err.contains("absent.json"), "{err}");
     assert!(!d.path().join("argv.json").exists(), "the suite ran");
+}
+
+/// Issue 50 (6): a replayed schedule whose step names a request it does not define was
+/// reported as a difference of the HPU path (exit 1, feature `raised`), and an empty schedule
+/// passed (exit 0, every feature "exercised"). A schedule is checked before the suite runs: a
+/// verdict needs at least one request and one step, and every name a step uses defined; else
+/// exit 3 naming the file and what is wrong.
+#[test]
+fn replay_refuses_a_schedule_that_cannot_give_a_verdict() {
+    let d = with_suite();
+    let request = r#""r0": {"prompt": [5, 6], "params": {}, "grammar": null}"#;
+    let cases = [
+        ("empty.json", r#"{"seed": 7}"#.to_string(), "no requests"),
+        ("no-steps.json", format!(r#"{{"seed": 7, "requests": {{{request}}}, "steps": []}}"#), "no steps"),
+        (
+            "undefined.json",
+            format!(
+                r#"{{"seed": 7, "requests": {{{request}}}, "steps": [{{"arrive": ["r0"], "scheduled": {{"r0": 2, "r9": 1}}}}]}}"#
+            ),
+            "step 0's `scheduled` names r9, a request the schedule does not define",
+        ),
+        (
+            "bad-list.json",
+            format!(r#"{{"seed": 7, "requests": {{{request}}}, "steps": [{{"finish": "r0"}}]}}"#),
+            "step 0's `finish` is not a list of request names",
+        ),
+    ];
+    for (file, text, want) in cases {
+        d.write(file, text);
+        let (_, err) = conform(&d, "replay", &["conform", "--replay", file], 3);
+        assert!(err.contains(file) && err.contains(want), "{file}: wanted `{want}` in:\n{err}");
+        assert!(!d.path().join("argv.json").exists(), "{file}: the suite ran");
+    }
 }
 
 #[test]
@@ -443,7 +500,8 @@ fn schedule_n_of_a_report_is_what_seed_n_schedules_1_runs() {
     let d = Dir::new();
     let (python, root) = (python.to_str().expect("utf-8 path"), tree.to_str().expect("utf-8 path"));
     let min_p_first = |seed: &str, count: &str| {
-        let args = ["--root", root, "--python", python, "--format", "json", "conform", "--schedules", count, "--seed", seed];
+        let args =
+            ["--root", root, "--python", python, "--format", "json", "conform", "--schedules", count, "--seed", seed];
         let (out, _) = d.cmd().args(args).expect(1);
         let v = json(&out);
         let f = v["features"].as_array().unwrap().iter().find(|f| f["name"] == "min_p").cloned();
@@ -452,4 +510,48 @@ fn schedule_n_of_a_report_is_what_seed_n_schedules_1_runs() {
     let in_run = min_p_first("10", "2");
     assert!(in_run.starts_with("schedule 11, step 0 (async"), "{in_run}");
     assert_eq!(min_p_first("11", "1"), in_run);
+}
+
+/// Issue 50 (10): `conform --schedules 4294967295` built its whole plan in memory (1.3 GB and
+/// growing before the first schedule). Above the most a run can mean (100000 schedules, about
+/// 14 hours) it is refused as a usage error, saying the range, before the suite starts.
+#[test]
+fn a_schedule_count_past_the_maximum_is_refused_before_the_suite_runs() {
+    let d = with_suite();
+    for n in ["1000001", "4294967295"] {
+        let (_, err) = conform(&d, "clean", &["conform", "--schedules", n], 3);
+        assert!(err.contains(&format!("'{n}' for '--schedules <N>'")) && err.contains("1..=100000"), "{err}");
+        assert!(!d.path().join("argv.json").exists(), "the suite ran");
+    }
+    conform(&d, "clean", &["conform", "--schedules", "100000"], 0);
+}
+
+/// `--shrink` on a pristine tree's first failing schedule prints a smaller schedule that still
+/// differs in the same feature, and `--replay` of it says so again.
+#[test]
+fn shrink_prints_a_smaller_schedule_that_still_differs_on_replay() {
+    let Some((python, tree)) = real_python_and_tree() else {
+        eprintln!("skipped: no venv with torch or no ~/.cache/gaudi-fixes/upstream/v0.30.0 with vllm_gaudi");
+        return;
+    };
+    let d = Dir::new();
+    let (python, root) = (python.to_str().expect("utf-8 path"), tree.to_str().expect("utf-8 path"));
+    let gf = |args: &[&str], code: i32| {
+        let mut all = vec!["--root", root, "--python", python, "--format", "json", "conform"];
+        all.extend_from_slice(args);
+        json(&d.cmd().args(all).expect(code).0)
+    };
+    let first = gf(&["--seed", "10", "--schedules", "5", "--first"], 1);
+    d.write("failing.json", first["failing_schedule"].to_string());
+    let failing = d.path().join("failing.json");
+    let shrunk = gf(&["--shrink", failing.to_str().unwrap()], 1)["shrunk"].clone();
+    let (before, after) = (&shrunk["before"], &shrunk["after"]);
+    let size = |v: &serde_json::Value| (v["requests"].as_u64().unwrap(), v["steps"].as_u64().unwrap());
+    assert!(size(after).0 < size(before).0 && size(after).1 <= size(before).1, "{shrunk}");
+    d.write("small.json", shrunk["schedule"].to_string());
+    let small = d.path().join("small.json");
+    let replayed = gf(&["--replay", small.to_str().unwrap()], 1);
+    let feature = shrunk["feature"].as_str().unwrap();
+    let row = replayed["features"].as_array().unwrap().iter().find(|f| f["name"] == feature).cloned().unwrap();
+    assert!(row["differences"].as_u64() > Some(0), "{replayed}");
 }

@@ -162,3 +162,38 @@ fn plan_lists_one_job_per_release_or_per_fix_and_release() {
     // A plan runs nothing and cannot record.
     d.cmd().args(["--catalog", "cat", "matrix", "--plan", "--record"]).expect(3);
 }
+
+/// Issue 50 (10): a job's file saying `0.32.1` and another's saying `v0.32.1` were two
+/// releases: tests passed in one and failed in the other, and `--record` recorded it. A release
+/// name has one spelling on every input: the two judge one cell, and the merge refuses; a name
+/// that is no release is refused with the file named.
+#[test]
+fn merge_reads_every_spelling_of_a_release_as_one() {
+    let d = setup();
+    let file = job(&d, "v0.26.0");
+    let doc = value(&d.read_string(&file));
+    let respelled = |name: &str, release: &str| {
+        let mut v = doc.clone();
+        v["releases"][0]["release"] = release.into();
+        for cell in v["cells"].as_array_mut().unwrap() {
+            cell["release"] = release.into();
+        }
+        d.write(name, serde_json::to_string_pretty(&v).unwrap());
+        name.to_string()
+    };
+    let bare = respelled("bare.json", "0.26.0");
+    let short = respelled("short.json", "0.26");
+    let nonsense = respelled("nonsense.json", "latest");
+    let before = d.snapshot("cat");
+    for (args, want) in [
+        ([&file, &bare], "both judge fix-a on v0.26.0"),
+        ([&short, &file], "both judge fix-a on v0.26.0"),
+        ([&nonsense, &file], "nonsense.json: `latest` is not a release name"),
+    ] {
+        let (out, err) = d.cmd().args(["--catalog", "cat", "matrix", "--record", "--merge"]).args(args).expect(3);
+        assert!(err.contains(want), "{args:?}: wanted `{want}` in:\n{err}{out}");
+    }
+    assert_eq!(d.snapshot("cat"), before, "a refused merge wrote into the catalogue");
+    let (out, _) = d.cmd().args(["--catalog", "cat", "matrix", "--merge", &bare, "--format", "json"]).expect(0);
+    assert_eq!(value(&out)["cells"][0]["release"], "v0.26.0", "{out}");
+}

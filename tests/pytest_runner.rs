@@ -161,3 +161,30 @@ fn a_long_matrix_cell_names_the_running_test_at_least_every_10_s() {
     assert!(lines.iter().any(|l| l.starts_with(beat)), "{lines:#?}");
     assert!(gap < Duration::from_secs(10), "{gap:?} without a line: {lines:#?}");
 }
+
+/// Issue 50 (6): on a tree whose harness cannot load (vLLM 0.34.0), every test errored in its
+/// setup and `test` said "FAILED (5 errors)", exit 1, where no test ran (the README: 3). Errors
+/// alone, no test passed or failed, is no verdict on the fix.
+#[test]
+fn tests_that_all_error_before_running_are_no_verdict() {
+    let d = with_four_tests();
+    fake_python(
+        &d,
+        "py",
+        "if [ \"$1\" = \"-c\" ]; then echo gaudi-fixes-probe-ok; exit 0; fi\n\
+         echo 'EEEE'; echo '4 errors in 0.01s'\n\
+         printf '{\"exitstatus\": 1, \"passed\": 0, \"failed\": 0, \"errors\": 4, \"skipped\": 0, \"skips\": [], \"duration\": 0.01}\\n' > \"$GAUDI_FIXES_PYTEST_REPORT\"\n\
+         exit 1\n",
+    );
+    let (_, err) = d.cmd().args(with_fixture(&["--python", "./py", "test", "fix-a"])).expect(3);
+    assert!(err.contains("no test of fix-a ran") && err.contains("4 errors"), "{err}");
+    // One test that ran and failed beside errors is a verdict: exit 1.
+    fake_python(
+        &d,
+        "py",
+        "if [ \"$1\" = \"-c\" ]; then echo gaudi-fixes-probe-ok; exit 0; fi\n\
+         printf '{\"exitstatus\": 1, \"passed\": 0, \"failed\": 1, \"errors\": 3, \"skipped\": 0, \"skips\": [], \"duration\": 0.01}\\n' > \"$GAUDI_FIXES_PYTEST_REPORT\"\n\
+         exit 1\n",
+    );
+    d.cmd().args(with_fixture(&["--python", "./py", "test", "fix-a"])).expect(1);
+}

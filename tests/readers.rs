@@ -144,3 +144,25 @@ fn an_unreadable_file_is_an_error_at_that_file() {
     assert_eq!(code, Some(3));
     assert!(out.contains(&format!("::error file={}::", module.display())), "{out}");
 }
+
+/// Issue 50 (5): a user who may read an applied tree but not write it ran `apply` (nothing to
+/// write): exit 3 "reading …/.gaudi-fixes/bytecode/…/source.json: Permission denied" (the
+/// stash is 0600), where `--check` says 0. A run with nothing to write needs no more than a
+/// reader may; the clean-up it cannot do is said and left to the next writer that may.
+#[test]
+fn a_writer_with_nothing_to_write_needs_no_more_than_a_reader() {
+    let d = fixture();
+    d.cmd().args(with_fixture(&["apply", "fix-a"])).expect(0);
+    let state = d.snapshot("root/.gaudi-fixes");
+    assert!(state.keys().any(|k| k.ends_with("source.json")), "no stash kept: the test proves nothing");
+    for dir in ["", "root", "root/vllm", "cat"] {
+        std::fs::set_permissions(d.path().join(dir), std::fs::Permissions::from_mode(0o755)).unwrap();
+    }
+    let (code, out, err) = as_reader(&d, &with_fixture(&["apply", "--check", "fix-a"]));
+    assert_eq!(code, Some(0), "{out}{err}");
+    for args in [&["apply", "fix-a"][..], &["apply", "--profile", "default"], &["revert", "fix-b"]] {
+        let (code, out, err) = as_reader(&d, &with_fixture(args));
+        assert_eq!(code, Some(0), "{args:?}:\n{out}{err}");
+    }
+    assert_eq!(d.snapshot("root/.gaudi-fixes"), state);
+}

@@ -26,6 +26,8 @@ fn unknown_release_is_unsupported_with_the_next_step() {
             && out.contains("gaudi-fixes --catalog cat port fix-a --from v0.26.0 --release v0.99.0 --to DIR"),
         "{out}"
     );
+    // Where a maintainer reads how (it was "README, 'Maintaining the catalogue'", which is not there).
+    assert!(out.contains("(see docs/maintaining.md)"), "{out}");
     let (out, _) = d.cmd().args(with_fixture(&["apply", "--check", "fix-a", "--format", "json"])).expect(2);
     let v = json(&out);
     assert_eq!(v["fixes"][0]["state"], "drifted");

@@ -3,7 +3,7 @@
 //! is applied, profiles include profiles, lint checks both graphs, list/show display them, and
 //! a fix whose every file is in a left-out tree is skipped.
 
-use crate::common::{fixture, with_fixture, Dir, PRISTINE};
+use crate::common::{fixture, with_fixture, Dir, FIX_B_PATCH, PRISTINE};
 
 /// fix-b `requires: [fix-a]` instead of `after: [fix-a]` (requires orders too).
 fn requiring_fixture() -> Dir {
@@ -326,4 +326,59 @@ fn lint_upstream_finds_a_later_fix_on_an_earlier_ones_lines_only_where_status_ca
     let v: serde_json::Value = serde_json::from_str(&out).unwrap();
     assert_eq!(v["fixes"][0]["name"], "fix-a", "{out}");
     assert_eq!(v["fixes"][0]["state"], "drifted", "lint's finding is not what status says: {out}");
+}
+
+/// Issue 50 (1): on vLLM 0.34.0, `apply --profile default` exits 0, then every revert refused
+/// because topk-subset-sampler (performance, its release unsupported: never applied) "is
+/// drifted (not known to be unapplied) and requires swap-states-sampling-params". A fix whose
+/// nothing reads applied and that no provenance record names does not block, nor is reverted.
+#[test]
+fn a_drifted_dependant_that_was_never_applied_does_not_block_a_revert() {
+    let d = requiring_fixture();
+    // fix-b covers only v0.25.0, whose file this tree is not: drifted, unsupported release.
+    let y = d.read_string("cat/fixes/fix-b/fix.yaml").replace("v0.26.0:", "v0.25.0:").replace("v0.26.0/", "v0.25.0/");
+    d.write("cat/fixes/fix-b/fix.yaml", y.replace(&crate::common::sha256(PRISTINE.as_bytes()), &"0".repeat(64)));
+    d.write("cat/fixes/fix-b/v0.25.0/mod.patch", FIX_B_PATCH.replace("return 2", "return 3"));
+    d.cmd().args(with_fixture(&["apply", "--profile", "default"])).expect(0);
+    let (out, _) = d.cmd().args(with_fixture(&["status", "--format", "json"])).expect(0);
+    assert!(out.contains("unsupported-release"), "{out}");
+    for revert in [&["revert"][..], &["revert", "--profile", "default"], &["revert", "--profile", "performance"]] {
+        let (out, err) = d.cmd().args(with_fixture(&[revert, &["--dry-run"]].concat())).expect(0);
+        assert!(!err.contains("refusing"), "{revert:?}: {err}");
+        assert!(out.contains("1 file(s) would be written"), "{revert:?}: {out}");
+    }
+    d.cmd().args(with_fixture(&["revert"])).expect(0);
+    assert_eq!(d.read_string("root/vllm/mod.py"), PRISTINE);
+    // Applied by gaudi-fixes and edited since, a dependant still blocks: that drift is its own.
+    d.cmd().args(with_fixture(&["apply", "fix-a"])).expect(0);
+    let edited = d.read_string("root/vllm/mod.py").replace("b = a * 3", "b = a * 4");
+    d.write("root/vllm/mod.py", &edited);
+    d.cmd().args(with_fixture(&["revert", "fix-a"])).expect(2);
+    assert_eq!(d.read_string("root/vllm/mod.py"), edited);
+}
+
+/// Issue 50 (4): pristine tree, `apply` of one late fix, then `revert --profile performance`
+/// exited 2: a fix never applied (made on top of a fix that is not applied either) was judged
+/// in the revert's simulation, after the late fix was reverted in memory, and read drifted.
+/// A fix with nothing applied has nothing to revert, whatever the simulation reads.
+#[test]
+fn revert_does_not_judge_a_never_applied_fix_on_its_own_simulation() {
+    let d = fixture();
+    // fix-c edits fix-a's post-image (not required: it only comes after it); fix-b after fix-c.
+    let y = d.read_string("cat/fixes/fix-a/fix.yaml").replace("name: fix-a", "name: fix-c");
+    d.write("cat/fixes/fix-c/fix.yaml", y.replace("releases:", "after: [fix-a]\nreleases:"));
+    d.write(
+        "cat/fixes/fix-c/v0.26.0/mod.patch",
+        "--- a/vllm/mod.py\n+++ b/vllm/mod.py\n@@ -9,6 +9,7 @@ def sample(x):\n     a = x + 1\n     # fix-a: triple instead of double\n     b = a * 3\n+    b = b + 0  # fix-c\n     return b\n \n \n",
+    );
+    d.write("cat/fixes/fix-b/fix.yaml", d.read_string("cat/fixes/fix-b/fix.yaml").replace("[fix-a]", "[fix-c]"));
+    d.write("cat/profiles/performance.yaml", "name: performance\ndescription: all\nfixes: [fix-a, fix-b, fix-c]\n");
+    d.cmd().args(with_fixture(&["apply", "fix-b"])).expect(0);
+    let (out, _) = d.cmd().args(with_fixture(&["status", "--format", "json"])).expect(0);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let states: Vec<&str> = v["fixes"].as_array().unwrap().iter().map(|f| f["state"].as_str().unwrap()).collect();
+    assert_eq!(states, ["not-applied", "applied", "not-applied"], "fix-a, fix-b, fix-c: {out}");
+    let (out, _) = d.cmd().args(with_fixture(&["revert", "--profile", "performance"])).expect(0);
+    assert!(!out.contains("drifted"), "{out}");
+    assert_eq!(d.read_string("root/vllm/mod.py"), PRISTINE);
 }

@@ -57,6 +57,13 @@ fn test_without_pytest_or_torch_is_a_clear_error() {
         .env("FAKE_MISSING", "pytest torch")
         .expect(3);
     assert!(err.contains("has no torch and no pytest") && err.contains("--python"), "{err}");
+    // The CPU wheel of the torch the tests are run with, from the CPU index alone: with the
+    // package index as an extra index pip takes the CUDA build from there.
+    assert!(
+        err.contains("-m pip install torch==2.13.0 --index-url https://download.pytorch.org/whl/cpu`")
+            && !err.contains("extra-index-url"),
+        "{err}"
+    );
     let (_, err) = d.cmd().args(with_fixture(&["--python", "./no-such-python", "test", "fix-a"])).expect(3);
     assert!(err.contains("cannot run `") && err.contains("no-such-python`"), "{err}");
     let (_, err) = d.cmd().args(with_fixture(&["--python", "./py", "test", "fix-b"])).expect(3);
@@ -412,11 +419,17 @@ fn every_command_answers_github_with_annotations_or_a_notice() {
         github(&all, code);
     }
     d.write("root/vllm/mod.py", PRISTINE.replace("    a = x + 1\n", "    a = x + 42\n"));
-    for args in [&["apply", "--check"][..], &["apply"], &["revert", "fix-a"], &["diff", "fix-a"]] {
+    for args in [&["apply", "--check"][..], &["apply"], &["diff", "fix-a"]] {
         let mut all = vec!["--root", "root"];
         all.extend_from_slice(args);
         github(&all, 2);
     }
+    // A revert's drift: fix-a applied by gaudi-fixes, then its line edited (never applied, as
+    // above, there is nothing of it to revert: exit 0).
+    d.write("root/vllm/mod.py", PRISTINE);
+    github(&["--root", "root", "apply", "fix-a"], 0);
+    d.write("root/vllm/mod.py", d.read_string("root/vllm/mod.py").replace("b = a * 3", "b = a * 4"));
+    github(&["--root", "root", "revert", "fix-a"], 2);
     d.write("root/vllm/mod.py", PRISTINE);
     github(&["--python", "./py", "matrix", "--releases", "v0.26.0", "--fix", "fix-a"], 0);
     github(&["--python", "./py", "matrix", "--releases", "v0.50.0", "--fix", "fix-a", "--no-tests"], 3);

@@ -12,7 +12,7 @@ use std::ffi::OsString;
 use std::io::Write;
 use std::path::PathBuf;
 
-use clap_complete::engine::{ArgValueCandidates, CompletionCandidate};
+use clap_complete::engine::{ArgValueCandidates, ArgValueCompleter, CompletionCandidate};
 use clap_complete::env::{EnvCompleter, Shells};
 
 use crate::catalog::Catalog;
@@ -116,6 +116,45 @@ pub fn releases() -> ArgValueCandidates {
         tags.dedup();
         tags.into_iter().map(CompletionCandidate::new).collect()
     })
+}
+
+/// Candidates for `--python`: a path (the word has a `/`) completes to directories and
+/// executable files there; a bare word to the `python…` executables on PATH.
+pub fn pythons() -> ArgValueCompleter {
+    ArgValueCompleter::new(|current: &std::ffi::OsStr| {
+        let current = current.to_string_lossy();
+        let mut out: Vec<String> = match current.rsplit_once('/') {
+            Some((dir, prefix)) => {
+                let base = if dir.is_empty() { "/" } else { dir };
+                entries(std::path::Path::new(base))
+                    .filter(|(name, path)| name.starts_with(prefix) && (path.is_dir() || is_executable(path)))
+                    .map(|(name, path)| format!("{dir}/{name}{}", if path.is_dir() { "/" } else { "" }))
+                    .collect()
+            }
+            None => std::env::var_os("PATH")
+                .map(|p| std::env::split_paths(&p).collect::<Vec<_>>())
+                .unwrap_or_default()
+                .iter()
+                .flat_map(|dir| entries(dir))
+                .filter(|(name, path)| name.starts_with("python") && name.starts_with(&*current) && is_executable(path))
+                .map(|(name, _)| name)
+                .collect(),
+        };
+        out.sort();
+        out.dedup();
+        out.into_iter().map(CompletionCandidate::new).collect()
+    })
+}
+
+/// The entries of `dir` (name, path); none when it cannot be read.
+fn entries(dir: &std::path::Path) -> impl Iterator<Item = (String, PathBuf)> {
+    let read = std::fs::read_dir(dir).into_iter().flatten().flatten();
+    read.map(|e| (e.file_name().to_string_lossy().into_owned(), e.path()))
+}
+
+fn is_executable(path: &std::path::Path) -> bool {
+    use std::os::unix::fs::PermissionsExt;
+    std::fs::metadata(path).is_ok_and(|m| m.is_file() && m.permissions().mode() & 0o111 != 0)
 }
 
 /// The catalogue the words being completed name: `--catalog DIR` / `--catalog=DIR` among them,

@@ -18,7 +18,7 @@ pub fn codes(command: Option<&str>) -> Vec<(u8, &'static str)> {
         None | Some("apply") => vec![
             (0, "Applied: every selected fix is applied (or upstreamed, or skipped by --only-tree). With --dry-run: planned, whatever would change."),
             (1, "Only with --check: a selected fix is not applied."),
-            (2, "Drifted: a file is neither pristine nor patched as the fix leaves it; nothing was written."),
+            (2, "Drifted: a file is neither pristine nor patched as the fix leaves it, or the vLLM found lacks the V1 sampling path the fixes plug into; nothing was written."),
             ERROR,
             ROLLBACK,
         ],
@@ -44,12 +44,12 @@ pub fn codes(command: Option<&str>) -> Vec<(u8, &'static str)> {
         Some("test") => vec![
             (0, "The fix's tests ran and passed."),
             (1, "A test failed (it says when the fix is not applied)."),
-            (3, "The tests cannot run: no tree, --python without pytest or torch, no test ran, or bad input."),
+            (3, "The tests cannot run: no tree, a vLLM without the V1 sampling path, --python without pytest or torch, no test ran, or bad input."),
         ],
         Some("conform") => vec![
             (0, "Every schedule asked for ran and none found a difference (with --setup: the environment is ready)."),
             (1, "Differences: the HPU sampling path does not do what a request asked."),
-            (3, "No verdict: the suite cannot run (no trees, a missing module), crashed, or reported no or not every schedule; or bad input."),
+            (3, "No verdict: the suite cannot run (no trees, a vLLM without the V1 sampling path, a missing module), crashed, or reported no or not every schedule; or bad input."),
         ],
         Some("matrix") => vec![
             (0, "Every release could be prepared (a cell that drifts or fails its tests is reported, not an error)."),

@@ -1,4 +1,4 @@
-//! `gaudi-fixes conform [--schedules N] [--seed S] [--first] [--replay FILE] [--no-reference]`:
+//! `gaudi-fixes conform [--schedules N] [--seed S] [--first] [--replay FILE] [--shrink FILE] [--no-reference]`:
 //! run the conformance suite (`fixes/_support/conform.py`, built into the binary with the
 //! catalogue) on the trees found, with the interpreter given by `--python`, as `test` does;
 //! `--setup` installs what the suite needs into that interpreter's environment (the pinned
@@ -17,7 +17,7 @@
 use std::path::Path;
 use std::time::Duration;
 
-use anyhow::{bail, Result};
+use anyhow::{bail, Context, Result};
 
 use super::session::{Access, Session};
 use crate::catalog::{conform_key, Catalog, SUPPORT_DIR};
@@ -26,8 +26,8 @@ use crate::exit_status::ExitStatus;
 use crate::report::conform::{self as conform_report, Conformance, SetupShown, Shown};
 use crate::report::progress::Progress;
 use crate::settings::{ConformArgs, Settings};
-use crate::upkeep::conform::{self as suite, Environment, SuiteArgs};
-use crate::upkeep::pytest::{filtered_view, pinned_torch, resolve_python, write_folder, Scratch};
+use crate::upkeep::conform::{self as suite, Environment, LayeredVenv, SuiteArgs};
+use crate::upkeep::pytest::{filtered_view, resolve_python, write_folder, Scratch};
 
 /// Run `conform`.
 pub fn run(global: &Settings, args: &ConformArgs) -> Result<ExitStatus> {
@@ -44,6 +44,7 @@ pub fn run(global: &Settings, args: &ConformArgs) -> Result<ExitStatus> {
         return setup(global, &python, &text, &pins);
     }
     let replay = args.replay.as_deref().map(suite::replay_file).transpose()?;
+    let shrink = args.shrink.as_deref().map(suite::replay_file).transpose()?;
     // Shared, as `status` takes it, for the whole run: no `apply` writes the trees under the suite.
     let session = Session::open(global, Access::Read)?;
     let trees = &session.trees;
@@ -51,11 +52,15 @@ pub fn run(global: &Settings, args: &ConformArgs) -> Result<ExitStatus> {
         let notes = trees.notes.join("; ");
         bail!("conform needs a vllm tree and a vllm_gaudi tree ({notes}); give --root DIR holding both");
     };
+    session.require_the_sampling_path(&catalog).context("cannot run the conformance suite")?;
+    // The pins live in conform's own venv once `--setup` made it (the image's interpreter is
+    // never changed); else the interpreter may have them itself.
+    let python = LayeredVenv::of(&python)?.python().unwrap_or(python);
     let (_, pins) = suite::requirements(&catalog)?;
     let env = suite::probe(&python, &pins)?;
     let setup_line = setup_command(global);
     if !env.ready() {
-        bail!(suite::not_ready(&python, &env, &setup_line, pinned_torch(&vllm.root)));
+        bail!(suite::not_ready(&python, &env, &setup_line, Some(&vllm.root)));
     }
     let mut notes = version_notes(&env, &setup_line);
     let scratch = Scratch::new("conform")?;
@@ -70,6 +75,9 @@ pub fn run(global: &Settings, args: &ConformArgs) -> Result<ExitStatus> {
     } else {
         filtered_view(&scratch.0, &[("vllm", &vllm.root), ("vllm_gaudi", &gaudi.root)])?
     };
+    if let Some(file) = shrink {
+        return shrink_run(global, &python, &suite_dir, &root, &file);
+    }
     let suite_args = SuiteArgs {
         root: root.clone(),
         schedules: if replay.is_some() { 1 } else { args.schedules },
@@ -95,6 +103,22 @@ pub fn run(global: &Settings, args: &ConformArgs) -> Result<ExitStatus> {
     };
     crate::report::emit(global.quiet, |w| conform_report::emit(w, global.format, &shown))?;
     Ok(status)
+}
+
+/// `conform --shrink FILE`: the shrinker's progress as step lines, then the smallest schedule that
+/// still differs (exit 1: it is a difference), or exit 3 with the reason there is none.
+fn shrink_run(global: &Settings, python: &str, dir: &Path, root: &Path, file: &Path) -> Result<ExitStatus> {
+    let mut progress = Progress::or_lines(global, "conform --shrink");
+    progress.draw(&format!("shrinking {} against {} (each try runs the schedule)", file.display(), root.display()));
+    let shrunk = suite::run_shrinker(python, dir, root, file, &mut |line| {
+        if let Some(step) = line.strip_prefix("conform-shrink: ") {
+            progress.draw(step);
+        }
+    });
+    progress.clear();
+    let shrunk = shrunk?;
+    crate::report::emit(global.quiet, |w| conform_report::shrunk(w, global.format, &shrunk))?;
+    Ok(ExitStatus::NotApplied)
 }
 
 /// Run the suite with a progress display: before the first schedule ends (the suite imports the
@@ -168,16 +192,27 @@ fn name_fixes(catalog: &Catalog, report: &mut Conformance) -> Vec<String> {
     notes
 }
 
-/// `conform --setup`: write the pinned requirements into the cache, run pip on them without
-/// their dependencies into `python`'s environment, then check again.
+/// `conform --setup`: write the pinned requirements into the cache, make conform's own venv
+/// layered on `python` (the image's interpreter, left as it is), install the pins into it
+/// without their dependencies, then check the venv.
 fn setup(global: &Settings, python: &str, text: &str, pins: &[suite::Pin]) -> Result<ExitStatus> {
     let file = suite::write_requirements(text)?;
-    let words = suite::pip_words(python, &file);
+    let venv = LayeredVenv::of(python)?;
+    if !global.quiet {
+        crate::report::stderr_line(format_args!(
+            "conform --setup: conform's own venv {}, on {python}'s packages",
+            venv.dir.display()
+        ));
+    }
+    venv.make(python)?;
+    let words = suite::pip_words(python, &file, &venv.site);
     let pip = words.join(" ");
     if !global.quiet {
-        eprintln!("conform --setup: running {pip}");
+        crate::report::stderr_line(format_args!("conform --setup: running {pip}"));
     }
     suite::run_pip(&words)?;
+    let venv_python = venv.python().context("the venv made has no bin/python")?;
+    let python = venv_python.as_str();
     let env = suite::probe(python, pins)?;
     let mut missing: Vec<String> = env.missing_modules.clone();
     missing.extend(env.missing.iter().map(ToString::to_string));
@@ -199,7 +234,7 @@ fn setup(global: &Settings, python: &str, text: &str, pins: &[suite::Pin]) -> Re
     crate::report::emit(global.quiet, |w| conform_report::setup(w, global.format, &shown))?;
     if !env.ready() {
         let vllm_root = discover::discover(&global.trees.clone()).ok().and_then(|t| t.vllm.map(|v| v.root));
-        let why = suite::not_ready(python, &env, &setup_command(global), vllm_root.as_deref().and_then(pinned_torch));
+        let why = suite::not_ready(python, &env, &setup_command(global), vllm_root.as_deref());
         bail!("{why}\n(pip installed the pinned distributions it could; torch is never installed by gaudi-fixes)");
     }
     Ok(status)

@@ -53,6 +53,8 @@ pub fn run(global: &Settings, name: &str) -> Result<ExitStatus> {
         nothing_selected: false,
         verbose: global.verbose,
         invocation: global.invocation(),
+        pairing: None,
+        refusal: None,
     };
     let mut patches = Vec::new();
     for v in variants {

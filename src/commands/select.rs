@@ -49,6 +49,88 @@ pub fn run_select(global: &Settings, args: &SelectArgs, op: Op, command: &'stati
     let writes = matches!(op, Op::Apply | Op::Revert) && !args.dry_run && !args.check;
     let session = Session::open(global, if writes { Access::Write } else { Access::Read })?;
     session.require_a_tree()?;
+    notes.extend(before_planning(&session, &catalog, writes)?);
+    if undo_apply {
+        let (did, said) = what_apply_did(&catalog, &session)?;
+        names = did;
+        notes.extend(said);
+    }
+    let pairing = plan::pairing::check(&catalog, &session.trees)?;
+    // Undoing is always possible; applying to a vLLM without the path the fixes plug into is
+    // not: refuse before judging (exit 2, nothing written).
+    let refusal = match (&pairing, &session.trees.vllm) {
+        (Some(pairing), Some(vllm)) if op != Op::Revert => pairing.refusal(vllm),
+        _ => None,
+    };
+    if let Some(refusal) = refusal {
+        let outcome = RunOutcome {
+            command,
+            mode: mode(op, args.dry_run),
+            status: ExitStatus::Drifted,
+            would_write: 0,
+            trees: session.trees.clone(),
+            reports: Vec::new(),
+            written: Vec::new(),
+            notes,
+            nothing_selected: false,
+            verbose: global.verbose,
+            invocation: global.invocation(),
+            pairing,
+            refusal: Some(refusal),
+        };
+        report::emit(global.quiet, |out| report::outcome::render(out, global.format, &outcome))?;
+        return Ok(ExitStatus::Drifted);
+    }
+    let fixes: Vec<&Fix> = catalog.order(&names)?;
+    if op == Op::Revert {
+        refuse_reverting_what_applied_fixes_require(&catalog, &names, &session, &global.invocation())?;
+    }
+    let plan = plan::plan(&catalog, &fixes, &session.trees, &session.filter, &session.recorded()?, op)?;
+    let status = plan.status(op);
+    let mut written = Vec::new();
+    if writes && status == ExitStatus::Applied {
+        plan::check_writable(&plan.edits)?;
+        notes.extend(session.sweep()?);
+    }
+    if writes && status == ExitStatus::Applied && !plan.edits.is_empty() {
+        let records = provenance::after(&plan, session.provenance()?, &catalog.identity())?;
+        let action = if op == Op::Revert { Action::Revert } else { Action::Apply };
+        transaction::commit(action, &plan.edits, records)?;
+        written = plan.edits.iter().map(|e| e.path.clone()).collect();
+    }
+    let outcome = RunOutcome {
+        command,
+        mode: mode(op, args.dry_run),
+        status,
+        would_write: plan.edits.len(),
+        trees: session.trees.clone(),
+        reports: plan.reports,
+        written,
+        notes,
+        nothing_selected: names.is_empty() && !undo_apply,
+        verbose: global.verbose,
+        invocation: global.invocation(),
+        pairing,
+        refusal: None,
+    };
+    report::emit(global.quiet, |out| report::outcome::render(out, global.format, &outcome))?;
+    if global.quiet && status == ExitStatus::Error {
+        // `-q` prints no report, but errors still print (on stderr): a fix that cannot be judged.
+        for r in outcome.reports.iter().filter(|r| r.state == FixState::Error) {
+            report::stderr_line(format_args!(
+                "gaudi-fixes: error: {}: {}",
+                r.name,
+                r.message.as_deref().unwrap_or("it cannot be judged")
+            ));
+        }
+    }
+    Ok(status)
+}
+
+/// What a run does to the trees before it plans, and says: a writer finishes or undoes what an
+/// interrupted run left (a reader only says there is such a journal); stale temp files go.
+fn before_planning(session: &Session, catalog: &Catalog, writes: bool) -> Result<Vec<String>> {
+    let mut notes = Vec::new();
     if writes {
         notes.extend(session.recover()?);
     } else {
@@ -59,53 +141,18 @@ pub fn run_select(global: &Settings, args: &SelectArgs, op: Op, command: &'stati
             ));
         }
     }
-    notes.extend(session.remove_stale_temp_files(&catalog)?);
-    if undo_apply {
-        let (did, said) = what_apply_did(&catalog, &session)?;
-        names = did;
-        notes.extend(said);
-    }
-    let fixes: Vec<&Fix> = catalog.order(&names)?;
-    if op == Op::Revert {
-        refuse_reverting_what_applied_fixes_require(&catalog, &names, &session, &global.invocation())?;
-    }
-    let plan = plan::plan(&catalog, &fixes, &session.trees, &session.filter, &session.recorded()?, op)?;
-    let status = plan.status(op);
-    let mut written = Vec::new();
-    if writes && status == ExitStatus::Applied && !plan.edits.is_empty() {
-        plan::check_writable(&plan.edits)?;
-        let records = provenance::after(&plan, session.provenance()?, &catalog.identity())?;
-        let action = if op == Op::Revert { Action::Revert } else { Action::Apply };
-        transaction::commit(action, &plan.edits, records)?;
-        written = plan.edits.iter().map(|e| e.path.clone()).collect();
-    }
-    let mode = match (op, args.dry_run) {
+    notes.extend(session.remove_stale_temp_files(catalog)?);
+    Ok(notes)
+}
+
+/// How a run of `op` reports.
+fn mode(op: Op, dry_run: bool) -> Mode {
+    match (op, dry_run) {
         (Op::Check, _) => Mode::Check,
         (_, true) => Mode::DryRun,
         (Op::Revert, false) => Mode::Revert,
         _ => Mode::Apply,
-    };
-    let outcome = RunOutcome {
-        command,
-        mode,
-        status,
-        would_write: plan.edits.len(),
-        trees: session.trees.clone(),
-        reports: plan.reports,
-        written,
-        notes,
-        nothing_selected: names.is_empty() && !undo_apply,
-        verbose: global.verbose,
-        invocation: global.invocation(),
-    };
-    report::emit(global.quiet, |out| report::outcome::render(out, global.format, &outcome))?;
-    if global.quiet && status == ExitStatus::Error {
-        // `-q` prints no report, but errors still print (on stderr): a fix that cannot be judged.
-        for r in outcome.reports.iter().filter(|r| r.state == FixState::Error) {
-            eprintln!("gaudi-fixes: error: {}: {}", r.name, r.message.as_deref().unwrap_or("it cannot be judged"));
-        }
     }
-    Ok(status)
 }
 
 /// What a plain `revert` undoes: every catalogue fix that a tree's provenance record says apply
@@ -151,7 +198,8 @@ fn what_apply_did(catalog: &Catalog, session: &Session) -> Result<(Vec<String>, 
 /// `--only-tree` too (read, never written), and any state but not-applied counts: drifted may
 /// be partly applied, skipped or error was not seen — except a dependant that is an error only
 /// because its other tree is absent while its files in the trees found are not applied (what
-/// `apply` could do there, `revert` undoes).
+/// `apply` could do there, `revert` undoes), and a drifted one never applied here (its release
+/// unsupported: [`plan::FixReport::never_applied`]).
 fn refuse_reverting_what_applied_fixes_require(
     catalog: &Catalog,
     names: &[String],
@@ -163,12 +211,16 @@ fn refuse_reverting_what_applied_fixes_require(
         return Ok(());
     }
     let fixes: Vec<&Fix> = dependants.iter().map(|(fix, _)| *fix).collect();
-    let reports =
-        plan::plan(catalog, &fixes, &session.trees, &TreeFilter::all(), &session.recorded()?, Op::Status)?.reports;
+    let recorded = session.recorded()?;
+    let reports = plan::plan(catalog, &fixes, &session.trees, &TreeFilter::all(), &recorded, Op::Status)?.reports;
     let applied: Vec<(&str, FixState, &str)> = reports
         .iter()
         .zip(&dependants)
-        .filter(|(report, _)| report.state != FixState::NotApplied && !report.absent_from_found_trees())
+        .filter(|(report, _)| {
+            report.state != FixState::NotApplied
+                && !report.absent_from_found_trees()
+                && !report.never_applied(&recorded)
+        })
         .map(|(report, (_, needed))| (report.name.as_str(), report.state, needed.as_str()))
         .collect();
     if applied.is_empty() {

@@ -58,9 +58,26 @@ impl Session {
         Ok(())
     }
 
+    /// An error (exit 3) when the vLLM found lacks the V1 sampling path that the vllm_gaudi
+    /// found imports and the catalogue's fixes plug into ([`crate::plan::pairing`]): tests and
+    /// the conformance suite would fail inside the harness, far from the reason.
+    pub fn require_the_sampling_path(&self, catalog: &Catalog) -> Result<()> {
+        let Some(vllm) = &self.trees.vllm else { return Ok(()) };
+        if let Some(refusal) = crate::plan::pairing::check(catalog, &self.trees)?.and_then(|p| p.refusal(vllm)) {
+            anyhow::bail!("{refusal}");
+        }
+        Ok(())
+    }
+
     /// For writers: finish the transaction a killed run left in the roots; a sentence each.
     pub fn recover(&self) -> Result<Vec<String>> {
         transaction::recover(&self.roots)
+    }
+
+    /// For writers whose plan does not refuse: drop the bytecode stashes nothing refers to any
+    /// more in the roots; a sentence each.
+    pub fn sweep(&self) -> Result<Vec<String>> {
+        transaction::sweep(&self.roots)
     }
 
     /// For readers: the journal a killed run left in each root, if any.

@@ -37,6 +37,7 @@ pub fn run(global: &Settings) -> Result<ExitStatus> {
         notes.extend(provenance::disagreements(&plan.reports, &session.provenance()?)?);
         plan.reports
     };
+    let pairing = plan::pairing::check(&catalog, &session.trees)?;
     let outcome = RunOutcome {
         command: "status",
         mode: Mode::Status,
@@ -49,6 +50,8 @@ pub fn run(global: &Settings) -> Result<ExitStatus> {
         nothing_selected: false,
         verbose: global.verbose,
         invocation: global.invocation(),
+        pairing,
+        refusal: None,
     };
     report::emit(global.quiet, |out| report::outcome::render(out, global.format, &outcome))?;
     Ok(ExitStatus::Applied)

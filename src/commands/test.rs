@@ -32,6 +32,7 @@ pub fn run(global: &Settings, args: &TestArgs) -> Result<ExitStatus> {
     // Shared, as `status` takes it, for the whole run: no `apply` writes the tree under the tests.
     let session = Session::open(global, Access::Read)?;
     session.require_a_tree().with_context(|| format!("cannot test {}", fix.manifest.name))?;
+    session.require_the_sampling_path(&catalog).with_context(|| format!("cannot test {}", fix.manifest.name))?;
     let (trees, filter) = (&session.trees, session.filter.clone());
     // Say what the tests will see: the fix's state on these trees.
     let plan = plan::plan(&catalog, &[fix], trees, &filter, &plan::Recorded::new(), Op::Status)?;

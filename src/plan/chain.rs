@@ -78,7 +78,7 @@ impl<'c> Chain<'c> {
             return Ok(known.clone());
         }
         count_judgement();
-        let judged = evaluate(fix, self.trees, self.only, self.recorded, ws)?;
+        let judged = evaluate(self.catalog, fix, self.trees, self.only, self.recorded, ws)?;
         self.memo.insert(key, judged.clone());
         Ok(judged)
     }

@@ -6,7 +6,7 @@ use anyhow::{Context, Result};
 use super::reason;
 use super::verdict::*;
 use super::workspace::Workspace;
-use crate::catalog::{Fix, Variant, VariantPatch};
+use crate::catalog::{Catalog, Fix, Variant, VariantPatch};
 use crate::discover::Trees;
 use crate::hash::sha256_hex;
 use crate::patch::state::{self, FileEval};
@@ -16,13 +16,14 @@ use crate::tree::{TreeFilter, TreeName};
 /// Judge one fix on the trees found, explain the verdict, and when a tree it needs is
 /// missing, make it an error that still shows what the other tree holds.
 pub(super) fn evaluate<'f>(
+    catalog: &Catalog,
     fix: &'f Fix,
     trees: &Trees,
     only: &TreeFilter,
     recorded: &Recorded,
     ws: &mut Workspace,
 ) -> Result<(FixReport, Option<&'f Variant>)> {
-    let (mut report, chosen) = evaluate_found(fix, trees, only, recorded.get(&fix.manifest.name), ws)?;
+    let (mut report, chosen) = evaluate_found(catalog, fix, trees, only, recorded.get(&fix.manifest.name), ws)?;
     reason::explain(fix, &mut report, trees);
     let missing: Vec<String> = fix
         .variants
@@ -58,6 +59,7 @@ pub(super) fn evaluate<'f>(
 
 /// Judge one fix: try each variant, keep the first clean one.
 fn evaluate_found<'f>(
+    catalog: &Catalog,
     fix: &'f Fix,
     trees: &Trees,
     only: &TreeFilter,
@@ -100,7 +102,7 @@ fn evaluate_found<'f>(
         }
     }
     if let Some(c) = best_clean(&candidates, trees, recorded) {
-        return clean_verdict(fix, c, trees, only, ws, report);
+        return clean_verdict(catalog, fix, c, trees, only, ws, report);
     }
     if let Some(up) =
         fix.variants.iter().find(|v| v.upstreamed && v.detect.is_empty() && hint_matches(trees, &v.release))
@@ -234,6 +236,7 @@ fn best_clean<'c, 'f>(
 /// The verdict when variant `c` is clean: its state, unless a second variant's edits are in
 /// the same file too.
 fn clean_verdict<'f>(
+    catalog: &Catalog,
     fix: &'f Fix,
     c: &Candidate<'f>,
     trees: &Trees,
@@ -268,6 +271,10 @@ fn clean_verdict<'f>(
         // its hunks reverted, the file is the pristine one (else, say what else may be there).
         let applied = c.clean == Some(FixState::Applied);
         let alone = applied && only_this_fix_in_its_files(c.variant, trees, only, ws)?;
+        if applied && !alone && catalogue_fixes_explain(catalog, c.variant, trees, only, ws)? {
+            // The catalogue's own fixes moved its lines (an `apply` run again): nothing to say.
+            return Ok((report, Some(c.variant)));
+        }
         let after = fix.manifest.after.as_slice();
         let why = match (applied, after) {
             (true, _) if !alone => format!(
@@ -309,6 +316,40 @@ fn only_this_fix_in_its_files(variant: &Variant, trees: &Trees, only: &TreeFilte
         let eval = state::evaluate(&vp.diff, &loaded.text);
         let Some(reverted) = state::revert(&vp.diff, &loaded.text, &eval) else { return Ok(false) };
         if sha256_hex(&reverted.encode()) != vp.pristine_sha256 {
+            return Ok(false);
+        }
+    }
+    Ok(true)
+}
+
+/// Whether the catalogue's fixes explain what else is in the files `variant` patches (applied,
+/// its hunks found away from their line numbers): with every fix that reads applied there, this
+/// one included, reverted in memory in the reverse of the order `apply` applies them (a fix
+/// made on top of another comes off first), each file is the pristine one the variant names.
+fn catalogue_fixes_explain(
+    catalog: &Catalog,
+    variant: &Variant,
+    trees: &Trees,
+    only: &TreeFilter,
+    ws: &mut Workspace,
+) -> Result<bool> {
+    let names: Vec<String> = catalog.fixes.iter().map(|f| f.manifest.name.clone()).collect();
+    let order = catalog.chain(&names)?;
+    for vp in variant.patches.iter().filter(|vp| only.includes(vp.tree)) {
+        let Some(tree) = trees.get(vp.tree) else { continue };
+        let Some(loaded) = ws.get(tree, &vp.file)? else { continue };
+        let mut text = loaded.text.clone();
+        for fix in order.iter().rev() {
+            let patches = fix.variants.iter().flat_map(|v| &v.patches);
+            let reverted = patches.filter(|p| p.tree == vp.tree && p.file == vp.file).find_map(|p| {
+                let eval = state::evaluate(&p.diff, &text);
+                state::revert(&p.diff, &text, &eval)
+            });
+            if let Some(reverted) = reverted {
+                text = reverted;
+            }
+        }
+        if sha256_hex(&text.encode()) != vp.pristine_sha256 {
             return Ok(false);
         }
     }

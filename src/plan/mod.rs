@@ -14,6 +14,7 @@
 mod chain;
 mod detect;
 mod evaluate;
+pub mod pairing;
 pub mod reason;
 mod verdict;
 mod workspace;
@@ -56,6 +57,13 @@ pub fn plan(
     for i in order {
         let fix = fixes[i];
         let (settled, _) = &judged[i];
+        if op == Op::Revert && !matches!(settled.state, FixState::Applied | FixState::Drifted) {
+            // Nothing of it to undo: judged again on this run's copy (the fixes made on top of
+            // it reverted in memory, those it is made on top of perhaps never applied) it
+            // could read drifted, which says nothing about the tree.
+            reports.push((i, nothing_to_revert(settled, recorded)));
+            continue;
+        }
         let (mut report, chosen) = chain.evaluate(fix, &mut ws)?;
         if report.state == FixState::Applied && settled.state == FixState::Applied && chain::on_undone(settled) {
             // What the chain found (applied on top of fixes undone since) holds here too.
@@ -75,12 +83,8 @@ pub fn plan(
                 report = unreachable_in_run(catalog, &mut chain, fix, settled, op)?;
             }
         }
-        if op == Op::Revert && report.absent_from_found_trees() {
-            report.state = FixState::NotApplied;
-            report.message = Some(format!(
-                "{}; nothing of it is applied in the trees found, so there is nothing to revert",
-                report.message.as_deref().unwrap_or("a tree it needs was not found")
-            ));
+        if op == Op::Revert && report.state == FixState::Drifted && settled.never_applied(recorded) {
+            report = nothing_to_revert(settled, recorded);
         }
         let simulate = match (op, report.state) {
             (Op::Apply | Op::Check, FixState::NotApplied) => Some(true),
@@ -115,6 +119,27 @@ pub fn plan(
         }
     }
     Ok(Plan { reports, edits })
+}
+
+/// The report of a fix a revert leaves alone (its settled state is not applied): as settled,
+/// but a drifted fix never applied here ([`FixReport::never_applied`]) and one absent from the
+/// trees found read not applied, saying why, so that neither refuses the revert of the others.
+fn nothing_to_revert(settled: &FixReport, recorded: &Recorded) -> FixReport {
+    let mut report = settled.clone();
+    report.message = Some(if report.never_applied(recorded) {
+        "drifted, but no hunk of it reads applied and no provenance record says gaudi-fixes applied it: \
+         there is nothing of it to revert"
+            .to_string()
+    } else if report.absent_from_found_trees() {
+        format!(
+            "{}; nothing of it is applied in the trees found, so there is nothing to revert",
+            report.message.as_deref().unwrap_or("a tree it needs was not found")
+        )
+    } else {
+        return report;
+    });
+    report.state = FixState::NotApplied;
+    report
 }
 
 /// Revert `fix`, applied on top of fixes it comes after that are not applied in the tree

@@ -173,7 +173,7 @@ fn explain_drift(fix: &Fix, report: &mut FixReport, release: Option<&str>, gaudi
                                 covers.join(", ")
                             ),
                             next_step: format!(
-                                "a maintainer makes a variant with `{{0}}` (see README, \"Maintaining the catalogue\"); {leave}"
+                                "a maintainer makes a variant with `{{0}}` (see docs/maintaining.md); {leave}"
                             ),
                             advice: vec![port_advice(fix, report.variant.as_deref(), release)],
                             note: false,

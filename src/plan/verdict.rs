@@ -177,6 +177,22 @@ impl FixReport {
         self.state == FixState::Error
             && self.files.iter().all(|f| matches!(f.state, FileOutcome::NoTree | FileOutcome::NotApplied))
     }
+
+    /// Drifted, but no file or hunk of it reads applied and no provenance record (`recorded`)
+    /// says gaudi-fixes applied it: a fix never applied here (its release unsupported, or its
+    /// context changed before it was). A revert has nothing of it to undo, and nothing of it
+    /// can need what it requires. (A drifted hunk may look more like the post-image than the
+    /// pre-image without being applied: vLLM 0.34.0 changed topk-subset-sampler's lines so.)
+    pub fn never_applied(&self, recorded: &Recorded) -> bool {
+        use crate::patch::HunkState;
+        self.state == FixState::Drifted
+            && !recorded.contains_key(&self.name)
+            && self.files.iter().all(|f| {
+                !f.partial
+                    && f.state != FileOutcome::Applied
+                    && !f.hunks.iter().any(|h| matches!(h.state, HunkState::Applied { .. }))
+            })
+    }
 }
 
 /// What the provenance records say was applied: fix name → the variant apply wrote. Only a

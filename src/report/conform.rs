@@ -8,7 +8,7 @@ use std::io::Write;
 use super::json::SCHEMA;
 use super::Format;
 use crate::exit_status::ExitStatus;
-pub use crate::upkeep::conform::{Conformance, Feature, GpuDisagrees};
+pub use crate::upkeep::conform::{Conformance, Feature, GpuDisagrees, Shrunk};
 use anyhow::Result;
 use colored::Colorize;
 
@@ -37,12 +37,41 @@ fn reference_error(v: &serde_json::Value) -> String {
 }
 
 /// The fixes column: `-` when none names the feature.
+/// The fixes a feature's differences point to, or `none` (no fix of the catalogue names the
+/// feature: `raised`, an exception on either side, is one).
 fn fixes_cell(f: &Feature) -> String {
     if f.fixes.is_empty() {
-        "-".to_string()
+        "none".to_string()
     } else {
         f.fixes.join(", ")
     }
+}
+
+/// The width conform's human report keeps to.
+const COLUMNS: usize = 100;
+
+/// `text` (its own lines kept) wrapped at spaces to [`COLUMNS`], each line after the first
+/// indented by `indent`; a word longer than a line stays whole.
+fn wrapped(first: &str, indent: usize, text: &str) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut line = first.to_string();
+    for (i, part) in text.lines().enumerate() {
+        if i > 0 {
+            lines.push(std::mem::replace(&mut line, " ".repeat(indent)));
+        }
+        for word in part.split(' ') {
+            let fresh = line.trim().is_empty() || line.ends_with(": ");
+            if !fresh && line.chars().count() + 1 + word.chars().count() > COLUMNS {
+                lines.push(std::mem::replace(&mut line, " ".repeat(indent)));
+            }
+            if !(line.ends_with(' ') || line.is_empty()) {
+                line.push(' ');
+            }
+            line.push_str(word);
+        }
+    }
+    lines.push(line);
+    lines
 }
 
 /// Print the result in `format`.
@@ -86,21 +115,23 @@ fn github(out: &mut dyn Write, shown: &Shown<'_>) -> Result<()> {
     for f in c.features.iter().filter(|f| f.differences > 0) {
         let first = f.first.as_deref().unwrap_or("");
         let fixes = if f.fixes.is_empty() { String::new() } else { format!(" ({})", f.fixes.join(", ")) };
-        writeln!(
+        super::github::command(
             out,
-            "::error title=conform {}{fixes}::{} difference(s) in {} schedule(s); first: {first}",
-            f.name, f.differences, f.schedules
+            "error",
+            &[("title", &format!("conform {}{fixes}", f.name))],
+            &format!("{} difference(s) in {} schedule(s); first: {first}", f.differences, f.schedules),
         )?;
     }
     for e in &c.reference_errors {
-        writeln!(
+        super::github::command(
             out,
-            "::warning title=conform reference::vLLM's GPU reference failed (not counted): {}",
-            reference_error(e)
+            "warning",
+            &[("title", "conform reference")],
+            &format!("vLLM's GPU reference failed (not counted): {}", reference_error(e)),
         )?;
     }
     if c.differences() == 0 {
-        writeln!(out, "::notice::conform: {} schedules, no difference", c.schedules)?;
+        super::github::command(out, "notice", &[], &format!("conform: {} schedules, no difference", c.schedules))?;
     }
     Ok(())
 }
@@ -111,20 +142,25 @@ fn human(out: &mut dyn Write, shown: &Shown<'_>) -> Result<()> {
     let replayed = shown.replay.map_or(String::new(), |f| format!(", replaying {f}"));
     writeln!(out, "conform: {} schedules (seed {}) on {root}{replayed}, {:.1}s", c.schedules, c.seed, c.seconds)?;
     let width = c.features.iter().map(|f| f.name.len()).max().unwrap_or(7).max(7);
-    let fixes_width = c.features.iter().map(|f| fixes_cell(f).len()).max().unwrap_or(3).max(3);
-    writeln!(out, "  {:<width$}  schedules  differences  {:<fixes_width$}  first difference", "feature", "fix")?;
+    // Four narrow columns; a feature's first difference (long, maybe several lines) under its
+    // row, wrapped, so the table fits 100 columns.
+    writeln!(out, "  {:<width$}  schedules  differences  fix", "feature")?;
     for f in &c.features {
-        let first = f.first.as_deref().unwrap_or("-");
         let diffs = if f.differences > 0 { f.differences.to_string().red().to_string() } else { "0".into() };
         let pad = 11usize.saturating_sub(f.differences.to_string().len());
-        writeln!(
-            out,
-            "  {:<width$}  {:>9}  {}{diffs}  {:<fixes_width$}  {first}",
-            f.name,
-            f.schedules,
-            " ".repeat(pad),
-            fixes_cell(f)
-        )?;
+        let row = format!("  {:<width$}  {:>9}  {}{diffs}  ", f.name, f.schedules, " ".repeat(pad));
+        // The row's width as printed (the count may be coloured).
+        let indent = width + 28;
+        let mut lines = wrapped(&" ".repeat(indent), indent, &fixes_cell(f)).into_iter();
+        writeln!(out, "{row}{}", lines.next().unwrap_or_default().trim_start())?;
+        for line in lines {
+            writeln!(out, "{line}")?;
+        }
+        if let Some(first) = f.first.as_deref().filter(|_| f.differences > 0) {
+            for line in wrapped("      first: ", 13, first) {
+                writeln!(out, "{line}")?;
+            }
+        }
     }
     for g in &c.gpu_disagrees {
         let first = g.first.as_deref().unwrap_or("-");
@@ -239,5 +275,29 @@ pub fn setup(out: &mut dyn Write, format: Format, s: &SetupShown<'_>) -> Result<
             }
         }
     }
+    Ok(())
+}
+
+/// `conform --shrink`: the feature it still differs in, the sizes before and after, the first
+/// difference, and the schedule itself as the last line (what `--replay` takes); JSON: the same
+/// under `shrunk`.
+pub fn shrunk(out: &mut dyn Write, format: Format, s: &Shrunk) -> Result<()> {
+    let sizes = |v: &serde_json::Value| {
+        ["requests", "steps", "parameters", "scheduled_tokens", "drafts"]
+            .iter()
+            .map(|k| format!("{} {}", v.get(*k).and_then(serde_json::Value::as_u64).unwrap_or(0), k.replace('_', " ")))
+            .collect::<Vec<_>>()
+            .join(", ")
+    };
+    if format == Format::Json {
+        let doc = serde_json::json!({ "schema": SCHEMA, "command": "conform --shrink", "shrunk": s });
+        writeln!(out, "{}", serde_json::to_string_pretty(&doc)?)?;
+        return Ok(());
+    }
+    writeln!(out, "still differs in {}: {}", s.feature.bold(), s.first)?;
+    writeln!(out, "from {}", sizes(&s.before))?;
+    writeln!(out, "to   {} ({} runs of the schedule)", sizes(&s.after), s.runs)?;
+    writeln!(out, "the shrunk schedule (save it to a file for --replay):")?;
+    writeln!(out, "{}", serde_json::to_string(&s.schedule)?)?;
     Ok(())
 }

@@ -10,7 +10,7 @@ use crate::exit_status::ExitStatus;
 /// with the run's `invocation`. A closed stdout is ignored (the exit code tells).
 pub fn print(err: &anyhow::Error, format: Format, command: &str, code: u8, invocation: &Invocation) {
     let message = super::advice::error_text(err, invocation);
-    eprintln!("gaudi-fixes: error: {message}");
+    super::stderr_line(format_args!("gaudi-fixes: error: {message}"));
     let stdout = stdout();
     let mut out = stdout.lock();
     let _ = match format {

@@ -15,11 +15,13 @@ pub fn print(
     out: &mut dyn Write,
     reports: &[FixReport],
     check: bool,
+    passed: bool,
     invocation: &super::advice::Invocation,
 ) -> Result<()> {
     for r in reports {
-        // The reason first, with its next step: on a PR it says why before the details.
-        if let Some(reason) = &r.reason {
+        // The reason first, with its next step: on a PR it says why before the details. A
+        // run that passed says its notes in its one summary notice.
+        if let Some(reason) = r.reason.as_ref().filter(|reason| !(passed && reason.note)) {
             let level = if reason.note { "notice" } else { "error" };
             let file = r
                 .files
@@ -107,6 +109,12 @@ pub fn summary(
         (_, state) => state.words(),
     };
     let names: Vec<String> = reports.iter().map(|r| format!("{} {}", r.name, word(r.state))).collect();
+    let unverified = reports.iter().filter(|r| r.reason.as_ref().is_some_and(|x| x.note)).count();
+    let unverified = if unverified == 0 || matches!(mode, Mode::Status | Mode::Diff) {
+        String::new()
+    } else {
+        format!(" ({unverified} on a release its variant was not verified on: `-v` or the human report says which)")
+    };
     let (kind, what) = match mode {
         Mode::Check => ("notice", "check passed".to_string()),
         Mode::Apply => ("notice", format!("apply: {written} file(s) written")),
@@ -118,8 +126,21 @@ pub fn summary(
             (if all_in { "notice" } else { "warning" }, command.to_string())
         }
     };
-    writeln!(out, "::{kind}::{}", escape(&format!("gaudi-fixes: {what}: {}", names.join(", "))))?;
+    writeln!(out, "::{kind}::{}", escape(&format!("gaudi-fixes: {what}: {}{unverified}", names.join(", "))))?;
     Ok(())
+}
+
+/// A check that failed because fixes are not applied: one error saying what to run (the
+/// per-fix warnings above say which).
+pub fn check_failed(out: &mut dyn Write, reports: &[FixReport], invocation: &super::advice::Invocation) -> Result<()> {
+    let missing: Vec<String> =
+        reports.iter().filter(|r| r.state == FixState::NotApplied).map(|r| r.name.clone()).collect();
+    if missing.is_empty() {
+        return Ok(());
+    }
+    let run = super::advice::command(&Advice::Apply { fixes: missing.clone() }, invocation);
+    let message = format!("gaudi-fixes: check failed: {} fix(es) not applied; run `{run}`", missing.len());
+    command(out, "error", &[], &message)
 }
 
 /// The error that ended the run (`message`: its chain written out), as an annotation at the
@@ -144,7 +165,16 @@ pub fn error(out: &mut dyn Write, message: &str) -> Result<()> {
 
 /// One annotation: `level` (`notice`, `warning`, `error`), at `file` when given.
 pub fn annotation(out: &mut dyn Write, level: &str, file: Option<&str>, message: &str) -> Result<()> {
-    let at = file.map_or(String::new(), |f| format!(" file={}", escape_prop(f)));
+    let props: Vec<(&str, &str)> = file.map(|f| ("file", f)).into_iter().collect();
+    command(out, level, &props, message)
+}
+
+/// One workflow command `::level key=value,…::message`, escaped as GitHub's rules require:
+/// `%`, CR and LF in the message and the values, `:` and `,` in the values too (a message of
+/// several lines stays one annotation).
+pub fn command(out: &mut dyn Write, level: &str, props: &[(&str, &str)], message: &str) -> Result<()> {
+    let props: Vec<String> = props.iter().map(|(k, v)| format!("{k}={}", escape_prop(v))).collect();
+    let at = if props.is_empty() { String::new() } else { format!(" {}", props.join(",")) };
     writeln!(out, "::{level}{at}::{}", escape(message))?;
     Ok(())
 }
@@ -155,4 +185,20 @@ fn escape(s: &str) -> String {
 
 fn escape_prop(s: &str) -> String {
     escape(s).replace(':', "%3A").replace(',', "%2C")
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_command_escapes_its_message_and_properties_as_githubs_rules_require() {
+        let mut out = Vec::new();
+        command(&mut out, "error", &[("title", "conform min_p (a, b): x"), ("file", "f")], "100% off\r\nsecond: line")
+            .unwrap();
+        assert_eq!(
+            String::from_utf8(out).unwrap(),
+            "::error title=conform min_p (a%2C b)%3A x,file=f::100%25 off%0D%0Asecond: line\n"
+        );
+    }
 }

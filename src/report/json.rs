@@ -28,6 +28,12 @@ pub struct Document<'a> {
     pub written: Vec<PathBuf>,
     /// Sentences about recovery, provenance mismatches and the like.
     pub notes: &'a [String],
+    /// Whether the vllm_gaudi found imports on the vLLM found (absent unless both were found).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub pairing: Option<&'a crate::plan::pairing::Pairing>,
+    /// Why the run refused before judging a fix (absent when it did not).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub refusal: Option<&'a str>,
 }
 
 /// Print `doc` as pretty JSON.

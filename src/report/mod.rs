@@ -119,6 +119,14 @@ pub fn emit(quiet: bool, print: impl FnOnce(&mut dyn std::io::Write) -> anyhow::
     print(&mut out)
 }
 
+/// Write `line` to stderr, for people (notes, errors, progress). A closed stderr (`… 2>&1 |
+/// head`, EPIPE) is ignored like a closed stdout: `eprintln!` would panic (exit 101) and the
+/// exit code would no longer be the verdict's.
+pub fn stderr_line(line: impl std::fmt::Display) {
+    use std::io::Write;
+    let _ = writeln!(std::io::stderr().lock(), "{line}");
+}
+
 /// Standard output for reports. Once its reader has gone (`gaudi-fixes apply --check | head
 /// -0`, EPIPE), the rest of the output is dropped instead of failing the command, so the exit
 /// code is still the verdict.

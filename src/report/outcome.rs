@@ -11,6 +11,7 @@ pub use super::Mode;
 use super::{github, human, json, Format};
 use crate::discover::Trees;
 use crate::exit_status::ExitStatus;
+use crate::plan::pairing::Pairing;
 use crate::plan::{FixReport, FixState};
 
 /// One run's findings and writes.
@@ -35,6 +36,11 @@ pub struct RunOutcome {
     /// `gaudi-fixes` with the flags that chose this run's catalogue and trees: the commands
     /// its advice names are written with it.
     pub invocation: super::advice::Invocation,
+    /// Whether the vllm_gaudi found imports on the vLLM found (both found only).
+    pub pairing: Option<Pairing>,
+    /// Why the run refused before judging a fix (the pairing cannot take the fixes), in one
+    /// sentence; the status is then drifted and nothing was written.
+    pub refusal: Option<String>,
 }
 
 /// Render `outcome` in `format`, its advice written out (see [`super::advice`]).
@@ -45,6 +51,8 @@ pub fn render(out: &mut dyn Write, format: Format, outcome: &RunOutcome) -> Resu
         written: outcome.written.clone(),
         notes: outcome.notes.clone(),
         invocation: outcome.invocation.clone(),
+        pairing: outcome.pairing.clone(),
+        refusal: outcome.refusal.clone(),
         ..*outcome
     };
     match format {
@@ -59,11 +67,22 @@ pub fn render(out: &mut dyn Write, format: Format, outcome: &RunOutcome) -> Resu
                 fixes: &outcome.reports,
                 written: outcome.written.clone(),
                 notes: &outcome.notes,
+                pairing: outcome.pairing.as_ref(),
+                refusal: outcome.refusal.as_deref(),
             },
             outcome.status,
         ),
+        Format::Github if outcome.refusal.is_some() => {
+            github::error(out, &format!("gaudi-fixes: {}", refusal_words(outcome)))
+        }
         Format::Github => {
-            github::print(out, &outcome.reports, outcome.mode == Mode::Check, &outcome.invocation)?;
+            // A run that passed says its fixes' notes in its one summary; `status` and `diff`
+            // report, so each fix's note stays.
+            let passed = outcome.status == ExitStatus::Applied && !matches!(outcome.mode, Mode::Status | Mode::Diff);
+            github::print(out, &outcome.reports, outcome.mode == Mode::Check, passed, &outcome.invocation)?;
+            if outcome.mode == Mode::Check && outcome.status == ExitStatus::NotApplied {
+                github::check_failed(out, &outcome.reports, &outcome.invocation)?;
+            }
             github::summary(
                 out,
                 outcome.mode,
@@ -88,35 +107,36 @@ fn notes(out: &mut dyn Write, notes: &[String]) -> Result<()> {
     Ok(())
 }
 
+/// The refusal in words, with what it left undone (only `apply` writes).
+fn refusal_words(o: &RunOutcome) -> String {
+    let refusal = o.refusal.as_deref().unwrap_or_default();
+    match o.mode {
+        Mode::Check => format!("refused: {refusal}; the check does not pass"),
+        _ => format!("refused: {refusal}; nothing was written"),
+    }
+}
+
 /// `apply`, `revert`, `--check`, `--dry-run`: every fix's block, then what was done. A check that
 /// finds everything applied is one line per tree and the verdict (`-v`: every block, with the
 /// hunks found away from their line numbers).
 fn human_select(out: &mut dyn Write, o: &RunOutcome) -> Result<()> {
     human::trees(out, &o.trees)?;
     notes(out, &o.notes)?;
-    if o.mode == Mode::Check && o.status == ExitStatus::Applied && !o.verbose && !o.nothing_selected {
-        let count = |state: FixState| o.reports.iter().filter(|r| r.state == state).count();
-        let mut states: Vec<String> = [
-            (FixState::Applied, "applied"),
-            (FixState::Upstreamed, "upstreamed"),
-            (FixState::Skipped, "skipped by --only-tree"),
-        ]
-        .into_iter()
-        .filter(|&(s, _)| count(s) > 0)
-        .map(|(s, words)| format!("{} {words}", count(s)))
-        .collect();
-        let unverified = o.reports.iter().filter(|r| r.reason.as_ref().is_some_and(|x| x.note)).count();
-        if unverified > 0 {
-            states.push(format!("{unverified} on a release its variant was not verified on"));
-        }
+    if o.refusal.is_some() {
+        writeln!(out, "{}: {}", "error".red().bold(), refusal_words(o))?;
+        return Ok(());
+    }
+    // Nothing to report fix by fix (`-v`: every block): a check that passed, or an apply or
+    // revert that found everything in the requested state (an image layer run again).
+    let quiet_pass = o.status == ExitStatus::Applied && !o.verbose && !o.nothing_selected;
+    let no_op = matches!(o.mode, Mode::Apply | Mode::Revert) && o.written.is_empty() && !o.reports.is_empty();
+    if quiet_pass && (o.mode == Mode::Check || no_op) {
+        let head = match o.mode {
+            Mode::Check => format!("check: {}", "everything applied".green()),
+            _ => "nothing to do: already in the requested state".to_string(),
+        };
         let n = o.reports.len();
-        writeln!(
-            out,
-            "check: {}: {n} fix{} ({}); -v shows each",
-            "everything applied".green(),
-            if n == 1 { "" } else { "es" },
-            states.join(", ")
-        )?;
+        writeln!(out, "{head}: {n} fix{} ({}); -v shows each", if n == 1 { "" } else { "es" }, state_counts(o))?;
         return Ok(());
     }
     if o.nothing_selected {
@@ -161,10 +181,34 @@ fn human_select(out: &mut dyn Write, o: &RunOutcome) -> Result<()> {
     Ok(())
 }
 
+/// How many fixes are in each state, in words (`16 applied, 1 upstreamed`), and how many are
+/// on a release their variant was not verified on.
+fn state_counts(o: &RunOutcome) -> String {
+    let count = |state: FixState| o.reports.iter().filter(|r| r.state == state).count();
+    let mut states: Vec<String> = [
+        (FixState::Applied, "applied"),
+        (FixState::NotApplied, "not applied"),
+        (FixState::Upstreamed, "upstreamed"),
+        (FixState::Skipped, "skipped by --only-tree"),
+    ]
+    .into_iter()
+    .filter(|&(s, _)| count(s) > 0)
+    .map(|(s, words)| format!("{} {words}", count(s)))
+    .collect();
+    let unverified = o.reports.iter().filter(|r| r.reason.as_ref().is_some_and(|x| x.note)).count();
+    if unverified > 0 {
+        states.push(format!("{unverified} on a release its variant was not verified on"));
+    }
+    states.join(", ")
+}
+
 /// `status`: one line per fix under the trees (their discovery notes are among `notes`).
 fn human_status(out: &mut dyn Write, o: &RunOutcome) -> Result<()> {
     let shown = Trees { notes: Vec::new(), ..o.trees.clone() };
     human::trees(out, &shown)?;
+    if let Some(pairing) = &o.pairing {
+        pairing_line(out, pairing, o.trees.vllm.as_ref())?;
+    }
     notes(out, &o.notes)?;
     // Columns as wide as their longest entry (a name of 29 characters pushed the rest right).
     let name_width = o.reports.iter().map(|r| r.name.len()).max().unwrap_or(0);
@@ -176,6 +220,23 @@ fn human_status(out: &mut dyn Write, o: &RunOutcome) -> Result<()> {
         let state = human::state_word(r.state);
         let pad = " ".repeat(state_width - state.chars().count());
         writeln!(out, "  {:<name_width$}  {state}{pad}  {variant:<variant_width$}  {}{why}", r.name, r.kind)?;
+    }
+    Ok(())
+}
+
+/// Whether the trees found import on each other, in a line: all resolve; some names do not (a
+/// warning: the lab pairings the tests use are such); the sampling path is missing (the
+/// refusal `apply` gives).
+fn pairing_line(out: &mut dyn Write, pairing: &Pairing, vllm: Option<&crate::discover::Tree>) -> Result<()> {
+    match vllm.and_then(|v| pairing.refusal(v)) {
+        Some(refusal) => writeln!(out, "{} {refusal}; `apply` refuses", "pairing:".red().bold())?,
+        None if pairing.unresolved.is_empty() => writeln!(out, "{} {}", "pairing:".bold(), pairing.summary)?,
+        None => writeln!(
+            out,
+            "{} {} (this pair does not load as a whole; the fixes still apply: see docs/usage.md, \"Pairings\")",
+            "pairing:".yellow(),
+            pairing.summary
+        )?,
     }
     Ok(())
 }

@@ -86,7 +86,7 @@ impl Progress {
                     s.counting_since = Some((Instant::now(), done));
                 }
                 if std::mem::take(&mut s.announce) {
-                    eprintln!("{}", s.line());
+                    super::stderr_line(s.line());
                     s.printed = Instant::now();
                 }
             });
@@ -196,7 +196,7 @@ impl Lines {
             while !state.stopped {
                 let due = LINE_EVERY.saturating_sub(state.printed.elapsed());
                 if due.is_zero() {
-                    eprintln!("{}", state.line());
+                    super::stderr_line(state.line());
                     state.printed = Instant::now();
                     continue;
                 }
@@ -216,7 +216,7 @@ impl Lines {
         state.step = step.to_string();
         if state.last_step != step {
             state.last_step = step.to_string();
-            eprintln!("{}", state.line());
+            super::stderr_line(state.line());
             state.printed = Instant::now();
         }
     }

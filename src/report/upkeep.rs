@@ -243,9 +243,10 @@ pub fn test_run(
         }
         Format::Github => {
             if run.passed {
-                writeln!(out, "::notice::{}: tests passed: {}", run.fix, run.summary)?;
+                super::github::command(out, "notice", &[], &format!("{}: tests passed: {}", run.fix, run.summary))?;
             } else {
-                writeln!(out, "::error::{}: tests failed: {}{why_failed}", run.fix, run.summary)?;
+                let message = format!("{}: tests failed: {}{why_failed}", run.fix, run.summary);
+                super::github::command(out, "error", &[], &message)?;
             }
         }
         Format::Human => {

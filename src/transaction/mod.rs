@@ -6,7 +6,9 @@
 //!    cannot deadlock). A run that has to wait says at once who holds the lock;
 //! 2. finish any transaction a killed run left behind (see [`recover`]); its journal is
 //!    checked data: checksum, tree identity, tree-relative paths only;
-//! 3. (the caller plans in memory, under the lock);
+//! 3. (the caller plans in memory, under the lock; a plan it will write, or that has nothing
+//!    to write, then drops the bytecode stashes nothing refers to any more, see [`sweep`]: a
+//!    run that refuses changes no byte);
 //! 4. check for real that every write can happen: each target opened for writing, a probe temp
 //!    file created (and owned like the target) beside it, free space for the new bytes;
 //! 5. save each file's old and new bytes under `<root>/.gaudi-fixes/txn/`, fsync, then commit
@@ -60,7 +62,7 @@ pub use commit::commit;
 pub use fs::temp_path;
 pub use journal::{pending, read_provenance, Journal, JournalFile};
 pub use lock::{lock, set_lock_timeout, TreeId, TreeLocks};
-pub use recover::recover;
+pub use recover::{recover, sweep};
 
 use std::path::Path;
 use std::sync::OnceLock;

@@ -62,12 +62,45 @@ pub fn recover(roots: &[PathBuf]) -> Result<Vec<String>> {
                     remove_saved(&state)?;
                 }
             }
-            // A writer's clean-up of the bytecode kept for files changed since by another hand.
-            said.extend(sweep_stashes(&root.dir)?);
             root.dir.rmdir_if_empty(OsStr::new(STATE_DIR));
         }
         Ok(said)
     })
+}
+
+/// A writer's clean-up, once it knows it will not refuse: remove the bytecode kept for files
+/// in `roots` changed since by another hand (see `sweep_stashes`); a sentence each. Not part of
+/// [`recover`]: a run that then refuses (drift) changes nothing, and a stash dropped for an
+/// edit the user undoes afterwards would be lost for the revert that follows.
+pub fn sweep(roots: &[PathBuf]) -> Result<Vec<String>> {
+    with_roots(|locked| {
+        let mut said = Vec::new();
+        let mut seen = Vec::new();
+        for r in roots {
+            let root = find_root(locked, r)?;
+            if seen.contains(&root.id) {
+                continue;
+            }
+            seen.push(root.id.clone());
+            match sweep_stashes(&root.dir) {
+                Ok(swept) => said.extend(swept),
+                // A user who may read the tree but not its state (a root-owned install): a run
+                // with nothing to write needs no more than a reader (one with edits was checked
+                // writable first). Whether any stash there is stale it cannot tell, so it says
+                // nothing; the next writer that may read them sweeps them.
+                Err(e) if denied(&e) => {}
+                Err(e) => return Err(e),
+            }
+            root.dir.rmdir_if_empty(OsStr::new(STATE_DIR));
+        }
+        Ok(said)
+    })
+}
+
+/// Whether `e` is a permission refused by the file system.
+fn denied(e: &anyhow::Error) -> bool {
+    e.chain()
+        .any(|c| c.downcast_ref::<std::io::Error>().is_some_and(|io| io.kind() == std::io::ErrorKind::PermissionDenied))
 }
 
 /// The locked roots a journal's trees are, refusing a journal of another tree (a copy) or of

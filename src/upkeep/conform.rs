@@ -24,6 +24,9 @@ use crate::error::{FileContext, Located};
 /// The suite's script in the test-support folder.
 pub const SUITE: &str = "conform.py";
 
+/// The shrinker's script in the test-support folder (`conform --shrink`): it imports the suite.
+pub const SHRINKER: &str = "conform_shrink.py";
+
 /// The pinned requirements' file in the test-support folder.
 pub const REQUIREMENTS: &str = "requirements.txt";
 
@@ -156,18 +159,15 @@ pub fn probe(python: &str, pins: &[Pin]) -> Result<Environment> {
 
 /// Why the suite cannot run on `env`, in conform's words, with what to do: every missing module
 /// and distribution at once. `setup` is the command that installs the pinned ones.
-pub fn not_ready(python: &str, env: &Environment, setup: &str, torch_pin: Option<(String, String)>) -> String {
+pub fn not_ready(python: &str, env: &Environment, setup: &str, vllm_root: Option<&std::path::Path>) -> String {
     let mut parts = Vec::new();
     if env.missing_modules.iter().any(|m| m == "torch") {
-        let (version, from) = match &torch_pin {
-            Some((v, vllm)) => (v.clone(), format!(" (vLLM {vllm} pins torch=={v})")),
-            None => ("<the version your vLLM pins>".to_string(), String::new()),
-        };
         parts.push(format!(
             "`{python}` has no torch: conform drives vLLM's and vllm_gaudi's sampling code on CPU with the \
              interpreter's own torch, and gaudi-fixes never installs one. In a Gaudi image give --python the \
-             image's interpreter; on a CPU-only machine first `{python} -m pip install torch=={version} \
-             --index-url https://download.pytorch.org/whl/cpu`{from}"
+             image's interpreter; on a CPU-only machine first {}{}",
+            super::pytest::cpu_torch_install(python),
+            super::pytest::vllm_pin_note(vllm_root)
         ));
     }
     if env.missing_modules.iter().any(|m| m == "numpy") {
@@ -195,15 +195,85 @@ pub fn write_requirements(text: &str) -> Result<PathBuf> {
     Ok(path)
 }
 
-/// The pip command `--setup` runs, as words.
-pub fn pip_words(python: &str, file: &Path) -> Vec<String> {
+/// The pip command `--setup` runs, as words: `python`'s own pip, installing into `target` (the
+/// layered venv's site-packages), never into `python`'s environment.
+pub fn pip_words(python: &str, file: &Path, target: &Path) -> Vec<String> {
     let mut words = vec![python.to_string()];
-    words.extend(["-m", "pip", "install", "--no-deps", "-r"].map(String::from));
+    words.extend(["-m", "pip", "install", "--no-deps", "--upgrade", "--target"].map(String::from));
+    words.push(target.display().to_string());
+    words.push("-r".into());
     words.push(file.display().to_string());
     words
 }
 
-/// Run pip (its output on our stderr, so stdout stays the report's); an error when it fails.
+/// The venv of conform's own that `--setup` makes for an interpreter (the image's): its pins
+/// live there, so the interpreter's environment is never changed (pinned versions vLLM's own
+/// requirements exclude broke `pip check` of the image's vLLM). It is layered on the
+/// interpreter: `--system-site-packages`, and a `.pth` naming the interpreter's site-packages
+/// (a venv made from a venv's python is based on the base installation, whose site-packages
+/// would not hold the image's torch).
+#[derive(Debug, Clone)]
+pub struct LayeredVenv {
+    pub dir: PathBuf,
+    /// The venv's site-packages, where the pins go.
+    pub site: PathBuf,
+    /// The interpreter's site-packages directories, for the `.pth`.
+    base_sites: Vec<String>,
+}
+
+/// The `.pth` in the layered venv that puts the interpreter's site-packages after its own.
+const BASE_PTH: &str = "gaudi_fixes_base.pth";
+
+impl LayeredVenv {
+    /// The layered venv for `python` in the cache (one per interpreter and Python version),
+    /// made or not.
+    pub fn of(python: &str) -> Result<LayeredVenv> {
+        let code = "import json, sys  # gaudi_fixes_site\n\
+                    print(json.dumps([sys.executable, '%d.%d' % sys.version_info[:2], \
+                    [p for p in sys.path if p.endswith(('site-packages', 'dist-packages'))]]))";
+        let out = Command::new(python)
+            .arg("-c")
+            .arg(code)
+            .stdin(Stdio::null())
+            .output()
+            .with_context(|| format!("cannot run `{python}` for the conformance suite (give --python PATH)"))?;
+        let stdout = String::from_utf8_lossy(&out.stdout);
+        let answer: Option<(String, String, Vec<String>)> =
+            stdout.lines().last().and_then(|l| serde_json::from_str(l).ok()).filter(|_| out.status.success());
+        let Some((executable, version, base_sites)) = answer else {
+            bail!("`{python}` did not say where its packages are (is it a Python interpreter?); give --python PATH");
+        };
+        let key = crate::hash::sha256_hex(format!("{executable}\n{version}").as_bytes());
+        let dir = super::upstream::cache_dir()?.join("conform").join(format!("venv-{}", &key[..12]));
+        let site = dir.join("lib").join(format!("python{version}")).join("site-packages");
+        Ok(LayeredVenv { dir, site, base_sites })
+    }
+
+    /// The venv's interpreter, once `--setup` made it.
+    pub fn python(&self) -> Option<String> {
+        let python = self.dir.join("bin").join("python");
+        python.is_file().then(|| python.display().to_string())
+    }
+
+    /// Make the venv with `python` (once), and name `python`'s site-packages in its `.pth`
+    /// (every time: the image's may have moved).
+    pub fn make(&self, python: &str) -> Result<()> {
+        if self.python().is_none() {
+            let dir = self.dir.display().to_string();
+            let words: Vec<String> =
+                [python, "-m", "venv", "--without-pip", "--system-site-packages", &dir].map(String::from).to_vec();
+            run_pip(&words)?;
+        }
+        std::fs::create_dir_all(&self.site).file_context(&self.site, || format!("creating {}", self.site.display()))?;
+        let pth = self.site.join(BASE_PTH);
+        let text: String = self.base_sites.iter().map(|p| format!("{p}\n")).collect();
+        std::fs::write(&pth, text).file_context(&pth, || format!("writing {}", pth.display()))?;
+        Ok(())
+    }
+}
+
+/// Run pip (or `python -m venv`; its output on our stderr, so stdout stays the report's); an
+/// error when it fails.
 pub fn run_pip(words: &[String]) -> Result<()> {
     let status = Command::new(&words[0])
         .args(&words[1..])
@@ -399,7 +469,11 @@ pub fn replay_file(path: &Path) -> Result<PathBuf> {
     let text = std::fs::read_to_string(path)
         .file_context(path, || format!("reading the schedule to replay, {}", path.display()))?;
     match serde_json::from_str::<serde_json::Value>(&text) {
-        Ok(v) if v.is_object() => {}
+        Ok(v) if v.is_object() => {
+            if let Err(why) = schedule_gives_a_verdict(&v) {
+                return Err(Located::in_file(path, format!("not a schedule to replay: {why}")).into());
+            }
+        }
         Ok(_) => {
             return Err(Located::in_file(
                 path,
@@ -412,6 +486,46 @@ pub fn replay_file(path: &Path) -> Result<PathBuf> {
         }
     }
     std::path::absolute(path).with_context(|| format!("resolving {}", path.display()))
+}
+
+/// Whether a schedule (`fixes/_support/conform_schedule.py` documents its format) can give a
+/// verdict: at least one request and one step, and every request a step names (`finish`,
+/// `preempt`, `arrive`, `structured`; the keys of `scheduled` and `drafts`) one it defines.
+/// Otherwise the suite ran it and called what broke a difference of the HPU path, or checked
+/// nothing and passed.
+fn schedule_gives_a_verdict(schedule: &serde_json::Value) -> Result<(), String> {
+    let requests = match schedule.get("requests") {
+        Some(serde_json::Value::Object(r)) if !r.is_empty() => r,
+        _ => return Err("it defines no requests (`requests`, an object of named requests)".into()),
+    };
+    let steps = match schedule.get("steps") {
+        Some(serde_json::Value::Array(s)) if !s.is_empty() => s,
+        _ => return Err("it has no steps (`steps`, a list)".into()),
+    };
+    for (n, step) in steps.iter().enumerate() {
+        let Some(step) = step.as_object() else { return Err(format!("step {n} is not an object")) };
+        let mut named: Vec<(&str, &str)> = Vec::new();
+        for key in ["finish", "preempt", "arrive", "structured"] {
+            match step.get(key) {
+                None => {}
+                Some(serde_json::Value::Array(names)) if names.iter().all(|x| x.is_string()) => {
+                    named.extend(names.iter().filter_map(|x| x.as_str()).map(|x| (key, x)));
+                }
+                Some(_) => return Err(format!("step {n}'s `{key}` is not a list of request names")),
+            }
+        }
+        for key in ["scheduled", "drafts"] {
+            match step.get(key) {
+                None => {}
+                Some(serde_json::Value::Object(by_name)) => named.extend(by_name.keys().map(|x| (key, x.as_str()))),
+                Some(_) => return Err(format!("step {n}'s `{key}` is not an object keyed by request name")),
+            }
+        }
+        if let Some((key, name)) = named.into_iter().find(|(_, name)| !requests.contains_key(*name)) {
+            return Err(format!("step {n}'s `{key}` names {name}, a request the schedule does not define"));
+        }
+    }
+    Ok(())
 }
 
 /// What the suite printed (its one JSON line), and the fixes `conform` names per feature.
@@ -494,5 +608,78 @@ impl Conformance {
             }
             _ => Vec::new(),
         }
+    }
+}
+
+/// What the shrinker printed (`conform_shrink.py`'s last stdout line): the smallest schedule it
+/// found that still differs in `feature`, with the first difference and the sizes before and
+/// after; or an `error` (the file finds no difference to shrink).
+#[derive(Debug, Clone, Default, Deserialize, Serialize)]
+pub struct Shrunk {
+    #[serde(default)]
+    pub schedule: serde_json::Value,
+    #[serde(default)]
+    pub feature: String,
+    #[serde(default)]
+    pub first: String,
+    #[serde(default)]
+    pub before: serde_json::Value,
+    #[serde(default)]
+    pub after: serde_json::Value,
+    #[serde(default)]
+    pub runs: u64,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub error: Option<String>,
+}
+
+/// Run the shrinker in `suite_dir` on `file` (an absolute path) against the trees under `root`;
+/// `line` gets each of its stderr lines as it comes. Its result, or why there is none.
+pub fn run_shrinker(
+    python: &str,
+    suite_dir: &Path,
+    root: &Path,
+    file: &Path,
+    line: &mut dyn FnMut(&str),
+) -> Result<Shrunk> {
+    let mut child = Command::new(python)
+        .current_dir(suite_dir)
+        .arg(SHRINKER)
+        .arg("--root")
+        .arg(root)
+        .arg(file)
+        .env("PYTHONDONTWRITEBYTECODE", "1")
+        .env("PYTHONUNBUFFERED", "1")
+        .stdin(Stdio::null())
+        .stdout(Stdio::piped())
+        .stderr(Stdio::piped())
+        .spawn()
+        .with_context(|| format!("running `{python} {SHRINKER}`"))?;
+    let mut stdout = child.stdout.take().expect("piped");
+    let stderr = child.stderr.take().expect("piped");
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = std::io::Read::read_to_string(&mut stdout, &mut text);
+        text
+    });
+    let mut tail: VecDeque<String> = VecDeque::new();
+    for l in std::io::BufRead::lines(std::io::BufReader::new(stderr)).map_while(Result::ok) {
+        line(&l);
+        tail.push_back(l);
+        if tail.len() > TAIL {
+            tail.pop_front();
+        }
+    }
+    let status = child.wait().context("waiting for the shrinker")?;
+    let stdout = reader.join().unwrap_or_default();
+    let last = stdout.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("");
+    let shrunk = serde_json::from_str::<Shrunk>(last).ok();
+    match shrunk {
+        Some(Shrunk { error: Some(error), .. }) => bail!("cannot shrink: {error}"),
+        Some(s) if status.success() && s.schedule.is_object() => Ok(s),
+        _ => bail!(
+            "the shrinker ended with {} and no schedule; the last lines it printed on stderr:\n{}",
+            ended(status),
+            Vec::from(tail).join("\n")
+        ),
     }
 }

@@ -198,6 +198,26 @@ pub struct Merged {
     pub tests_not_run: Vec<String>,
 }
 
+/// Every release name in a job's `results` in its one spelling (`0.32.1` and `v0.32.1` are one
+/// release, so the two judge one cell); a name that is no release is refused, `shown` named.
+fn canonical_releases(shown: &str, results: &mut Results) -> Result<()> {
+    let one = |name: &mut String| -> Result<()> {
+        *name = crate::catalog::manifest::canonical_release(name)
+            .with_context(|| format!("{shown}: `{name}` is not a release name (like v0.26.0)"))?;
+        Ok(())
+    };
+    for r in &mut results.releases {
+        one(&mut r.release)?;
+    }
+    for cell in &mut results.cells {
+        one(&mut cell.release)?;
+        if let Some(variant) = &mut cell.variant {
+            one(variant)?;
+        }
+    }
+    Ok(())
+}
+
 /// Read the per-job results `files` and merge them into one matrix, as one run over all their
 /// releases would have made it: refused (with the file named) when a file is not a `matrix`
 /// document, was made by another gaudi-fixes version or from another catalogue (by content
@@ -212,9 +232,10 @@ pub fn merge(catalog: &Catalog, files: &[PathBuf]) -> Result<Merged> {
     for file in files {
         let shown = file.display().to_string();
         let text = std::fs::read_to_string(file).with_context(|| format!("reading {shown}"))?;
-        let results: Results = serde_json::from_str(&text).map_err(|e| {
+        let mut results: Results = serde_json::from_str(&text).map_err(|e| {
             anyhow::anyhow!("{shown}:{}:{}: not a `matrix --format json` document: {e}", e.line(), e.column())
         })?;
+        canonical_releases(&shown, &mut results)?;
         if results.command != "matrix" || results.schema != crate::schema::JSON {
             bail!(
                 "{shown}: a `{}` document (schema {}), not `matrix --format json` (schema {})",

@@ -71,16 +71,18 @@ pub fn check_python_for(python: &str, vllm_root: Option<&Path>) -> Result<()> {
     }
     let missing: Vec<&str> = lines.flat_map(str::split_whitespace).collect();
     if missing.contains(&"torch") {
-        let pin = vllm_root.and_then(pinned_torch);
-        let version = pin.as_ref().map_or("<the version your vLLM pins>".to_string(), |(v, _)| v.clone());
-        let from = pin.as_ref().map_or(String::new(), |(_, vllm)| format!(" (vLLM {vllm} pins torch=={version})"));
+        let also = if missing.contains(&"pytest") {
+            format!(", then `{python} -m pip install pytest`")
+        } else {
+            String::new()
+        };
         let (pytest, them) = if missing.contains(&"pytest") { (" and no pytest", "them") } else { ("", "it") };
         bail!(
             "`{python}` has no torch{pytest}: the fix's tests need {them}. In a Gaudi image, give --python the \
              image's own interpreter: it has the image's torch build, and installing another torch over it \
-             would replace it. On a CPU-only machine without torch: `{python} -m pip install pytest \
-             torch=={version} --index-url https://download.pytorch.org/whl/cpu --extra-index-url \
-             https://pypi.org/simple`{from}"
+             would replace it. On a CPU-only machine without torch: {}{also}{}",
+            cpu_torch_install(python),
+            vllm_pin_note(vllm_root)
         );
     }
     if missing.contains(&"pytest") {
@@ -97,6 +99,27 @@ pub fn resolve_python(python: &str) -> Result<String> {
         return Ok(resolved.to_str().unwrap_or(python).to_string());
     }
     Ok(python.to_string())
+}
+
+/// The torch the fixes' tests and the conformance suite are run with here (`scripts/setup-venv.sh`,
+/// the `reference` feature's libtorch): what the advice for a machine without torch installs.
+pub const TESTED_TORCH: &str = "2.13.0";
+
+/// The command that installs [`TESTED_TORCH`]'s CPU build into `python`: the CPU index alone
+/// (with the package index as an extra index, pip takes the same version from there when it
+/// is newer by its rules: the CUDA build with GBs of NVIDIA wheels).
+pub fn cpu_torch_install(python: &str) -> String {
+    format!("`{python} -m pip install torch=={TESTED_TORCH} --index-url https://download.pytorch.org/whl/cpu`")
+}
+
+/// What the vLLM found pins, when it is not the torch the advice installs: ` (vLLM X pins torch==Y)`.
+pub fn vllm_pin_note(vllm_root: Option<&Path>) -> String {
+    match vllm_root.and_then(pinned_torch) {
+        Some((torch, vllm)) if torch != TESTED_TORCH => {
+            format!(" (vLLM {vllm} pins torch=={torch}; the tests here are run with {TESTED_TORCH})")
+        }
+        _ => String::new(),
+    }
 }
 
 /// The torch version a pip-installed vLLM pins (`Requires-Dist: torch==X` in the dist-info
@@ -289,9 +312,12 @@ pub fn run_tests(
         _ => bail!("pytest could not run {name}'s tests (exit {code}): {summary}"),
     }
     let skips = verdict.skip_reasons();
-    if verdict.passed == 0 && verdict.failed == 0 && verdict.errors == 0 {
+    // Errors alone (every test's setup failed: a harness that cannot load on this tree) are
+    // no verdict on the fix either: no test ran.
+    if verdict.passed == 0 && verdict.failed == 0 {
         let why = if skips.is_empty() { String::new() } else { format!("; skipped: {}", skips.join("; ")) };
-        bail!("no test of {name} ran (pytest: `{summary}`){why}");
+        let errored = if verdict.errors == 0 { "" } else { ": each one errored before it could run" };
+        bail!("no test of {name} ran{errored} (pytest: `{summary}`){why}");
     }
     Ok(TestRun {
         fix: name.clone(),
@@ -374,6 +400,7 @@ fn run_pytest(
     .collect();
     drop(tx);
     let started = std::time::Instant::now();
+    let mut pace = Pace::default();
     let mut last_line = started;
     let mut at_line_start = true;
     let mut kept = Vec::new();
@@ -395,7 +422,8 @@ fn run_pytest(
             Err(mpsc::RecvTimeoutError::Disconnected) => break,
         }
         if last_line.elapsed() >= HEARTBEAT {
-            let line = heartbeat(&std::fs::read_to_string(&files.running).unwrap_or_default(), started.elapsed());
+            let running = std::fs::read_to_string(&files.running).unwrap_or_default();
+            let line = heartbeat(&running, started.elapsed(), &mut pace);
             match &mut talk {
                 Talk::Echo(out) => {
                     let _ = writeln!(out, "{}[gaudi-fixes] {line}", if at_line_start { "" } else { "\n" });
@@ -415,9 +443,38 @@ fn run_pytest(
     Ok((status, String::from_utf8_lossy(&kept).to_string()))
 }
 
+/// When the heartbeat first saw each count of tests done: the time per test is taken at that
+/// moment, so the time left counts down while a test runs (measured from the run's start, it
+/// grew: 32, 40, 48 s left while one slow test ran).
+#[derive(Debug, Default)]
+struct Pace {
+    /// (tests done, the time it was first seen).
+    seen: Option<(u64, std::time::Duration)>,
+}
+
+impl Pace {
+    /// About how long is left when `done` of `total` are done at `elapsed`; `None` before the
+    /// first test is done, and once the running test outlasts the estimate.
+    fn left(&mut self, done: u64, total: u64, elapsed: std::time::Duration) -> Option<f64> {
+        if done == 0 || total < done {
+            return None;
+        }
+        let at = match self.seen {
+            Some((count, at)) if count == done => at,
+            _ => {
+                self.seen = Some((done, elapsed));
+                elapsed
+            }
+        };
+        let per = at.as_secs_f64() / done as f64;
+        let left = per * (total - done) as f64 - (elapsed - at).as_secs_f64();
+        (left >= 1.0).then_some(left)
+    }
+}
+
 /// The heartbeat line from what the plugin wrote (the node id running, then "DONE TOTAL"):
 /// `40 s: 12 of 57 tests done, running test_a.py::test_x, about 2 min 30 s left`.
-fn heartbeat(running: &str, elapsed: std::time::Duration) -> String {
+fn heartbeat(running: &str, elapsed: std::time::Duration, pace: &mut Pace) -> String {
     let mut lines = running.lines();
     let test = lines.next().map(str::trim).filter(|t| !t.is_empty());
     let counts: Option<(u64, u64)> = lines.next().and_then(|l| {
@@ -433,10 +490,8 @@ fn heartbeat(running: &str, elapsed: std::time::Duration) -> String {
             parts.push(format!("all {total} tests done, waiting for the interpreter to exit"))
         }
         Some((done, total)) if total > 0 => {
-            let left = (done > 0 && total >= done).then(|| {
-                let per = elapsed.as_secs_f64() / done as f64;
-                format!(", about {} left", crate::duration::words(per * (total - done) as f64))
-            });
+            let left =
+                pace.left(done, total, elapsed).map(|left| format!(", about {} left", crate::duration::words(left)));
             parts.push(format!("{done} of {total} tests done, {now}{}", left.unwrap_or_default()));
         }
         _ => parts.push(now),
@@ -501,16 +556,25 @@ mod tests {
     #[test]
     fn the_heartbeat_says_how_far_along_the_tests_are() {
         let at = std::time::Duration::from_secs(40);
-        assert_eq!(heartbeat("t.py::test_x\n10 of 50\n", at), "40 s: running t.py::test_x");
+        let beat = |running: &str| heartbeat(running, at, &mut Pace::default());
+        assert_eq!(beat("t.py::test_x\n10 of 50\n"), "40 s: running t.py::test_x");
         assert_eq!(
-            heartbeat("t.py::test_x\n10 50\n", at),
+            beat("t.py::test_x\n10 50\n"),
             "40 s: 10 of 50 tests done, running t.py::test_x, about 2 min 40 s left"
         );
-        assert_eq!(heartbeat("t.py::test_x\n0 50\n", at), "40 s: 0 of 50 tests done, running t.py::test_x");
-        assert_eq!(
-            heartbeat("t.py::test_x\n50 50\n", at),
-            "40 s: all 50 tests done, waiting for the interpreter to exit"
-        );
-        assert_eq!(heartbeat("", at), "40 s: collecting the tests");
+        assert_eq!(beat("t.py::test_x\n0 50\n"), "40 s: 0 of 50 tests done, running t.py::test_x");
+        assert_eq!(beat("t.py::test_x\n50 50\n"), "40 s: all 50 tests done, waiting for the interpreter to exit");
+        assert_eq!(beat(""), "40 s: collecting the tests");
+    }
+
+    /// Issue 48: while one test runs, the time left counts down (it grew, 32 → 40 → 48 s), and
+    /// is left out once the test outlasts it.
+    #[test]
+    fn the_time_left_does_not_grow_while_a_test_runs() {
+        let mut pace = Pace::default();
+        let s = std::time::Duration::from_secs;
+        let lefts: Vec<Option<f64>> = [20, 30, 40].iter().map(|&t| pace.left(5, 10, s(t))).collect();
+        assert_eq!(lefts, [Some(20.0), Some(10.0), None]);
+        assert_eq!(pace.left(6, 10, s(45)), Some(30.0), "a new count sets the pace again");
     }
 }
