@@ -363,13 +363,7 @@ pub fn run_suite(
         cmd.arg("--no-reference");
     }
     let mut child = cmd.spawn().with_context(|| format!("running `{python} {SUITE}`"))?;
-    let mut stdout = child.stdout.take().expect("piped");
-    let stderr = child.stderr.take().expect("piped");
-    let reader = std::thread::spawn(move || {
-        let mut text = String::new();
-        let _ = std::io::Read::read_to_string(&mut stdout, &mut text);
-        text
-    });
+    let (reader, stderr) = split_output(&mut child);
     let (tx, rx) = std::sync::mpsc::channel::<String>();
     let lines = std::thread::spawn(move || {
         for line in std::io::BufRead::lines(std::io::BufReader::new(stderr)).map_while(Result::ok) {
@@ -611,6 +605,19 @@ impl Conformance {
     }
 }
 
+/// A child's stdout read whole on a thread of its own (so that its stderr can be read as it
+/// comes without either pipe filling up), and its stderr.
+fn split_output(child: &mut std::process::Child) -> (std::thread::JoinHandle<String>, std::process::ChildStderr) {
+    let mut stdout = child.stdout.take().expect("piped");
+    let stderr = child.stderr.take().expect("piped");
+    let reader = std::thread::spawn(move || {
+        let mut text = String::new();
+        let _ = std::io::Read::read_to_string(&mut stdout, &mut text);
+        text
+    });
+    (reader, stderr)
+}
+
 /// What the shrinker printed (`conform_shrink.py`'s last stdout line): the smallest schedule it
 /// found that still differs in `feature`, with the first difference and the sizes before and
 /// after; or an `error` (the file finds no difference to shrink).
@@ -654,13 +661,7 @@ pub fn run_shrinker(
         .stderr(Stdio::piped())
         .spawn()
         .with_context(|| format!("running `{python} {SHRINKER}`"))?;
-    let mut stdout = child.stdout.take().expect("piped");
-    let stderr = child.stderr.take().expect("piped");
-    let reader = std::thread::spawn(move || {
-        let mut text = String::new();
-        let _ = std::io::Read::read_to_string(&mut stdout, &mut text);
-        text
-    });
+    let (reader, stderr) = split_output(&mut child);
     let mut tail: VecDeque<String> = VecDeque::new();
     for l in std::io::BufRead::lines(std::io::BufReader::new(stderr)).map_while(Result::ok) {
         line(&l);
