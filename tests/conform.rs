@@ -464,6 +464,16 @@ fn real_python_and_tree() -> Option<(PathBuf, PathBuf)> {
     (ok && tree.join("vllm_gaudi/v1/worker/hpu_input_batch.py").is_file()).then_some((python, tree))
 }
 
+/// `real_python_and_tree` as the command line's strings; None (after saying so) when this
+/// machine has neither.
+fn real_paths() -> Option<(String, String)> {
+    let Some((python, tree)) = real_python_and_tree() else {
+        eprintln!("skipped: no venv with torch or no ~/.cache/gaudi-fixes/upstream/v0.30.0 with vllm_gaudi");
+        return None;
+    };
+    Some((python.to_str()?.to_string(), tree.to_str()?.to_string()))
+}
+
 #[test]
 fn the_built_in_suite_finds_the_pristine_trees_bugs_and_names_their_fixes() {
     let Some((python, tree)) = real_python_and_tree() else {
@@ -493,12 +503,8 @@ fn the_built_in_suite_finds_the_pristine_trees_bugs_and_names_their_fixes() {
 /// schedule 11 of a run from seed 10 is found again, word for word, alone.
 #[test]
 fn schedule_n_of_a_report_is_what_seed_n_schedules_1_runs() {
-    let Some((python, tree)) = real_python_and_tree() else {
-        eprintln!("skipped: no venv with torch or no ~/.cache/gaudi-fixes/upstream/v0.30.0 with vllm_gaudi");
-        return;
-    };
-    let d = Dir::new();
-    let (python, root) = (python.to_str().expect("utf-8 path"), tree.to_str().expect("utf-8 path"));
+    let Some((python, root)) = real_paths() else { return };
+    let (d, python, root) = (Dir::new(), python.as_str(), root.as_str());
     let min_p_first = |seed: &str, count: &str| {
         let args =
             ["--root", root, "--python", python, "--format", "json", "conform", "--schedules", count, "--seed", seed];
@@ -530,12 +536,8 @@ fn a_schedule_count_past_the_maximum_is_refused_before_the_suite_runs() {
 /// differs in the same feature, and `--replay` of it says so again.
 #[test]
 fn shrink_prints_a_smaller_schedule_that_still_differs_on_replay() {
-    let Some((python, tree)) = real_python_and_tree() else {
-        eprintln!("skipped: no venv with torch or no ~/.cache/gaudi-fixes/upstream/v0.30.0 with vllm_gaudi");
-        return;
-    };
-    let d = Dir::new();
-    let (python, root) = (python.to_str().expect("utf-8 path"), tree.to_str().expect("utf-8 path"));
+    let Some((python, root)) = real_paths() else { return };
+    let (d, python, root) = (Dir::new(), python.as_str(), root.as_str());
     let gf = |args: &[&str], code: i32| {
         let mut all = vec!["--root", root, "--python", python, "--format", "json", "conform"];
         all.extend_from_slice(args);
