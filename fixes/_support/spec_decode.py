@@ -82,38 +82,49 @@ class RealVllm:
             # by ``vllm_gaudi_stubs.load``, under these names: whichever is there now is kept).
             pinned = {n: m for n, m in sys.modules.items()
                       if n.startswith(stubs.LOGITSPROCS_PKG) or n == "vllm.v1.sample.metadata"}
-            hpu_rejection_sample = _load_hpu_rejection_sample(root, rejection_sampler)
+            hpu_installs = _load_hpu_installs(root, rejection_sampler)
             cls._loaded[root] = types.SimpleNamespace(
                 pinned=pinned, logits_processor=logits_processor, rejection_sampler=rejection_sampler,
                 vllm_rejection_sample=rejection_sampler.rejection_sample, SamplingMetadata=SamplingMetadata,
                 Sampler=Sampler, RejectionSampler=rejection_sampler.RejectionSampler,
-                SpecDecodeMetadata=SpecDecodeMetadata, hpu_rejection_sample=hpu_rejection_sample)
+                SpecDecodeMetadata=SpecDecodeMetadata, hpu_rejection_sample=hpu_installs["rejection_sample"],
+                hpu_installs=hpu_installs)
         return cls._loaded[root]
 
 
-def _load_hpu_rejection_sample(root: Path, module: Any) -> Callable[..., torch.Tensor]:
-    """vllm_gaudi's ``rejection_sample`` (``hpu_rejection_sampler.py`` executed for real); vLLM's own
-    is put back in its module afterwards (``installed`` swaps it in for an HPU step)."""
+def _load_hpu_installs(root: Path, module: Any) -> dict[str, Any]:
+    """What ``hpu_rejection_sampler.py`` (executed for real) sets in vLLM's rejection-sampler module
+    at import: vllm_gaudi's ``rejection_sample`` (and what a fix installs beside it), by name; vLLM's
+    own are put back afterwards (``installed`` swaps them in for an HPU step)."""
     path = root / REJECTION_REL
-    original = module.rejection_sample
+    saved = dict(vars(module))
     namespace: dict[str, Any] = {"__name__": "gaudi_fixes_hpu_rejection_sampler", "__file__": str(path)}
     try:
         exec(compile(path.read_text(), str(path), "exec"), namespace)
     finally:
-        module.rejection_sample = original
-    return namespace["rejection_sample"]
+        installs = {k: v for k, v in vars(module).items() if k not in saved or saved[k] is not v}
+        for k in installs:
+            if k in saved:
+                setattr(module, k, saved[k])
+            else:
+                delattr(module, k)
+    installs["rejection_sample"] = namespace["rejection_sample"]
+    return installs
 
 
 @contextlib.contextmanager
-def installed(module: Any, fn: Callable[..., torch.Tensor]):
-    """``fn`` as ``module.rejection_sample`` (what ``RejectionSampler.forward`` calls) while the block
-    runs."""
-    saved = module.rejection_sample
-    module.rejection_sample = fn
+def installed(module: Any, fn: Callable[..., torch.Tensor], also: Optional[dict[str, Any]] = None):
+    """``fn`` as ``module.rejection_sample`` (what ``RejectionSampler.forward`` calls), and `also`'s
+    attributes by name, while the block runs."""
+    values = {**(also or {}), "rejection_sample": fn}
+    saved = {k: getattr(module, k) for k in values}
+    for k, v in values.items():
+        setattr(module, k, v)
     try:
         yield
     finally:
-        module.rejection_sample = saved
+        for k, v in saved.items():
+            setattr(module, k, v)
 
 
 def greedy_rejection_sample(draft_token_ids: torch.Tensor, num_draft_tokens: list[int], max_spec_len: int,
@@ -261,7 +272,7 @@ class SpecHarness(harness.Harness):
 
         self.scheduler.update = update  # type: ignore[method-assign]
         try:
-            with installed(self.real.rejection_sampler, self.real.hpu_rejection_sample):
+            with installed(self.real.rejection_sampler, self.real.hpu_rejection_sample, self.real.hpu_installs):
                 return super().step(scheduled, grammar_output=grammar_output)
         finally:
             self.scheduler.output, self.scheduler.update = original_output, original_update
