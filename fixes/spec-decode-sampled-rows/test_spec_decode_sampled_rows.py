@@ -26,6 +26,7 @@ from fixtures import root  # noqa: F401  (pytest fixture)
 
 import harness
 import spec_decode
+import spec_sampled
 
 PROMPTS = spec_decode.SCENARIO_PROMPTS
 GATE = 0.03  # the total-variation gate of the reference suite (`gaudi-fixes equiv`)
@@ -168,6 +169,114 @@ def test_sampled_prefill_beside_greedy(root):  # noqa: F811
             assert got.get(rid) == want[rid], (
                 f"step {number}: greedy request {rid} (drafts {drafts[rid]}) beside a sampled request still "
                 f"prefilling got {got.get(rid)} where vLLM's GPU path gives {want[rid]}")
+
+
+def test_seeded_steps_equal_vllms_gpu_path(root):  # noqa: F811
+    """Seeded sampled requests (X: temperature 0.7, top_k 20; Z: temperature 1.0, top_p 0.9) beside greedy
+    Y: each spec step's tokens equal vLLM's GPU path for the same step (vLLM's own ``rejection_sample``
+    with ``spec_sampled``'s stand-ins for its Triton kernels), given each seeded request's generator in
+    the state the HPU rejection sampler finds it. That state is one bonus-row draw further than on the
+    GPU: vllm_gaudi's runner samples the bonus rows once itself (``_run_sampling``, for the sampling
+    metadata) before the ``RejectionSampler`` samples them again, so a seeded request's tokens cannot
+    equal the GPU's for the same seed; from there on, the draws are vLLM's."""
+    h = spec_decode.SpecHarness(root, buckets=(2, 4))
+    params = {"X": dict(temperature=0.7, top_k=20, seed=11), "Y": dict(temperature=0.0),
+              "Z": dict(temperature=1.0, top_p=0.9, seed=12)}
+    for rid, p in params.items():
+        h.add(rid, PROMPTS[rid], max_tokens=64, **p)
+    h.step({rid: len(PROMPTS[rid]) for rid in params})
+    h.step({rid: 1 for rid in params})
+    plan = ({"X": 3, "Y": 2, "Z": 1}, {"X": 1, "Y": 3, "Z": 2}, {"X": 2, "Y": 0, "Z": 3}, {"X": 3, "Y": 1, "Z": 0},
+            {"X": 2, "Y": 2, "Z": 2}, {"X": 3, "Y": 3, "Z": 3})
+    compared = 0
+    for number, counts in enumerate(plan, start=3):
+        drafts = {rid: spec_decode.greedy(h.scheduler.requests[rid].tokens, n) for rid, n in counts.items()}
+        if number % 2:  # a likely but not most likely first draft
+            for rid in ("X", "Z"):
+                if drafts[rid]:
+                    row = spec_decode.context_row(h.scheduler.requests[rid].tokens)
+                    drafts[rid][0] = int(row.argsort(descending=True)[1])
+        order = sorted(counts, key=lambda rid: h.batch.req_id_to_index[rid])
+        generators = {}
+        for i, rid in enumerate(order):
+            own = h.batch.generators.get(h.batch.req_id_to_index[rid])
+            if own is not None:
+                g = torch.Generator()
+                g.set_state(own.get_state())
+                torch.empty(harness.VOCAB).exponential_(generator=g)  # vllm_gaudi's own bonus-row draw
+                generators[i] = g
+        want = spec_sampled.gpu_step(root, [
+            spec_decode.GpuRequest(h.scheduler.requests[rid].params, PROMPTS[rid],
+                                   list(h.scheduler.requests[rid].output), drafts[rid]) for rid in order
+        ], spec_decode.context_row, generators)
+        got = _step(h, {rid: 1 + len(d) for rid, d in drafts.items()}, drafts, "seeded sampled requests", number)
+        for rid, tokens in zip(order, want):
+            compared += len(tokens)
+            assert got.get(rid) == tokens, (
+                f"speculative-decoding step {number}: request {rid} ({params[rid]}, drafts {drafts[rid]}) got "
+                f"{got.get(rid)} where vLLM's GPU path, its generator in the same state, gives {tokens}")
+    print(f"seeded steps: {compared} tokens equal to vLLM's GPU path")
+
+
+# The stand-ins for vLLM's Triton kernels (spec_sampled.py) keep each kernel's contract, on
+# hand-worked cases (compact layout: requests of 2, 0 and 1 drafts).
+
+
+def _kernel_case():
+    cu = torch.tensor([2, 2, 3], dtype=torch.int32)
+    drafts = torch.tensor([1, 2, 3], dtype=torch.int32)
+    target = torch.tensor([[0.1, 0.6, 0.2, 0.1], [0.3, 0.1, 0.5, 0.1], [0.25, 0.25, 0.25, 0.25]])
+    return cu, drafts, target
+
+
+def test_stand_in_expand():
+    out = torch.empty(3)
+    spec_sampled.expand(out, torch.tensor([0.5, 9.0, 0.0]), torch.tensor([2, 2, 3], dtype=torch.int32), 0, 1)
+    assert out.tolist() == [0.5, 0.5, 1.0]
+
+
+def test_stand_in_random_sample():
+    cu, drafts, target = _kernel_case()  # request 0: p(draft 1) = 0.6 at position 0, p(draft 2) = 0.5 at 1
+    recovered = torch.tensor([3, 0, 1], dtype=torch.int32)
+    bonus = torch.tensor([7, 8, 9])
+    for uniform, want in (([0.5, 0.6], [1, 0, -1]),  # accepted, then 0.5 < 0.6: its recovered token, the end
+                          ([0.5, 0.5], [1, 2, 7]),  # p / q >= u at both: the bonus token follows
+                          ([0.7, 0.0], [3, -1, -1])):  # the first rejected: recovered, the rest placeholders
+        out = torch.full((3, 3), -1, dtype=torch.int32)
+        spec_sampled.rejection_random_sample(out, cu, drafts, None, target, bonus, recovered,
+                                             torch.tensor(uniform + [0.3], dtype=torch.float64),
+                                             torch.tensor([False, False, True]), 2)
+        assert out[0].tolist() == want, f"uniforms {uniform}: {out[0].tolist()}, want {want}"
+        assert out[1].tolist() == [8, -1, -1], "a request without drafts gets its bonus token"
+        assert out[2].tolist() == [-1, -1, -1], "a greedy request is left to the greedy kernel"
+    out = torch.full((3, 3), -1, dtype=torch.int32)  # with draft probabilities: p / q
+    draft_probs = torch.tensor([[0.1, 0.9, 0.0, 0.0], [0.0, 0.0, 0.25, 0.75], [0.25, 0.25, 0.25, 0.25]])
+    spec_sampled.rejection_random_sample(out, cu, drafts, draft_probs, target, bonus, recovered,
+                                         torch.tensor([0.6, 0.9, 0.3], dtype=torch.float64),
+                                         torch.tensor([False, False, False]), 2)
+    assert out.tolist() == [[1, 2, 7], [8, -1, -1], [3, 9, -1]], out.tolist()  # 0.67 >= 0.6, 2.0 >= 0.9; 1.0 >= 0.3
+
+
+def test_stand_in_recovered_tokens():
+    cu, drafts, target = _kernel_case()
+    out = torch.zeros(3, dtype=torch.int32)
+    inv_q = torch.tensor([[1.0, 1.0, 1.0, 1.0], [1.0, 1.0, 1.0, 1.0], [1.0, 2.0, 1.0, 1.0]])
+    spec_sampled.sample_recovered_tokens(out, cu, drafts, None, target, inv_q)
+    # request 0: draft 1 zeroed -> argmax of [0.1, 0, 0.2, 0.1] is 2; draft 2 zeroed -> [0.3, 0.1, 0, 0.1] -> 0;
+    # request 2: draft 3 zeroed, inv_q doubles token 1 -> 1
+    assert out.tolist() == [2, 0, 1]
+    draft_probs = torch.tensor([[0.1, 0.1, 0.1, 0.7], [0.3, 0.1, 0.5, 0.1], [0.0, 0.5, 0.0, 0.5]])
+    spec_sampled.sample_recovered_tokens(out, cu, drafts, draft_probs, target, inv_q)
+    # max(p - q, 0): [0, 0.5, 0.1, 0] -> 1; [0, 0, 0, 0] -> 0 (first index on ties); [0.25, 0, 0.25, 0] -> 0
+    assert out.tolist() == [1, 0, 0]
+
+
+def test_stand_in_greedy_sample():
+    cu, drafts, _ = _kernel_case()
+    out = torch.full((3, 3), -1, dtype=torch.int32)
+    spec_sampled.rejection_greedy_sample(out, cu, drafts, torch.tensor([1, 0, 3]), torch.tensor([7, 8, 9]),
+                                         torch.tensor([True, True, False]), 2)
+    assert out.tolist() == [[1, 0, -1], [8, -1, -1], [-1, -1, -1]]
 
 
 # The distribution: one batch of DRAWS identical requests (the same context, temperature 1.0, the
