@@ -185,12 +185,29 @@ def installed(module: Any):
             setattr(module, k, v)
 
 
+def uniform_probs_float32(num_tokens: int, num_draft_tokens: list[int], generators: dict[int, torch.Generator],
+                          device: Any) -> torch.Tensor:
+    """vLLM's ``generate_uniform_probs`` (one uniform per draft; a request with drafts and a generator
+    draws its own, in order) in float32, as the HPU draws them: Gaudi has no float64."""
+    uniform = torch.rand((num_tokens, ), dtype=torch.float32, device=device)
+    start = 0
+    for i, n in enumerate(num_draft_tokens):
+        if n == 0:
+            continue
+        if generators.get(i) is not None:
+            uniform[start:start + n].uniform_(generator=generators[i])
+        start += n
+    return uniform
+
+
 def gpu_step(root: Any, requests: list[Any], context_row: Any, generators: dict[int, torch.Generator]) -> list[list[int]]:
     """vLLM's GPU path for one spec-decode step of `requests` (``spec_decode.GpuRequest``, batch rows in
     this order) that may sample: ``spec_decode.gpu_step``'s layout and metadata, with the sampling rows
     vLLM's GPU ``InputBatch`` makes (greedy temperature 0.0, top_k outside (0, vocab) as the vocabulary,
     ``top_k``/``top_p`` None when no request has one), `generators` by row, and vLLM's own
-    ``rejection_sample`` with the stand-ins for its kernels. The tokens each request gets."""
+    ``rejection_sample`` with the stand-ins for its kernels, its uniforms drawn in float32
+    (``uniform_probs_float32``: the one deliberate difference, what the HPU can draw). The tokens each
+    request gets."""
     import dataclasses
 
     import numpy as np
@@ -241,7 +258,13 @@ def gpu_step(root: Any, requests: list[Any], context_row: Any, generators: dict[
     values.update(spec_decode.request_sampling_values(requests))
     sampling_metadata = real.SamplingMetadata(**{k: v for k, v in values.items() if k in fields})
     rejection = real.RejectionSampler(real.Sampler())
-    with installed(real.rejection_sampler):
-        out = rejection(metadata, None, torch.stack(rows), sampling_metadata)
+    module = real.rejection_sampler
+    saved = module.generate_uniform_probs
+    module.generate_uniform_probs = uniform_probs_float32
+    try:
+        with installed(module):
+            out = rejection(metadata, None, torch.stack(rows), sampling_metadata)
+    finally:
+        module.generate_uniform_probs = saved
     parsed = rejection.parse_output(out.sampled_token_ids, vocab)
     return parsed[0] if isinstance(parsed, tuple) else parsed

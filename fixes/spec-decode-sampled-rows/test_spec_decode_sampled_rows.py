@@ -174,8 +174,9 @@ def test_sampled_prefill_beside_greedy(root):  # noqa: F811
 def test_seeded_steps_equal_vllms_gpu_path(root):  # noqa: F811
     """Seeded sampled requests (X: temperature 0.7, top_k 20; Z: temperature 1.0, top_p 0.9) beside greedy
     Y: each spec step's tokens equal vLLM's GPU path for the same step (vLLM's own ``rejection_sample``
-    with ``spec_sampled``'s stand-ins for its Triton kernels), given each seeded request's generator in
-    the state the HPU rejection sampler finds it. That state is one bonus-row draw further than on the
+    with ``spec_sampled``'s stand-ins for its Triton kernels, its uniforms drawn in float32 as the HPU
+    draws them: Gaudi has no float64), given each seeded request's generator in the state the HPU
+    rejection sampler finds it. That state is one bonus-row draw further than on the
     GPU: vllm_gaudi's runner samples the bonus rows once itself (``_run_sampling``, for the sampling
     metadata) before the ``RejectionSampler`` samples them again, so a seeded request's tokens cannot
     equal the GPU's for the same seed; from there on, the draws are vLLM's."""
