@@ -85,6 +85,7 @@ pub fn run(global: &Settings, args: &ConformArgs) -> Result<ExitStatus> {
         first: args.first,
         replay,
         no_reference: args.no_reference,
+        jobs: args.jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get() as u32)),
     };
     let run = run_with_progress(global, &python, &suite_dir, &suite_args)?;
     suite::judge(&run, &suite_args, &setup_line)?;
