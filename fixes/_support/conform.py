@@ -33,14 +33,16 @@ min_tokens, logprobs, bad_words, allowed_token_ids and grammars): every differen
 shows counts as ``spec_decode`` (the sentence ends with the check's own feature in brackets).
 
     python conform.py --root DIR [--schedules N] [--seed S] [--first] [--replay FILE...]
-                      [--no-reference] [--progress]
+                      [--no-reference] [--progress] [--jobs N]
 
 prints one JSON object: per feature, the schedules that exercised it, the differences and the
 first one as a sentence; with ``--first``, it stops at the first schedule with a difference and
 adds it as ``failing_schedule`` (save it to a file: ``--replay FILE`` runs exactly that schedule
 again). Exit 0 when it ran (whatever it found), 3 when it cannot run (the reason, and a pip line
 when a module is missing). With ``--progress``, one ``conform-progress {json}`` line on stderr per
-schedule.
+schedule. With ``--jobs N``, N forked workers (vLLM imported once, before the fork) run the
+schedules, handed out one number at a time, and their findings are merged back in schedule order:
+the report is the same for every N but for ``seconds``, ``jobs`` and ``schedules_per_minute``.
 
 Not covered (yet): prompt_logprobs, random sampling with speculative decoding, multi-modal inputs;
 see the fix pages.

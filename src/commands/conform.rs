@@ -1,4 +1,4 @@
-//! `gaudi-fixes conform [--schedules N] [--seed S] [--first] [--replay FILE] [--shrink FILE] [--no-reference]`:
+//! `gaudi-fixes conform [--schedules N] [--seed S] [--jobs N] [--first] [--replay FILE] [--shrink FILE] [--no-reference]`:
 //! run the conformance suite (`fixes/_support/conform.py`, built into the binary with the
 //! catalogue) on the trees found, with the interpreter given by `--python`, as `test` does;
 //! `--setup` installs what the suite needs into that interpreter's environment (the pinned

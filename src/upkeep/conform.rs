@@ -6,7 +6,7 @@
 //! suite's exit 0, a complete report and at least one schedule.
 //!
 //! The suite's side of the contract (`conform.py`): `--root DIR --schedules N --seed S [--first]
-//! [--replay FILE] [--no-reference] [--progress]`, run in the support folder; stdout's last line
+//! [--replay FILE] [--no-reference] [--progress] [--jobs N]`, run in the support folder; stdout's last line
 //! is one JSON object (the report, or `error`/`missing`/`pip` with exit 3); with `--progress`
 //! stderr has one `conform-progress {"done": n, "total": N, "differences": d, "seconds": t}` line
 //! per finished schedule; any other stderr line is free text, kept for error messages.
