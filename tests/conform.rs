@@ -595,3 +595,26 @@ fn jobs_2_reports_what_jobs_1_reports() {
     assert!(one["features"].as_array().unwrap().iter().filter(|f| f["differences"].as_u64() > Some(0)).count() > 2);
     assert_eq!(one, two);
 }
+
+/// Issue 45: a shrink cut (a step left out, drafts dropped) can leave a step scheduling more tokens
+/// than its request has left, which no scheduler sends (a shrunk corpus schedule that "differed"
+/// only so): `--shrink` refuses such a schedule, naming the step, and never keeps such a cut.
+#[test]
+fn shrink_refuses_a_step_that_schedules_tokens_a_request_does_not_have() {
+    let Some((python, root)) = real_paths() else { return };
+    let d = Dir::new();
+    // r0's prompt has 5 tokens: step 0 computes 4, step 1 asks for 3 of the 1 left.
+    let schedule = serde_json::json!({
+        "version": 1, "seed": 0, "mode": "sync",
+        "requests": {"r0": {"prompt": [5, 6, 7, 8, 9], "params": {"temperature": 0.0}, "grammar": null}},
+        "steps": [
+            {"finish": [], "preempt": [], "arrive": ["r0"], "scheduled": {"r0": 4}, "structured": []},
+            {"finish": [], "preempt": [], "arrive": [], "scheduled": {"r0": 3}, "structured": []}
+        ]
+    });
+    d.write("over.json", schedule.to_string());
+    let file = d.path().join("over.json");
+    let args = ["--root", root.as_str(), "--python", python.as_str(), "conform", "--shrink", file.to_str().unwrap()];
+    let (out, err) = d.cmd().args(args).expect(3);
+    assert!(err.contains("step 1 schedules 3 tokens of r0, which has 1 left"), "{out}{err}");
+}
