@@ -165,7 +165,8 @@ def begin_step(engine: Any, scheduler: harness.Scheduler, vllm: Any, number: int
     for rid in step["preempt"]:
         scheduler.preempt(rid)
     for rid in step["arrive"]:
-        scheduler.add(rid, requests[rid]["prompt"], params(vllm, requests[rid]))
+        r = scheduler.add(rid, requests[rid]["prompt"], params(vllm, requests[rid]))
+        r.computed = requests[rid].get("cached", 0)  # a prefix-cache hit at its first schedule
     engine.recorder.calls = []
     scheduled = step["scheduled"]
     engine.ends = ends(scheduler, scheduled)
