@@ -27,8 +27,8 @@ later), ``structured`` (the scheduler's ``structured_output_request_ids``, in it
 scheduled structured requests whose chunk reaches their end).
 
 A request with ``"cached": N`` (absent: 0) arrives with a prefix-cache hit: its first schedule
-has ``num_computed_tokens`` N (full blocks another request computed), as vLLM's scheduler sends a
-new request whose prompt starts like one it has seen.
+has ``num_computed_tokens`` N (its prompt's first N tokens, full blocks another request computed),
+as vLLM's scheduler sends a new request whose prompt starts like one it has seen.
 
 The generator keeps each request's progress (prompt, tokens computed, tokens of output so far) but
 never a token value: those are the engines'.
@@ -116,14 +116,15 @@ def drafts(rng: random.Random, k: int, grammar: Any) -> list[Any]:
 HIT = 0.25  # the chance of a new request finding part of its prompt in the prefix cache
 
 
-def prefix_hit(seed: int, rid: str, prompt: int) -> int:
-    """A new request's prefix-cache hit (another request computed the same prefix): full blocks,
-    at most all but two tokens of the prompt (the first chunk still schedules some), else 0. Drawn
-    from a generator of its own, so the schedule's other draws are those they were without it."""
+def prefix_hit(seed: int, rid: str) -> list[int]:
+    """A new request's prefix found in the prefix cache (another request computed it): 1..3 full
+    blocks of tokens put before its prompt, or none. Drawn from a generator of its own, and the
+    rest of the prompt is scheduled as it would be without it: the schedule's other draws (chunks,
+    finishes, preemptions) are those the seed draws without hits."""
     rng = random.Random(f"conform-prefix-hit {seed} {rid}")
-    if prompt < BLOCK + 2 or rng.random() >= HIT:
-        return 0
-    return rng.randint(1, (prompt - 2) // BLOCK) * BLOCK
+    if rng.random() >= HIT:
+        return []
+    return [rng.randrange(3, VOCAB) for _ in range(rng.randint(1, 3) * BLOCK)]
 
 
 def generate(seed: int, mode: str, spec: int = 0) -> dict[str, Any]:
@@ -157,11 +158,12 @@ def generate(seed: int, mode: str, spec: int = 0) -> dict[str, Any]:
             params = spec_params(rng) if spec else random_params(rng)
             prompt = [rng.randrange(3, VOCAB) for _ in range(rng.randint(2, 20))]
             grammar = sorted(rng.sample(range(3, VOCAB), 12) + [EOS]) if rng.random() < 0.25 else None
+            prefix = prefix_hit(seed, rid)
+            prompt = prefix + prompt  # the prefix is computed already: the chunks below are unchanged
             requests[rid] = {"prompt": prompt, "params": params, "grammar": grammar}
             live[rid] = _Progress(len(prompt))
-            cached = prefix_hit(seed, rid, len(prompt))
-            if cached:
-                requests[rid]["cached"] = live[rid].computed = cached
+            if prefix:
+                requests[rid]["cached"] = live[rid].computed = len(prefix)
             arrive.append(rid)
         scheduled: dict[str, int] = {}
         for rid, p in live.items():
