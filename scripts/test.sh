@@ -394,6 +394,36 @@ conform_mutant() {
   else echo "FAIL: default minus $dropped: conform does not name $feature"; return 1; fi
 }
 
+# conform_seed_block: the first seed of this commit's block: 10000 + (HEAD's hash mod 10^6), rounded
+# down to a multiple of 10 (schedule s's mode follows from s alone: every block has sync, async and
+# spec schedules); 10000 where there is no commit to read.
+conform_seed_block() {
+  local head
+  head=$(git rev-parse HEAD 2>/dev/null) || { echo 10000; return; }
+  python3 -c 'import sys; print(10000 + int(sys.argv[1], 16) % 10**6 // 10 * 10)' "$head"
+}
+# conform_block REL TREE: the default profile on a seed block that changes with each commit
+# (CONFORM_BLOCK schedules, 2 workers), besides seed 0: printed with the command that replays it.
+CONFORM_BLOCK=${CONFORM_BLOCK:-100}
+conform_block() {
+  local rel=$1 tree=$2 seed json got
+  seed=$(conform_seed_block)
+  json=$WORK/conform-block-$rel.json
+  echo "conform block of this commit ($rel): seed $seed, $CONFORM_BLOCK schedules; replay with:"
+  echo "  gaudi-fixes --root TREE --python python --format json conform --seed $seed --schedules $CONFORM_BLOCK --jobs 2"
+  echo "  (TREE: a copy of the $rel upstream pair with \`gaudi-fixes --root TREE apply\` run on it)"
+  "$BIN" --root "$tree" --python python --format json conform --seed "$seed" --schedules "$CONFORM_BLOCK" --jobs 2 >"$json"
+  got=$(python3 -c 'import json, sys; print(json.load(open(sys.argv[1]))["exit_code"])' "$json" 2>/dev/null || echo "?")
+  if [ "$got" = 0 ]; then ok "$rel: conform on the default profile, block $seed ($CONFORM_BLOCK schedules): no difference"
+  else
+    bad "$rel: conform on the default profile, block $seed ($CONFORM_BLOCK schedules): exit $got, expected 0"
+    python3 -c 'import json, sys
+for f in json.load(open(sys.argv[1]))["features"]:
+    if f["differences"]: print("  %s: %d difference(s); first: %s" % (f["name"], f["differences"], f["first"]))' \
+      "$json" 2>/dev/null
+  fi
+}
+
 conformance() {
   local rel=$1 cgp=$2 cgt=$WORK/conform-$1 got pristine_rc fix feature
   step "$rel: conformance suite: default profile 0 differences, pristine and every one-fix-out mutant named"
@@ -417,6 +447,7 @@ for f in json.load(open(sys.argv[1]))["features"]:
 for g in json.load(open(sys.argv[1])).get("gpu_disagrees") or []:
     print("note: %s: vLLM'"'"'s GPU path disagrees with the request %d time(s); first: %s" % (g["name"], g["count"], g["first"]))' \
     "$WORK/conform-default-$rel.json" 2>/dev/null
+  conform_block "$rel" "$cgt"
   if [ "$pristine_rc" = 1 ]; then ok "$rel: conform on the pristine tree finds differences (exit 1)"
   else bad "$rel: conform on the pristine tree did not exit 1"; fi
   # The kept corpus: every schedule that ever found a difference, each with what it found and what

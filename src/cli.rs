@@ -216,6 +216,7 @@ impl From<ConformFlags> for settings::ConformArgs {
             replay: f.replay,
             shrink: f.shrink,
             no_reference: f.no_reference,
+            jobs: f.jobs,
             setup: f.setup,
             requirements: f.requirements,
         }
@@ -565,6 +566,11 @@ pub struct ConformFlags {
     /// Only hold each request against its own parameters: vLLM's GPU path is not imported.
     #[arg(long = "no-reference")]
     pub no_reference: bool,
+    /// Worker processes the schedules are split over (default: the cores available), each
+    /// importing vLLM once; the report is the same for every N but for its time and rate.
+    #[arg(long, value_name = "N", value_parser = clap::value_parser!(u32).range(1..=256),
+          conflicts_with_all = ["shrink"])]
+    pub jobs: Option<u32>,
     /// Set up or repair --python's environment for the suite, then exit: write the pinned
     /// requirements built into gaudi-fixes to the cache and run `PYTHON -m pip install --no-deps
     /// -r FILE`. torch is never installed (the interpreter's own is used).

@@ -168,6 +168,8 @@ pub struct ConformArgs {
     pub shrink: Option<PathBuf>,
     /// Only hold requests against their own parameters (vLLM's GPU path not imported).
     pub no_reference: bool,
+    /// Worker processes (None: the cores available).
+    pub jobs: Option<u32>,
     /// Install the suite's pinned requirements into `--python`'s environment, then exit.
     pub setup: bool,
     /// Print the pinned requirements, then exit.

@@ -33,14 +33,16 @@ min_tokens, logprobs, bad_words, allowed_token_ids and grammars): every differen
 shows counts as ``spec_decode`` (the sentence ends with the check's own feature in brackets).
 
     python conform.py --root DIR [--schedules N] [--seed S] [--first] [--replay FILE...]
-                      [--no-reference] [--progress]
+                      [--no-reference] [--progress] [--jobs N]
 
 prints one JSON object: per feature, the schedules that exercised it, the differences and the
 first one as a sentence; with ``--first``, it stops at the first schedule with a difference and
 adds it as ``failing_schedule`` (save it to a file: ``--replay FILE`` runs exactly that schedule
 again). Exit 0 when it ran (whatever it found), 3 when it cannot run (the reason, and a pip line
 when a module is missing). With ``--progress``, one ``conform-progress {json}`` line on stderr per
-schedule.
+schedule. With ``--jobs N``, N forked workers (vLLM imported once, before the fork) run the
+schedules, handed out one number at a time, and their findings are merged back in schedule order:
+the report is the same for every N but for ``seconds``, ``jobs`` and ``schedules_per_minute``.
 
 Not covered (yet): prompt_logprobs, random sampling with speculative decoding, multi-modal inputs;
 see the fix pages.
@@ -55,7 +57,7 @@ import sys
 import time
 import traceback
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Iterable, Iterator, Optional
 
 # Bytecode of the trees goes to a cache of ours, never into a tree (it may be read-only or shared):
 # with it, a run does not recompile vLLM (gaudi-fixes runs the suite with PYTHONDONTWRITEBYTECODE).
@@ -255,9 +257,12 @@ class Report:
         self.done = 0
         self.started = time.monotonic()
         self.failing: Optional[dict[str, Any]] = None
+        self.jobs = 1
+        self.last_seed: Optional[int] = None
 
     def add(self, schedule: dict[str, Any], f: Findings) -> None:
         self.done += 1
+        self.last_seed = schedule["seed"]
         label = f"schedule {schedule['seed']}"
         for name in exercised(schedule):
             self.features[name]["schedules"] += 1
@@ -279,7 +284,9 @@ class Report:
     def json(self, first: bool) -> dict[str, Any]:
         out = {"root": str(self.root), "schedules": self.done, "requested": self.requested,
                "complete": self.done >= self.requested or (first and self.differences > 0), "seed": self.seed,
-               "seconds": round(time.monotonic() - self.started, 3),
+               "seconds": round(time.monotonic() - self.started, 3), "jobs": self.jobs,
+               "schedules_per_minute": round(self.done * 60 / max(time.monotonic() - self.started, 1e-9), 1),
+               "last_seed": self.last_seed,
                "reference": "vLLM's GPU path of the tree (gpu_input_batch.InputBatch)" if self.reference else None,
                "features": [{"name": name, **v} for name, v in self.features.items()],
                "gpu_disagrees": list(self.disagrees.values()), "reference_errors": self.reference_errors[:20]}
@@ -288,17 +295,60 @@ class Report:
         return out
 
 
-def run(root: Path, plan: list[dict[str, Any]], seed: int, first: bool, reference: bool,
-        progress: bool = False) -> dict[str, Any]:
-    report = Report(root, seed, len(plan), reference)
-    GpuModules.get(root)  # the real vllm package first; the HPU side's stubs never replace it
-    saved = GpuModules.get(root).saved
-    for schedule in plan:
-        f = run_schedule(root, schedule, reference)
-        sys.modules.update(saved)
+def _task_schedule(task: Any) -> dict[str, Any]:
+    """A task is a schedule's number (a seeded run: the worker draws it, so no plan is held in
+    memory or sent whole) or a schedule itself (a replay)."""
+    return schedules.of(task) if isinstance(task, int) else task
+
+
+_WORKER: dict[str, Any] = {}
+
+
+def _worker_init(root: Path, reference: bool) -> None:
+    """A pool worker: vLLM's modules once (inherited when the parent imported them), then many
+    schedules."""
+    torch.set_num_threads(1)
+    GpuModules.get(root)
+    _WORKER.update(root=root, reference=reference, saved=GpuModules.get(root).saved)
+
+
+def _worker_run(task: Any) -> tuple[dict[str, Any], Findings]:
+    schedule = _task_schedule(task)
+    f = run_schedule(_WORKER["root"], schedule, _WORKER["reference"])
+    sys.modules.update(_WORKER["saved"])
+    return schedule, f
+
+
+def _results(root: Path, tasks: Iterable[Any], reference: bool, jobs: int) -> Iterator[tuple[dict[str, Any], Findings]]:
+    """Each schedule's findings, in schedule order whatever the number of workers: with ``jobs`` > 1
+    a pool of forked workers (each imports vLLM at most once, then runs schedule after schedule;
+    tasks are handed out one at a time and results merged back in order; a seeded run hands out
+    schedule numbers, so no plan is held whole)."""
+    if jobs <= 1:
+        _worker_init(root, reference)
+        yield from map(_worker_run, tasks)
+        return
+    import multiprocessing
+    GpuModules.get(root)  # imported once here: the forked workers inherit it
+    ctx = multiprocessing.get_context("fork")
+    pool = ctx.Pool(jobs, initializer=_worker_init, initargs=(root, reference))
+    try:
+        yield from pool.imap(_worker_run, tasks, chunksize=1)
+    finally:
+        pool.terminate()
+        pool.join()
+
+
+def run(root: Path, tasks: Iterable[Any], total: int, seed: int, first: bool, reference: bool,
+        progress: bool = False, jobs: int = 1) -> dict[str, Any]:
+    """Run the schedules of ``tasks`` (numbers or schedules, see _task_schedule) and build the
+    report; the same report for every ``jobs`` but for the time taken."""
+    report = Report(root, seed, total, reference)
+    report.jobs = jobs
+    for schedule, f in _results(root, tasks, reference, jobs):
         report.add(schedule, f)
         if progress:
-            tick = {"done": report.done, "total": len(plan), "differences": report.differences,
+            tick = {"done": report.done, "total": total, "differences": report.differences,
                     "seconds": round(time.monotonic() - report.started, 3)}
             print("conform-progress " + json.dumps(tick), file=sys.stderr, flush=True)
         if first and f.found:
@@ -317,10 +367,16 @@ def main() -> None:
                     help="run exactly these schedules (each a `failing_schedule` saved to a file: the corpus)")
     ap.add_argument("--no-reference", action="store_true", help="leave out vLLM's GPU path (the differential half)")
     ap.add_argument("--progress", action="store_true", help="a conform-progress line on stderr per schedule")
+    ap.add_argument("--jobs", type=int, default=1,
+                    help="worker processes (each imports vLLM once, then runs schedule after schedule); "
+                    "the report is the same for every N but for its time")
     args = ap.parse_args()
     for rel in (stubs.INPUT_BATCH_REL, stubs.RUNNER_REL, stubs.LOGITSPROCS_REL / "builtin.py"):
         if not (args.root / rel).is_file():
             _cannot_run(f"no {rel} under {args.root}: the suite needs a vllm tree and a vllm_gaudi tree")
+    if args.jobs < 1:
+        _cannot_run(f"--jobs {args.jobs}: give 1 or more worker processes")
+    tasks: Iterable[Any]
     if args.replay:
         plan = []
         for path in args.replay:
@@ -328,15 +384,18 @@ def main() -> None:
                 plan.append(schedules.load(path))
             except (OSError, ValueError) as e:
                 _cannot_run(f"cannot replay {path}: {e}")
+        tasks, total = plan, len(plan)
     else:
-        plan = schedules.plan(args.seed, args.schedules)
+        # Streamed: schedule numbers, each drawn by the worker that runs it.
+        tasks, total = range(args.seed, args.seed + args.schedules), args.schedules
     try:
         GpuModules.get(args.root.resolve())
     except ModuleNotFoundError as e:
         _cannot_run(f"vLLM's modules (the sampler, the GPU reference) need the Python module {e.name}; "
                     "install fixes/_support/requirements.txt with --no-deps", e.name)
     seed = plan[0]["seed"] if args.replay else args.seed
-    print(json.dumps(run(args.root.resolve(), plan, seed, args.first, not args.no_reference, args.progress)))
+    print(json.dumps(run(args.root.resolve(), tasks, total, seed, args.first, not args.no_reference, args.progress,
+                         args.jobs)))
 
 
 if __name__ == "__main__":

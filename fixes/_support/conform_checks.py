@@ -567,6 +567,39 @@ def logprob_values(ctx: Ctx, hpu: Any, gpu: Any, suspect: set[str]) -> Iterable[
                    f"{gvalues[0]}")
 
 
+def _got(step: Any, rid: str) -> list[int]:
+    """The tokens request `rid` got back in a step (a spec step's decode block: its spec tokens)."""
+    return step.returned.get(rid) or (getattr(step, "spec", {}).get(rid) or (None, []))[1]
+
+
+@check("logprobs", "pair_step")
+def logprob_ranks_and_alternatives(ctx: Ctx, hpu: Any, gpu: Any, suspect: set[str]) -> Iterable[str]:
+    """Every column of the logprobs rows a request is served, against vLLM's GPU path's: the
+    sampled token's rank and each of its top-k alternatives with its logprob (k its ``logprobs``,
+    the whole vocabulary for -1), token by token (several in a spec step) while both sides got the
+    same token; not for a request drawn by chance or one the GPU path itself mishandled."""
+    for rid, rows in getattr(hpu, "logprob_rows", {}).items():
+        r = ctx.requests[rid]
+        want = r.asked.get("logprobs")
+        theirs = getattr(gpu, "logprob_rows", {}).get(rid)
+        if (want is None or theirs is None or rid in suspect or (r.asked["temperature"] > 0 and not r.seeded)):
+            continue
+        k = VOCAB if want == -1 else want
+        mine, got = _got(hpu, rid), _got(gpu, rid)
+        for j, (h, g) in enumerate(zip(rows[:len(mine)], theirs[:len(got)])):
+            if mine[j] != got[j] or h.ids[:1] != [mine[j]] or g.ids[:1] != [got[j]]:
+                break  # another token (its own check), or logprobs for another token (logprobs_served)
+            what = f"request {rid} (logprobs={want}) got {mine[j]} back"
+            if h.rank != g.rank:
+                yield f"{what}, served with rank {h.rank}; vLLM's GPU path ranks it {g.rank}"
+            ha, ga = list(zip(h.ids, h.values))[1:k + 1], list(zip(g.ids, g.values))[1:k + 1]
+            if len(ha) < len(ga) or any(a[0] != b[0] or abs(a[1] - b[1]) > 1e-3 for a, b in zip(ha, ga)):
+                at = next((c for c, (a, b) in enumerate(zip(ha, ga), 1) if a[0] != b[0] or abs(a[1] - b[1]) > 1e-3),
+                          len(ha) + 1)
+                yield (f"{what}; its top-{k} alternative {at} is served as {ha[at - 1] if at <= len(ha) else 'none'} "
+                       f"(token, logprob); vLLM's GPU path serves {ga[at - 1]}")
+
+
 @check("seeded_tokens", "run")
 def seeded_tokens(ctx: Ctx, hpu: dict[str, list[int]], gpu: dict[str, list[int]],
                   suspect: set[str]) -> Iterable[tuple[str, str]]:

@@ -25,7 +25,7 @@ import dataclasses
 import sys
 import types
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, NamedTuple, Optional
 
 import numpy as np
 import torch
@@ -80,6 +80,23 @@ def sampling_params(vllm: Any, asked: dict[str, Any]) -> Any:
 OWN_ONLY = frozenset({"allowed_token_ids"})
 
 
+class LogprobRow(NamedTuple):
+    """One served logprobs row: token ids (the sampled one first), logprobs, the sampled token's rank."""
+
+    ids: list[int]
+    values: list[float]
+    rank: int
+
+
+def logprob_rows(lists: Any, start: int, n: int) -> list[LogprobRow]:
+    """Rows `start`..`start + n` of a ``LogprobsLists`` (or ``LogprobsTensors``), whole."""
+    ranks = getattr(lists, "sampled_token_ranks", None)
+    if ranks is None:
+        ranks = getattr(lists, "selected_token_ranks", None)
+    return [LogprobRow([int(t) for t in lists.logprob_token_ids[k]], [round(float(v), 4) for v in lists.logprobs[k]],
+                       -1 if ranks is None else int(ranks[k])) for k in range(start, start + n)]
+
+
 @dataclasses.dataclass
 class StepOut:
     """What one step of one engine did."""
@@ -93,6 +110,9 @@ class StepOut:
     # Calls held only against the requests' own parameters, in ``OWN_ONLY``'s features (the GPU
     # path's metadata of a rejection-sampler step): they say where the reference itself is wrong.
     own_calls: list[Call] = dataclasses.field(default_factory=list)
+    # Per request, per token it got back, the whole logprobs row it is served: the ids (the
+    # sampled token, then the top-k alternatives), their logprobs and the sampled token's rank.
+    logprob_rows: dict[str, list[LogprobRow]] = dataclasses.field(default_factory=dict)
 
     @property
     def computed(self) -> dict[str, int]:
@@ -145,7 +165,8 @@ def begin_step(engine: Any, scheduler: harness.Scheduler, vllm: Any, number: int
     for rid in step["preempt"]:
         scheduler.preempt(rid)
     for rid in step["arrive"]:
-        scheduler.add(rid, requests[rid]["prompt"], params(vllm, requests[rid]))
+        r = scheduler.add(rid, requests[rid]["prompt"], params(vllm, requests[rid]))
+        r.computed = requests[rid].get("cached", 0)  # a prefix-cache hit at its first schedule
     engine.recorder.calls = []
     scheduled = step["scheduled"]
     engine.ends = ends(scheduler, scheduled)
@@ -224,14 +245,15 @@ class HpuEngine:
         out = h.step(scheduled, grammar_output=grammar)
         batch = h.batch
         served = h.runner._build_logprobs_output(out.ns["logprobs_segments"], max(batch.req_id_to_index.values()) + 1)
-        logprobs = {}
+        logprobs, rows = {}, {}
         if served is not None:
             for rid, i in batch.req_id_to_index.items():
                 if i < len(served.logprob_token_ids):
                     logprobs[rid] = ([int(t) for t in served.logprob_token_ids[i]],
                                      [round(float(v), 4) for v in served.logprobs[i]])
+                    rows[rid] = logprob_rows(served, i, 1)
         return StepOut(dict(scheduled), self.ends, list(self.recorder.calls), out.returned, logprobs,
-                       bool(h.runner.use_structured_output))
+                       bool(h.runner.use_structured_output), logprob_rows=rows)
 
 
 def grammar_output(ids: list[str], requests: dict[str, Any]) -> Any:
@@ -336,7 +358,7 @@ class GpuEngine:
             self.requests[rid].generator.set_state(state)
         tokens = out.sampled_token_ids.flatten().tolist()
         returned: dict[str, list[int]] = {}
-        logprobs = {}
+        logprobs, lp_rows = {}, {}
         for i, (rid, _) in enumerate(rows):
             returned[rid] = [] if rid in discarded else [int(tokens[i])]
             if returned[rid]:
@@ -350,8 +372,9 @@ class GpuEngine:
                     lp = out.logprobs_tensors
                     logprobs[rid] = ([int(t) for t in lp.logprob_token_ids[i]],
                                      [round(float(v), 4) for v in lp.logprobs[i]])
+                    lp_rows[rid] = logprob_rows(lp, i, 1)
         scheduler.update(scheduled, returned)
-        return StepOut(dict(scheduled), self.ends, list(self.recorder.calls), returned, logprobs)
+        return StepOut(dict(scheduled), self.ends, list(self.recorder.calls), returned, logprobs, logprob_rows=lp_rows)
 
     def _update_states(self, so: Any) -> None:
         """vLLM's own ``GPUModelRunner._update_states`` of the tree, lifted and bound to a stand-in

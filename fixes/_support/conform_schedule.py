@@ -5,7 +5,7 @@ A schedule is one JSON object::
 
     {"version": 1, "seed": 7, "mode": "sync" | "async",
      "requests": {"r0": {"prompt": [...], "params": {...SamplingParams keywords...},
-                         "grammar": [allowed ids] | null}, ...},
+                         "grammar": [allowed ids] | null, "cached": 4}, ...},
      "steps": [{"finish": ["r2"], "preempt": ["r1"], "arrive": ["r3"],
                 "scheduled": {"r0": 1, "r3": 8}, "structured": ["r0"]}, ...]}
 
@@ -25,6 +25,10 @@ requests), ``scheduled`` (tokens per request: a prompt chunk, a recompute chunk 
 running request left out of a step is paused: the runner drops it from its batch and gets it back
 later), ``structured`` (the scheduler's ``structured_output_request_ids``, in its order: the
 scheduled structured requests whose chunk reaches their end).
+
+A request with ``"cached": N`` (absent: 0) arrives with a prefix-cache hit: its first schedule
+has ``num_computed_tokens`` N (its prompt's first N tokens, full blocks another request computed),
+as vLLM's scheduler sends a new request whose prompt starts like one it has seen.
 
 The generator keeps each request's progress (prompt, tokens computed, tokens of output so far) but
 never a token value: those are the engines'.
@@ -109,6 +113,20 @@ def drafts(rng: random.Random, k: int, grammar: Any) -> list[Any]:
     return [None if rng.random() < RIGHT else rng.choice(grammar or range(3, VOCAB)) for _ in range(rng.randint(0, k))]
 
 
+HIT = 0.25  # the chance of a new request finding part of its prompt in the prefix cache
+
+
+def prefix_hit(seed: int, rid: str) -> list[int]:
+    """A new request's prefix found in the prefix cache (another request computed it): 1..3 full
+    blocks of tokens put before its prompt, or none. Drawn from a generator of its own, and the
+    rest of the prompt is scheduled as it would be without it: the schedule's other draws (chunks,
+    finishes, preemptions) are those the seed draws without hits."""
+    rng = random.Random(f"conform-prefix-hit {seed} {rid}")
+    if rng.random() >= HIT:
+        return []
+    return [rng.randrange(3, VOCAB) for _ in range(rng.randint(1, 3) * BLOCK)]
+
+
 def generate(seed: int, mode: str, spec: int = 0) -> dict[str, Any]:
     """The schedule of `seed` under `mode` scheduling (``sync`` or ``async``); with `spec`,
     speculative decoding with up to `spec` drafts per decode (sync)."""
@@ -140,8 +158,12 @@ def generate(seed: int, mode: str, spec: int = 0) -> dict[str, Any]:
             params = spec_params(rng) if spec else random_params(rng)
             prompt = [rng.randrange(3, VOCAB) for _ in range(rng.randint(2, 20))]
             grammar = sorted(rng.sample(range(3, VOCAB), 12) + [EOS]) if rng.random() < 0.25 else None
+            prefix = prefix_hit(seed, rid)
+            prompt = prefix + prompt  # the prefix is computed already: the chunks below are unchanged
             requests[rid] = {"prompt": prompt, "params": params, "grammar": grammar}
             live[rid] = _Progress(len(prompt))
+            if prefix:
+                requests[rid]["cached"] = live[rid].computed = len(prefix)
             arrive.append(rid)
         scheduled: dict[str, int] = {}
         for rid, p in live.items():

@@ -56,6 +56,44 @@ def valid(schedule: Schedule) -> Optional[str]:
         for rid in step["structured"]:
             if requests[rid]["grammar"] is None:
                 return f"step {i}: {rid} is structured but has no grammar"
+    return tokens_fit(schedule)
+
+
+def tokens_fit(schedule: Schedule) -> Optional[str]:
+    """Why a step schedules tokens a request does not have (None when every count fits), with the
+    generator's model of a request (conform_schedule): a chunk at most the tokens left (its prompt
+    and output so far less those computed), one output token when a chunk reaches the end, a
+    preemption's computed tokens back to 0 and its resumption at the block-aligned prefix hit, a
+    new request at its prefix-cache hit; a step with drafts schedules a decode (1 token, of a
+    request past its prompt) and the drafts. (Cutting a step or drafts can leave counts no
+    scheduler sends.)"""
+    block = conform.schedules.BLOCK
+    prompt = {rid: len(r["prompt"]) for rid, r in schedule["requests"].items()}
+    computed: dict[str, int] = {}
+    output: dict[str, int] = {}
+    cached: dict[str, int] = {}
+    preempted: set[str] = set()
+    for i, step in enumerate(schedule["steps"]):
+        for rid in step["preempt"]:
+            cached[rid], computed[rid] = computed[rid], 0
+            preempted.add(rid)
+        for rid in step["arrive"]:
+            computed[rid], output[rid] = schedule["requests"][rid].get("cached", 0), 0
+        drafts = step.get("drafts", {})
+        for rid, n in step["scheduled"].items():
+            tokens = prompt[rid] + output[rid]
+            if rid in preempted and rid not in step["preempt"]:
+                computed[rid] = min(cached[rid], tokens - 1) // block * block
+                preempted.discard(rid)
+            left = tokens - computed[rid]
+            chunk = n - len(drafts.get(rid, []))
+            if chunk < 1 or chunk > left or (rid in drafts and left != 1):
+                return f"step {i} schedules {n} tokens of {rid}, which has {left} left"
+            if rid in drafts and not output[rid]:
+                return f"step {i} sends drafts with {rid}, which has not finished its prompt"
+            computed[rid] += chunk
+            if computed[rid] >= tokens:
+                output[rid] += 1
     return None
 
 
@@ -109,10 +147,12 @@ def candidates(s: Schedule) -> Iterator[tuple[str, Schedule]]:
         for rid in step.get("drafts", {}):
             t = copy.deepcopy(s)
             del t["steps"][i]["drafts"][rid]
+            t["steps"][i]["scheduled"][rid] -= len(step["drafts"][rid])  # the decode is left
             yield f"step {i} without {rid}'s drafts", t
             if len(step["drafts"][rid]) > 1:
                 t = copy.deepcopy(s)
                 t["steps"][i]["drafts"][rid] = step["drafts"][rid][:-1]
+                t["steps"][i]["scheduled"][rid] -= 1
                 yield f"step {i} with one draft less for {rid}", t
     for rid, r in s["requests"].items():
         for key in [k for k in r["params"] if k != "temperature"]:

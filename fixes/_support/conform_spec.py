@@ -43,6 +43,7 @@ import numpy as np
 import torch
 
 import conform_checks as checks
+import conform_engines as engines
 import harness
 import spec_decode
 from conform_engines import (MARK, GpuEngine, GpuModules, HpuEngine, Recorder, StepOut, begin_step, grammar_output,
@@ -118,6 +119,13 @@ def served(lists: Any, index: int, n: int) -> Optional[list[tuple[int, float]]]:
     return [(int(i[0]), round(float(v[0]), 4)) for i, v in zip(ids, values)]
 
 
+def served_rows(lists: Any, index: int, n: int) -> list[Any]:
+    """The whole logprobs rows (``served``'s, with every column and the rank) of the request at
+    batch row `index` getting `n` tokens."""
+    cu = getattr(lists, "cu_num_generated_tokens", None)
+    return engines.logprob_rows(lists, cu[index] if cu is not None and index < len(cu) else index, n)
+
+
 def split(out: SpecStepOut, block: set[str]) -> SpecStepOut:
     """Move the requests of the decode block out of the plain fields (the plain checks see each
     request's one sampled row; a decode block's rows are the rejection sampler's)."""
@@ -191,15 +199,16 @@ class SpecHpuEngine(HpuEngine):
         out = h.step(scheduled, drafts, grammar_output=grammar)
         batch = h.batch
         lists = h.runner._build_logprobs_output(out.ns["logprobs_segments"], max(batch.req_id_to_index.values()) + 1)
-        logprobs, spec = {}, {}
+        logprobs, spec, rows = {}, {}, {}
         for rid, toks in out.returned.items():
             lp = served(lists, batch.req_id_to_index[rid], len(toks))
             if lp is not None:
                 logprobs[rid] = ([i for i, _ in lp], [v for _, v in lp])
+                rows[rid] = served_rows(lists, batch.req_id_to_index[rid], len(toks))
             if rid in block:
                 spec[rid] = (drafts.get(rid, []), list(toks), lp)
         result = SpecStepOut(dict(scheduled), self.ends, list(self.recorder.calls), dict(out.returned), logprobs,
-                             bool(h.runner.use_structured_output), spec=spec, before=before)
+                             bool(h.runner.use_structured_output), spec=spec, before=before, logprob_rows=rows)
         return split(result, block)
 
 
@@ -230,7 +239,8 @@ class SpecGpuEngine(GpuEngine):
         before = {rid: list(r.output) for rid, r in self.scheduler.requests.items()}
         if not step.get("drafts"):
             out = super().step(number, step)
-            return SpecStepOut(out.scheduled, out.ends, out.calls, out.returned, out.logprobs, before=before)
+            return SpecStepOut(out.scheduled, out.ends, out.calls, out.returned, out.logprobs, before=before,
+                               logprob_rows=out.logprob_rows)
         requests, scheduler = self.schedule["requests"], self.scheduler
         scheduled = begin_step(self, scheduler, self.m.vllm, number, step, spec_params)
         before = {rid: list(r.output) for rid, r in scheduler.requests.items()}
@@ -275,7 +285,7 @@ class SpecGpuEngine(GpuEngine):
             out = self.rejection(metadata, None, torch.stack(rows), batch.sampling_metadata)
         parsed = self.rejection.parse_output(out.sampled_token_ids, VOCAB, discarded, out.logprobs_tensors)
         tokens, lists = parsed if isinstance(parsed, tuple) else (parsed, None)
-        returned, logprobs, spec = {}, {}, {}
+        returned, logprobs, spec, rows = {}, {}, {}, {}
         for i, rid in enumerate(order):
             toks = [int(t) for t in tokens[i]]
             returned[rid] = toks
@@ -285,6 +295,7 @@ class SpecGpuEngine(GpuEngine):
                 lp = [(int(a[0]), round(float(b[0]), 4)) for a, b in
                       zip(lists.logprob_token_ids[cu[i]:cu[i] + len(toks)], lists.logprobs[cu[i]:cu[i] + len(toks)])]
                 logprobs[rid] = ([a for a, _ in lp], [b for _, b in lp])
+                rows[rid] = engines.logprob_rows(lists, cu[i], len(toks))
             if rid in block:
                 spec[rid] = (drafts.get(rid, []), toks, lp)
             if toks:  # _bookkeeping_sync
@@ -297,7 +308,8 @@ class SpecGpuEngine(GpuEngine):
         # vLLM's scheduler: num_computed_tokens less the rejected drafts.
         scheduler.update({rid: n - (1 + len(drafts[rid]) - len(returned[rid]) if rid in drafts else 0)
                           for rid, n in scheduled.items()}, returned)
-        result = SpecStepOut(dict(scheduled), self.ends, [], returned, logprobs, own_calls=own, spec=spec, before=before)
+        result = SpecStepOut(dict(scheduled), self.ends, [], returned, logprobs, own_calls=own, spec=spec, before=before,
+                             logprob_rows=rows)
         return split(result, block)
 
 

@@ -1,4 +1,4 @@
-//! `gaudi-fixes conform [--schedules N] [--seed S] [--first] [--replay FILE] [--shrink FILE] [--no-reference]`:
+//! `gaudi-fixes conform [--schedules N] [--seed S] [--jobs N] [--first] [--replay FILE] [--shrink FILE] [--no-reference]`:
 //! run the conformance suite (`fixes/_support/conform.py`, built into the binary with the
 //! catalogue) on the trees found, with the interpreter given by `--python`, as `test` does;
 //! `--setup` installs what the suite needs into that interpreter's environment (the pinned
@@ -85,6 +85,7 @@ pub fn run(global: &Settings, args: &ConformArgs) -> Result<ExitStatus> {
         first: args.first,
         replay,
         no_reference: args.no_reference,
+        jobs: args.jobs.unwrap_or_else(|| std::thread::available_parallelism().map_or(1, |n| n.get() as u32)),
     };
     let run = run_with_progress(global, &python, &suite_dir, &suite_args)?;
     suite::judge(&run, &suite_args, &setup_line)?;

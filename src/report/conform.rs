@@ -96,6 +96,9 @@ fn json(out: &mut dyn Write, shown: &Shown<'_>) -> Result<()> {
         "complete": c.complete,
         "seed": c.seed,
         "seconds": c.seconds,
+        "jobs": c.jobs,
+        "schedules_per_minute": c.schedules_per_minute,
+        "last_seed": c.last_seed,
         "replay": shown.replay,
         "differences": c.differences(),
         "features": c.features,
@@ -140,7 +143,13 @@ fn human(out: &mut dyn Write, shown: &Shown<'_>) -> Result<()> {
     let c = shown.report;
     let root = c.root.as_deref().unwrap_or("?");
     let replayed = shown.replay.map_or(String::new(), |f| format!(", replaying {f}"));
-    writeln!(out, "conform: {} schedules (seed {}) on {root}{replayed}, {:.1}s", c.schedules, c.seed, c.seconds)?;
+    let rate = match (c.schedules_per_minute, c.jobs) {
+        (Some(rate), Some(jobs)) => {
+            format!(" ({rate:.1} schedules a minute, {jobs} worker{})", if jobs == 1 { "" } else { "s" })
+        }
+        _ => String::new(),
+    };
+    writeln!(out, "conform: {} schedules (seed {}) on {root}{replayed}, {:.1}s{rate}", c.schedules, c.seed, c.seconds)?;
     let width = c.features.iter().map(|f| f.name.len()).max().unwrap_or(7).max(7);
     // Four narrow columns; a feature's first difference (long, maybe several lines) under its
     // row, wrapped, so the table fits 100 columns.

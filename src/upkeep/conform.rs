@@ -6,7 +6,7 @@
 //! suite's exit 0, a complete report and at least one schedule.
 //!
 //! The suite's side of the contract (`conform.py`): `--root DIR --schedules N --seed S [--first]
-//! [--replay FILE] [--no-reference] [--progress]`, run in the support folder; stdout's last line
+//! [--replay FILE] [--no-reference] [--progress] [--jobs N]`, run in the support folder; stdout's last line
 //! is one JSON object (the report, or `error`/`missing`/`pip` with exit 3); with `--progress`
 //! stderr has one `conform-progress {"done": n, "total": N, "differences": d, "seconds": t}` line
 //! per finished schedule; any other stderr line is free text, kept for error messages.
@@ -308,6 +308,8 @@ pub struct SuiteArgs {
     /// An absolute path to a schedule to replay.
     pub replay: Option<PathBuf>,
     pub no_reference: bool,
+    /// Worker processes (`--jobs`; 1 runs in the suite's own process).
+    pub jobs: u32,
 }
 
 /// One of the suite's progress lines.
@@ -361,6 +363,10 @@ pub fn run_suite(
     }
     if args.no_reference {
         cmd.arg("--no-reference");
+    }
+    // A suite from before `--jobs` refuses the flag; it then runs in one process.
+    if args.jobs > 1 && suite.contains("\"--jobs\"") {
+        cmd.args(["--jobs", &args.jobs.to_string()]);
     }
     let mut child = cmd.spawn().with_context(|| format!("running `{python} {SUITE}`"))?;
     let (reader, stderr) = split_output(&mut child);
@@ -540,6 +546,15 @@ pub struct Conformance {
     pub seed: u64,
     #[serde(default)]
     pub seconds: f64,
+    /// Worker processes the schedules ran in (absent from suites before `--jobs`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub jobs: Option<u32>,
+    /// Schedules finished per minute of the suite's own clock (the import before them left out).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub schedules_per_minute: Option<f64>,
+    /// The seed of the last schedule run (a seeded run's seeds are `seed`..=`last_seed`).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub last_seed: Option<u64>,
     /// By feature, in the suite's order.
     #[serde(default)]
     pub features: Vec<Feature>,
