@@ -198,39 +198,65 @@ struct Found {
     site_packages: Vec<PathBuf>,
 }
 
-/// The interpreter is run from `/`, not from the directory gaudi-fixes runs in, so nothing there
-/// is on its `sys.path` whatever the Python version; what is relative to the working directory
-/// is made absolute first: the program (a `--python` path, or a name found on `PATH`), and
-/// `PYTHONPATH` entries (Python resolves those against the directory it starts in, and
-/// `vllm serve` run here would see them so).
-fn python_command(python: &str) -> Command {
-    let cwd = std::env::current_dir().ok();
-    let program = match &cwd {
-        Some(cwd) if python.contains('/') => cwd.join(python),
-        Some(cwd) => on_path(python, cwd).unwrap_or_else(|| PathBuf::from(python)),
-        None => PathBuf::from(python),
-    };
-    let mut command = Command::new(program);
-    command.current_dir("/");
-    if let Some(cwd) = &cwd {
-        if let Some(path) = std::env::var_os("PYTHONPATH") {
-            let entries: Vec<PathBuf> = std::env::split_paths(&path)
-                .map(|p| if p.as_os_str().is_empty() || p.is_absolute() { p } else { cwd.join(p) })
-                .collect();
-            if let Ok(joined) = std::env::join_paths(entries) {
-                command.env("PYTHONPATH", joined);
-            }
-        }
-        // pyenv's shims pick the version from `.python-version` in the working directory.
-        if std::env::var_os("PYENV_DIR").is_none() {
+/// The interpreter `--python` names, resolved once by one rule for discovery and for every
+/// child (conform's probe, suite and shrinker, `conform --setup`, `test`'s pytest), which run
+/// from other directories: a path with a `/` made absolute against the working directory, a bare
+/// name looked up on `PATH` as the shell would from here (a relative or empty entry read against
+/// the working directory). A name found nowhere is left as given (running it then fails, and
+/// the error names it). Not canonicalized: a venv's `bin/python` is a symlink whose target
+/// would lose the venv.
+pub fn resolve_interpreter(python: &str) -> String {
+    let Ok(cwd) = std::env::current_dir() else { return python.to_string() };
+    let program = if python.contains('/') { Some(cwd.join(python)) } else { on_path(python, &cwd) };
+    program.and_then(|p| p.to_str().map(str::to_string)).unwrap_or_else(|| python.to_string())
+}
+
+/// `PYTHONPATH` as Python reads it in the working directory, spelled so it means the same from
+/// any other: each entry made absolute against the working directory, an empty entry (`:/opt/x`,
+/// `/opt/x:`, `a::b`, what `PYTHONPATH=$PYTHONPATH:/opt/x` gives with it unset) being the
+/// working directory itself, as Python reads it. An unset or empty `PYTHONPATH` (which Python
+/// ignores) is returned as it is.
+pub fn python_path() -> Option<std::ffi::OsString> {
+    let path = std::env::var_os("PYTHONPATH")?;
+    if path.is_empty() {
+        return Some(path);
+    }
+    let Ok(cwd) = std::env::current_dir() else { return Some(path) };
+    let entries: Vec<PathBuf> = std::env::split_paths(&path)
+        .map(|p| if p.as_os_str().is_empty() { cwd.clone() } else { cwd.join(p) })
+        .collect();
+    std::env::join_paths(entries).ok().or(Some(path))
+}
+
+/// A command running the interpreter `python` (resolved by [`resolve_interpreter`]) with the
+/// environment read as it is here: `PYTHONPATH` by [`python_path`], and pyenv's version picked
+/// from `.python-version` in the working directory (its shims read `PYENV_DIR`). Every spawn
+/// of `--python` goes through this, so discovery and every child run one interpreter with one
+/// reading of `PYTHONPATH`, wherever the child starts.
+pub fn interpreter_command(python: &str) -> Command {
+    let mut command = Command::new(resolve_interpreter(python));
+    if let Some(path) = python_path() {
+        command.env("PYTHONPATH", path);
+    }
+    if std::env::var_os("PYENV_DIR").is_none() {
+        if let Ok(cwd) = std::env::current_dir() {
             command.env("PYENV_DIR", cwd);
         }
     }
     command
 }
 
+/// The interpreter is run from `/`, not from the directory gaudi-fixes runs in, so nothing there
+/// is on its `sys.path` whatever the Python version (what is relative to the working directory
+/// is made absolute first by [`interpreter_command`]).
+fn python_command(python: &str) -> Command {
+    let mut command = interpreter_command(python);
+    command.current_dir("/");
+    command
+}
+
 /// `name` looked up on `PATH` as the shell would from `cwd` (a relative or empty entry is read
-/// against it): the child starts in `/`, where such an entry would name another directory.
+/// against it): the child starts elsewhere, where such an entry would name another directory.
 fn on_path(name: &str, cwd: &Path) -> Option<PathBuf> {
     use std::os::unix::fs::PermissionsExt;
     std::env::split_paths(&std::env::var_os("PATH")?).find_map(|dir| {

@@ -13,7 +13,7 @@
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
@@ -122,7 +122,7 @@ pub fn probe(python: &str, pins: &[Pin]) -> Result<Environment> {
          'torch': None if 'torch' in mods else version('torch')}}))"
     );
     let neutral = super::pytest::Scratch::new("conform-probe")?;
-    let out = Command::new(python)
+    let out = crate::discover::interpreter_command(python)
         .current_dir(&neutral.0)
         .arg("-c")
         .arg(code)
@@ -231,7 +231,7 @@ impl LayeredVenv {
         let code = "import json, sys  # gaudi_fixes_site\n\
                     print(json.dumps([sys.executable, '%d.%d' % sys.version_info[:2], \
                     [p for p in sys.path if p.endswith(('site-packages', 'dist-packages'))]]))";
-        let out = Command::new(python)
+        let out = crate::discover::interpreter_command(python)
             .arg("-c")
             .arg(code)
             .stdin(Stdio::null())
@@ -275,7 +275,7 @@ impl LayeredVenv {
 /// Run pip (or `python -m venv`; its output on our stderr, so stdout stays the report's); an
 /// error when it fails.
 pub fn run_pip(words: &[String]) -> Result<()> {
-    let status = Command::new(&words[0])
+    let status = crate::discover::interpreter_command(&words[0])
         .args(&words[1..])
         .stdin(Stdio::null())
         .stdout(std::io::stderr())
@@ -337,7 +337,7 @@ pub fn run_suite(
     args: &SuiteArgs,
     tick: &mut dyn FnMut(Option<Tick>),
 ) -> Result<SuiteRun> {
-    let mut cmd = Command::new(python);
+    let mut cmd = crate::discover::interpreter_command(python);
     cmd.current_dir(suite_dir)
         .arg(SUITE)
         .arg("--root")
@@ -648,7 +648,7 @@ pub fn run_shrinker(
     file: &Path,
     line: &mut dyn FnMut(&str),
 ) -> Result<Shrunk> {
-    let mut child = Command::new(python)
+    let mut child = crate::discover::interpreter_command(python)
         .current_dir(suite_dir)
         .arg(SHRINKER)
         .arg("--root")

@@ -55,7 +55,7 @@ pub fn check_python_for(python: &str, vllm_root: Option<&Path>) -> Result<()> {
          missing = [m for m in sys.argv[1:] if importlib.util.find_spec(m) is None]\n\
          print(' '.join(missing))"
     );
-    let out = Command::new(python)
+    let out = crate::discover::interpreter_command(python)
         .arg("-c")
         .arg(probe)
         .args(REQUIRED_MODULES)
@@ -92,13 +92,11 @@ pub fn check_python_for(python: &str, vllm_root: Option<&Path>) -> Result<()> {
 }
 
 /// `python` as a command that means the same from another directory (pytest and the
-/// conformance suite run elsewhere): a relative path made absolute, a bare name left to PATH.
+/// conformance suite run elsewhere): resolved as discovery resolves it
+/// ([`crate::discover::resolve_interpreter`]: a relative path made absolute, a bare name looked up
+/// on `PATH` from the working directory), so one run uses one interpreter.
 pub fn resolve_python(python: &str) -> Result<String> {
-    if python.contains('/') && Path::new(python).is_relative() {
-        let resolved = std::path::absolute(python).with_context(|| format!("resolving {python}"))?;
-        return Ok(resolved.to_str().unwrap_or(python).to_string());
-    }
-    Ok(python.to_string())
+    Ok(crate::discover::resolve_interpreter(python))
 }
 
 /// The torch the fixes' tests and the conformance suite are run with here (`scripts/setup-venv.sh`,
@@ -274,11 +272,12 @@ pub fn run_tests(
     std::fs::write(&plugin, PLUGIN).file_context(&plugin, || format!("writing {}", plugin.display()))?;
     let files = RunFiles { report: scratch.0.join(".verdict.json"), running: scratch.0.join(".running") };
     let mut python_path = std::ffi::OsString::from(&plugin_dir);
-    if let Some(old) = std::env::var_os("PYTHONPATH").filter(|p| !p.is_empty()) {
+    // PYTHONPATH as it is read in the working directory (pytest runs in the scratch directory).
+    if let Some(old) = crate::discover::python_path().filter(|p| !p.is_empty()) {
         python_path.push(":");
         python_path.push(old);
     }
-    let mut cmd = Command::new(python);
+    let mut cmd = crate::discover::interpreter_command(python);
     // -rs: every skip is listed with its reason in pytest's short summary (for people; the
     // result takes the reasons from the plugin).
     cmd.current_dir(&dir)
