@@ -362,7 +362,8 @@ pub fn run_suite(
     if args.no_reference {
         cmd.arg("--no-reference");
     }
-    let mut child = cmd.spawn().with_context(|| format!("running `{python} {SUITE}`"))?;
+    let (mut child, watch) =
+        super::child::Watch::spawn(&mut cmd).with_context(|| format!("running `{python} {SUITE}`"))?;
     let (reader, stderr) = split_output(&mut child);
     let (tx, rx) = std::sync::mpsc::channel::<String>();
     let lines = std::thread::spawn(move || {
@@ -390,6 +391,7 @@ pub fn run_suite(
     }
     let _ = lines.join();
     let status = child.wait().context("waiting for the conformance suite")?;
+    watch.finish()?;
     let stdout = reader.join().unwrap_or_default();
     // The report is the last line, and only that: a line a tree prints while it is imported
     // (`{}`) is no report.
@@ -648,8 +650,8 @@ pub fn run_shrinker(
     file: &Path,
     line: &mut dyn FnMut(&str),
 ) -> Result<Shrunk> {
-    let mut child = crate::discover::interpreter_command(python)
-        .current_dir(suite_dir)
+    let mut cmd = crate::discover::interpreter_command(python);
+    cmd.current_dir(suite_dir)
         .arg(SHRINKER)
         .arg("--root")
         .arg(root)
@@ -658,9 +660,9 @@ pub fn run_shrinker(
         .env("PYTHONUNBUFFERED", "1")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .with_context(|| format!("running `{python} {SHRINKER}`"))?;
+        .stderr(Stdio::piped());
+    let (mut child, watch) =
+        super::child::Watch::spawn(&mut cmd).with_context(|| format!("running `{python} {SHRINKER}`"))?;
     let (reader, stderr) = split_output(&mut child);
     let mut tail: VecDeque<String> = VecDeque::new();
     for l in std::io::BufRead::lines(std::io::BufReader::new(stderr)).map_while(Result::ok) {
@@ -671,6 +673,7 @@ pub fn run_shrinker(
         }
     }
     let status = child.wait().context("waiting for the shrinker")?;
+    watch.finish()?;
     let stdout = reader.join().unwrap_or_default();
     let last = stdout.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("");
     let shrunk = serde_json::from_str::<Shrunk>(last).ok();

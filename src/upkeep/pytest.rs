@@ -379,12 +379,9 @@ fn run_pytest(
     let echo = matches!(talk, Talk::Echo(_));
     // pytest's report goes to the caller's stderr as it comes, so that stdout stays ours (JSON
     // stays parseable) and a long run is never silent.
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(if echo { Stdio::inherit() } else { Stdio::piped() })
-        .spawn()
-        .with_context(|| format!("running `{python} -m pytest`"))?;
+    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(if echo { Stdio::inherit() } else { Stdio::piped() });
+    let (mut child, watch) =
+        super::child::Watch::spawn(&mut cmd).with_context(|| format!("running `{python} -m pytest`"))?;
     let (tx, rx) = mpsc::channel::<std::io::Result<Vec<u8>>>();
     let readers: Vec<_> = [
         child.stdout.take().map(|p| Box::new(p) as Box<dyn std::io::Read + Send>),
@@ -439,6 +436,7 @@ fn run_pytest(
         let _ = reader.join();
     }
     let status = child.wait().context("waiting for pytest")?;
+    watch.finish()?;
     Ok((status, String::from_utf8_lossy(&kept).to_string()))
 }
 
