@@ -159,6 +159,7 @@ import sys
 if not getattr(sys.flags, "safe_path", False) and sys.path and sys.path[0] in ("", "."):
     del sys.path[0]
 import importlib.util, json, os, site, sysconfig
+MARK = sys.argv[1]
 homes = []
 def home(path):
     if path:
@@ -185,8 +186,12 @@ for name in ("vllm", "vllm_gaudi"):
         spec = None
     locs = list(spec.submodule_search_locations or []) if spec else []
     out[name] = locs[0] if locs else None
-print(json.dumps(out))
+print("\n" + MARK + json.dumps(out))
 "#;
+
+/// What starts the line [`FIND_SPEC`] answers on: a `.pth` file or `sitecustomize` that prints
+/// (to stdout, before the answer) is no answer.
+const MARK: &str = "gaudi-fixes-find-spec: ";
 
 /// What [`FIND_SPEC`] prints.
 #[derive(serde::Deserialize)]
@@ -207,7 +212,7 @@ struct Found {
 /// would lose the venv.
 pub fn resolve_interpreter(python: &str) -> String {
     let Ok(cwd) = std::env::current_dir() else { return python.to_string() };
-    let program = if python.contains('/') { Some(cwd.join(python)) } else { on_path(python, &cwd) };
+    let program = if python.contains('/') { std::path::absolute(python).ok() } else { on_path(python, &cwd) };
     program.and_then(|p| p.to_str().map(str::to_string)).unwrap_or_else(|| python.to_string())
 }
 
@@ -268,7 +273,7 @@ fn on_path(name: &str, cwd: &Path) -> Option<PathBuf> {
 
 fn from_python(python: &str) -> Result<Trees> {
     let mut trees = Trees::default();
-    let output = match python_command(python).args(["-c", FIND_SPEC]).output() {
+    let output = match python_command(python).args(["-c", FIND_SPEC, MARK]).output() {
         Ok(output) => output,
         Err(err) => {
             trees.notes.push(format!(
@@ -284,14 +289,20 @@ fn from_python(python: &str) -> Result<Trees> {
         ));
         return Ok(trees);
     }
-    let found: Found = serde_json::from_slice(&output.stdout)
-        .with_context(|| format!("unexpected output from `{python}`: {}", String::from_utf8_lossy(&output.stdout)))?;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let answer = stdout.lines().rev().find_map(|l| l.strip_prefix(MARK));
+    let found: Found = answer
+        .and_then(|json| serde_json::from_str(json).ok())
+        .with_context(|| format!("unexpected output from `{python}`: {stdout}"))?;
     for (name, pkg) in [(TreeName::Vllm, &found.vllm), (TreeName::VllmGaudi, &found.vllm_gaudi)] {
         match pkg {
             Some(pkg) => {
                 let root = Path::new(pkg).parent().map(Path::to_path_buf).unwrap_or_default();
                 let root = std::fs::canonicalize(&root).unwrap_or(root);
                 let mut found_tree = tree(name, root, python);
+                if found_tree.version.is_none() {
+                    found_tree.version = installed_from(name, &found_tree.root, &found.site_packages);
+                }
                 if !found.site_packages.is_empty() && !found.site_packages.contains(&found_tree.root) {
                     let note = format!(
                         "`{python}` imports {name} from {}, which is not where it installs packages ({}): an \
@@ -325,6 +336,46 @@ pub fn version_hint(name: TreeName, root: &Path) -> Option<String> {
         let file = e.file_name().to_string_lossy().to_string();
         file.strip_prefix(&prefix)?.strip_suffix(".dist-info").map(str::to_string)
     })
+}
+
+/// The version of an editable install (`pip install -e CHECKOUT`): its dist-info is in
+/// site-packages, not beside the package, and its `direct_url.json` names the checkout
+/// (`"url": "file:///…"`) that holds the package directory found.
+fn installed_from(name: TreeName, root: &Path, sites: &[PathBuf]) -> Option<String> {
+    let prefix = format!("{}-", name.as_str());
+    let root = std::fs::canonicalize(root).ok()?;
+    sites.iter().find_map(|site| {
+        std::fs::read_dir(site).ok()?.flatten().find_map(|e| {
+            let file = e.file_name().to_string_lossy().to_string();
+            let version = file.strip_prefix(&prefix)?.strip_suffix(".dist-info")?.to_string();
+            let text = read_small_regular(&e.path().join("direct_url.json"))?;
+            let doc: serde_json::Value = serde_json::from_str(&text).ok()?;
+            let url = doc.get("url")?.as_str()?.strip_prefix("file://")?;
+            let url = percent_decoded(url);
+            (std::fs::canonicalize(&url).ok()? == root).then_some(version)
+        })
+    })
+}
+
+/// `%XX` escapes of a `file://` URL's path decoded (a space is `%20` in `direct_url.json`).
+fn percent_decoded(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes.get(i + 1..i + 3).and_then(|h| std::str::from_utf8(h).ok());
+        match (bytes[i], hex.and_then(|h| u8::from_str_radix(h, 16).ok())) {
+            (b'%', Some(b)) => {
+                out.push(b);
+                i += 3;
+            }
+            (b, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// A regular file's text, or `None`: a FIFO, device or directory there is never opened (it

@@ -142,6 +142,36 @@ fn test_runs_the_interpreter_discovery_resolves() {
     assert!(used.contains("-m pytest"), "pytest must run with bin/python3, the interpreter resolved here: {used:?}");
 }
 
+/// An editable install (`pip install -e CHECKOUT`: a `.pth` naming the checkout, the dist-info
+/// with `direct_url.json` in site-packages): the checkout is the tree found, and its version is
+/// read from that dist-info (it said "unknown"). A `.pth` that prints to stdout changes nothing
+/// (discovery failed, exit 3, "unexpected output").
+#[test]
+fn an_editable_install_has_its_version_and_a_printing_pth_is_no_answer() {
+    let d = fixture();
+    let Some(site) = venv(&d) else {
+        eprintln!("no python3 with venv: skipped");
+        return;
+    };
+    d.write("checkout/vllm_gaudi/__init__.py", "");
+    let checkout = std::fs::canonicalize(d.path().join("checkout")).unwrap();
+    let rel_site = site.strip_prefix(d.path()).unwrap().to_str().unwrap().to_string();
+    d.write(&format!("{rel_site}/__editable__.vllm_gaudi-0.26.1.pth"), format!("{}\n", checkout.display()));
+    d.write(
+        &format!("{rel_site}/vllm_gaudi-0.26.1.dist-info/direct_url.json"),
+        format!("{{\"url\": \"file://{}\", \"dir_info\": {{\"editable\": true}}}}", checkout.display()),
+    );
+    d.write(&format!("{rel_site}/vllm_gaudi-0.26.1.dist-info/METADATA"), "Name: vllm_gaudi\nVersion: 0.26.1\n");
+    let args = ["--catalog", "cat", "--python", "venv/bin/python", "--format", "json", "status"];
+    let (out, _) = d.cmd().args(args).env("PYTHONPATH", "").expect(0);
+    let gaudi = &value(&out)["trees"]["vllm_gaudi"];
+    assert_eq!(gaudi["root"], checkout.to_str().unwrap(), "{out}");
+    assert_eq!(gaudi["version"], "0.26.1", "the editable install's dist-info says its version: {out}");
+    d.write(&format!("{rel_site}/chatty.pth"), "import sys; print('hello from a .pth file')\n");
+    let (out, _) = d.cmd().args(args).env("PYTHONPATH", "").expect(0);
+    assert_eq!(value(&out)["trees"]["vllm_gaudi"]["version"], "0.26.1", "{out}");
+}
+
 fn value(text: &str) -> serde_json::Value {
     serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}"))
 }

@@ -234,3 +234,17 @@ fn sigterm_reaches_pytest_and_removes_the_scratch() {
     let left: Vec<_> = std::fs::read_dir(&tmp).unwrap().flatten().map(|e| e.file_name()).collect();
     assert!(left.is_empty(), "scratch left behind: {left:?}");
 }
+
+/// A `.pth` file or `sitecustomize` that prints before the probe's answer is passed over: the
+/// interpreter still runs the tests (it was "not a Python interpreter", exit 3).
+#[test]
+fn stray_output_before_the_probe_is_no_failure() {
+    let d = with_four_tests();
+    fake_python(
+        &d,
+        "py",
+        "if [ \"$1\" = \"-c\" ]; then echo 'hello from a .pth file'; echo gaudi-fixes-probe-ok; exit 0; fi\n\
+         echo 'hello from a .pth file'; echo '4 passed in 0.01s'; verdict 0 4 0\n",
+    );
+    d.cmd().args(with_fixture(&["--python", "./py", "test", "fix-a"])).expect(0);
+}

@@ -131,8 +131,9 @@ pub fn probe(python: &str, pins: &[Pin]) -> Result<Environment> {
         .output()
         .with_context(|| format!("cannot run `{python}` for the conformance suite (give --python PATH)"))?;
     let stdout = String::from_utf8_lossy(&out.stdout);
-    let mut lines = stdout.lines();
-    if !out.status.success() || lines.next().map(str::trim) != Some(PROBE_OK) {
+    // Anything a `.pth` file or `sitecustomize` printed first is passed over.
+    let mut lines = stdout.lines().skip_while(|l| l.trim() != PROBE_OK);
+    if !out.status.success() || lines.next().is_none() {
         let err = String::from_utf8_lossy(&out.stderr);
         bail!(
             "`{python}` is not a Python interpreter that runs a one-line probe ({}); give --python PATH",

@@ -65,8 +65,9 @@ pub fn check_python_for(python: &str, vllm_root: Option<&Path>) -> Result<()> {
         bail!("`{python}` failed: {}", String::from_utf8_lossy(&out.stderr).trim());
     }
     let stdout = String::from_utf8_lossy(&out.stdout);
-    let mut lines = stdout.lines();
-    if lines.next().map(str::trim) != Some(PROBE_OK) {
+    // Anything a `.pth` file or `sitecustomize` printed first is passed over.
+    let mut lines = stdout.lines().skip_while(|l| l.trim() != PROBE_OK);
+    if lines.next().is_none() {
         bail!("`{python}` is not a Python interpreter (it did not run a one-line probe); give --python PATH");
     }
     let missing: Vec<&str> = lines.flat_map(str::split_whitespace).collect();
