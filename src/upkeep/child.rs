@@ -13,17 +13,22 @@ use std::sync::atomic::{AtomicI32, Ordering};
 /// The forwarded signals.
 const SIGNALS: [libc::c_int; 3] = [libc::SIGTERM, libc::SIGINT, libc::SIGHUP];
 
-/// The running child's process group (its pid), 0 when none.
-static CHILD_GROUP: AtomicI32 = AtomicI32::new(0);
+/// The running children's process groups (their pids), 0 for a free slot: several may run at
+/// once (threads); each gets the signal.
+static CHILD_GROUPS: [AtomicI32; 64] = [const { AtomicI32::new(0) }; 64];
+/// How many children are watched now: the first installs the handlers, the last restores them.
+static WATCHED: std::sync::Mutex<(usize, Vec<(libc::c_int, libc::sigaction)>)> = std::sync::Mutex::new((0, Vec::new()));
 /// The last forwarded signal caught while a child ran, 0 when none.
 static CAUGHT: AtomicI32 = AtomicI32::new(0);
 
 extern "C" fn on_signal(sig: libc::c_int) {
     CAUGHT.store(sig, Ordering::SeqCst);
-    let group = CHILD_GROUP.load(Ordering::SeqCst);
-    if group > 0 {
-        // SAFETY: kill(2) is async-signal-safe; a group already gone only returns ESRCH.
-        unsafe { libc::kill(-group, sig) };
+    for slot in &CHILD_GROUPS {
+        let group = slot.load(Ordering::SeqCst);
+        if group > 0 {
+            // SAFETY: kill(2) is async-signal-safe; a group already gone only returns ESRCH.
+            unsafe { libc::kill(-group, sig) };
+        }
     }
 }
 
@@ -60,9 +65,10 @@ impl std::fmt::Display for Interrupted {
 
 impl std::error::Error for Interrupted {}
 
-/// The signal handlers of one running child; dropping it puts the previous handlers back.
+/// One running child watched; dropping it frees its slot (and, for the last one, puts the
+/// previous handlers back).
 pub struct Watch {
-    previous: Vec<(libc::c_int, libc::sigaction)>,
+    slot: Option<usize>,
 }
 
 impl Watch {
@@ -70,26 +76,33 @@ impl Watch {
     /// [`Watch`] drops. A signal that came while it started is forwarded once it has a pid.
     pub fn spawn(cmd: &mut Command) -> std::io::Result<(Child, Watch)> {
         use std::os::unix::process::CommandExt;
-        CAUGHT.store(0, Ordering::SeqCst);
-        let mut previous = Vec::new();
-        for sig in SIGNALS {
-            // SAFETY: a zeroed sigaction is a valid value; the handler only touches atomics and
-            // calls kill(2).
-            unsafe {
-                let mut action: libc::sigaction = std::mem::zeroed();
-                action.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
-                action.sa_flags = libc::SA_RESTART;
-                libc::sigemptyset(&mut action.sa_mask);
-                let mut old: libc::sigaction = std::mem::zeroed();
-                if libc::sigaction(sig, &action, &mut old) == 0 {
-                    previous.push((sig, old));
+        {
+            let mut watched = WATCHED.lock().unwrap_or_else(|e| e.into_inner());
+            if watched.0 == 0 {
+                CAUGHT.store(0, Ordering::SeqCst);
+                for sig in SIGNALS {
+                    // SAFETY: a zeroed sigaction is a valid value; the handler only touches
+                    // atomics and calls kill(2).
+                    unsafe {
+                        let mut action: libc::sigaction = std::mem::zeroed();
+                        action.sa_sigaction = on_signal as extern "C" fn(libc::c_int) as libc::sighandler_t;
+                        action.sa_flags = libc::SA_RESTART;
+                        libc::sigemptyset(&mut action.sa_mask);
+                        let mut old: libc::sigaction = std::mem::zeroed();
+                        if libc::sigaction(sig, &action, &mut old) == 0 {
+                            watched.1.push((sig, old));
+                        }
+                    }
                 }
             }
+            watched.0 += 1;
         }
-        let watch = Watch { previous };
+        let mut watch = Watch { slot: None };
         let child = cmd.process_group(0).spawn()?;
         let pid = child.id() as i32;
-        CHILD_GROUP.store(pid, Ordering::SeqCst);
+        watch.slot = CHILD_GROUPS
+            .iter()
+            .position(|slot| slot.compare_exchange(0, pid, Ordering::SeqCst, Ordering::SeqCst).is_ok());
         let early = CAUGHT.load(Ordering::SeqCst);
         if early != 0 {
             // SAFETY: kill(2) on the child's own group.
@@ -101,7 +114,7 @@ impl Watch {
     /// After the child was waited for: the signal that stopped this run, as an error.
     pub fn finish(self) -> Result<(), Interrupted> {
         drop(self);
-        match CAUGHT.swap(0, Ordering::SeqCst) {
+        match CAUGHT.load(Ordering::SeqCst) {
             0 => Ok(()),
             sig => Err(Interrupted(sig)),
         }
@@ -110,11 +123,16 @@ impl Watch {
 
 impl Drop for Watch {
     fn drop(&mut self) {
-        CHILD_GROUP.store(0, Ordering::SeqCst);
-        for (sig, old) in &self.previous {
-            // SAFETY: restoring the action sigaction(2) returned.
-            unsafe { libc::sigaction(*sig, old, std::ptr::null_mut()) };
+        if let Some(slot) = self.slot.take() {
+            CHILD_GROUPS[slot].store(0, Ordering::SeqCst);
         }
-        self.previous.clear();
+        let mut watched = WATCHED.lock().unwrap_or_else(|e| e.into_inner());
+        watched.0 = watched.0.saturating_sub(1);
+        if watched.0 == 0 {
+            for (sig, old) in watched.1.drain(..) {
+                // SAFETY: restoring the action sigaction(2) returned.
+                unsafe { libc::sigaction(sig, &old, std::ptr::null_mut()) };
+            }
+        }
     }
 }
