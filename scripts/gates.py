@@ -1,8 +1,8 @@
 #!/usr/bin/env python3
 """Gate records: a mutation gate's verdict, kept with the hash of exactly what the gate read.
 
-The mutation gates of `scripts/test.sh` (every-hunk-needed, the conformance suite's one-fix-out
-mutants, `scripts/conform-mutants.py`) re-prove, at tens of minutes a run, things whose inputs
+The mutation gates of `scripts/test.sh` (every-hunk-needed, fix-alone, the conformance suite's
+one-fix-out mutants, `scripts/conform-mutants.py`) re-prove, at tens of minutes a run, things whose inputs
 rarely change. Each verdict is recorded in `gates/<gate>/<release>/<subject>.json` with a key:
 the sha256 of the gate's inputs, listed in the record with their own hashes so a reviewer can see
 what the verdict rests on. `test.sh` reuses a passing record whose key matches the inputs of
@@ -122,6 +122,20 @@ def predecessors(fix: str) -> list[str]:
     return seen
 
 
+def required(fix: str) -> list[str]:
+    """What FIX `requires:`, transitively: what `apply FIX` brings with it."""
+    seen: list[str] = []
+    queue = [fix]
+    while queue:
+        text = (FIXES / queue.pop() / "fix.yaml").read_text()
+        m = re.search(r"^requires:\s*\[([^\]]*)\]", text, re.M)
+        for name in [n.strip() for n in m.group(1).split(",")] if m else []:
+            if name and name not in seen and name != fix:
+                seen.append(name)
+                queue.append(name)
+    return seen
+
+
 def fix_files(fix: str, variant: str | None) -> list[Path]:
     """fix.yaml, the variant's patches (every variant's when None), the fix's Python files."""
     _, variants = manifest_fields(fix)
@@ -150,6 +164,11 @@ def inputs(gate: str, subject: str, variants: dict[str, str | None]) -> list[Pat
         files = [p for f in fixes for p in fix_files(f, variants.get(f))]
         files += [FIXES / "conftest.py"] + support_closure(tests_of(fixes) + [FIXES / "conftest.py"])
         return files + [REPO / "scripts" / "every-hunk-needed.py"]
+    if gate == "fix-alone":
+        fixes = [subject] + required(subject)
+        files = [p for f in fixes for p in fix_files(f, variants.get(f))]
+        files += [FIXES / "conftest.py"] + support_closure(tests_of(fixes) + [FIXES / "conftest.py"])
+        return files + [REPO / "scripts" / "fix-alone.py"]
     if gate in ("conform-one-fix-out", "conform-mutants"):
         files = [REPO / "profiles" / "default.yaml"]
         files += [p for f in default_fixes() for p in fix_files(f, variants.get(f)) if p.suffix != ".py"]
@@ -157,7 +176,7 @@ def inputs(gate: str, subject: str, variants: dict[str, str | None]) -> list[Pat
         if gate == "conform-mutants":
             files.append(REPO / "scripts" / "conform-mutants.py")
         return files
-    sys.exit(f"gates.py: unknown gate {gate!r} (every-hunk-needed, conform-one-fix-out, conform-mutants)")
+    sys.exit(f"gates.py: unknown gate {gate!r} (every-hunk-needed, fix-alone, conform-one-fix-out, conform-mutants)")
 
 
 def key_of(gate: str, subject: str, release: str, tid: str, variants: dict[str, str | None], extra: str):

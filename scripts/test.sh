@@ -11,7 +11,7 @@
 #   fix's tests fail; one on the default profile: they pass; the swap-states / topk hint and
 #   revert cases; every hunk needed); the conformance suite (default profile: no difference;
 #   pristine and every one-fix-out mutant named); the reworded-docstring drift case.
-# Mutation gates (every-hunk-needed, conform's one-fix-out mutants, scripts/conform-mutants.py) are
+# Mutation gates (every-hunk-needed, fix-alone, conform's one-fix-out mutants, scripts/conform-mutants.py) are
 # keyed by what they read (scripts/gates.py) and recorded in gates/; the run ends with which it
 # reused and which it ran, and a table of its steps and their seconds.
 # Releases: v0.26.0 v0.30.0 v0.33.0, or GAUDI_FIXES_TEST_RELEASES="v0.27.0 v0.29.0 ...".
@@ -320,6 +320,13 @@ correctness_fixes() {
   for fix in $own; do
     gate every-hunk-needed "$fix" "$rel" "$rel: every hunk of $fix is needed" \
       python scripts/every-hunk-needed.py --bin "$BIN" --tree "$cfp" --python python "$fix"
+  done
+  # Each default fix alone (apply FIX brings what it `requires:`, nothing else) passes its own
+  # tests on every release: its `requires:` is what its tests need (issue 50, item 11).
+  step "$rel: each default fix applied alone passes its own tests (scripts/fix-alone.py, keyed gates)"
+  for fix in $DEFAULT_FIXES; do
+    gate fix-alone "$fix" "$rel" "$rel: $fix applied alone (with what it requires) passes its tests" \
+      python scripts/fix-alone.py --bin "$BIN" --tree "$cfp" --python python "$fix"
   done
 }
 

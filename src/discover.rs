@@ -159,6 +159,7 @@ import sys
 if not getattr(sys.flags, "safe_path", False) and sys.path and sys.path[0] in ("", "."):
     del sys.path[0]
 import importlib.util, json, os, site, sysconfig
+MARK = sys.argv[1]
 homes = []
 def home(path):
     if path:
@@ -185,8 +186,12 @@ for name in ("vllm", "vllm_gaudi"):
         spec = None
     locs = list(spec.submodule_search_locations or []) if spec else []
     out[name] = locs[0] if locs else None
-print(json.dumps(out))
+print("\n" + MARK + json.dumps(out))
 "#;
+
+/// What starts the line [`FIND_SPEC`] answers on: a `.pth` file or `sitecustomize` that prints
+/// (to stdout, before the answer) is no answer.
+const MARK: &str = "gaudi-fixes-find-spec: ";
 
 /// What [`FIND_SPEC`] prints.
 #[derive(serde::Deserialize)]
@@ -198,39 +203,65 @@ struct Found {
     site_packages: Vec<PathBuf>,
 }
 
-/// The interpreter is run from `/`, not from the directory gaudi-fixes runs in, so nothing there
-/// is on its `sys.path` whatever the Python version; what is relative to the working directory
-/// is made absolute first: the program (a `--python` path, or a name found on `PATH`), and
-/// `PYTHONPATH` entries (Python resolves those against the directory it starts in, and
-/// `vllm serve` run here would see them so).
-fn python_command(python: &str) -> Command {
-    let cwd = std::env::current_dir().ok();
-    let program = match &cwd {
-        Some(cwd) if python.contains('/') => cwd.join(python),
-        Some(cwd) => on_path(python, cwd).unwrap_or_else(|| PathBuf::from(python)),
-        None => PathBuf::from(python),
-    };
-    let mut command = Command::new(program);
-    command.current_dir("/");
-    if let Some(cwd) = &cwd {
-        if let Some(path) = std::env::var_os("PYTHONPATH") {
-            let entries: Vec<PathBuf> = std::env::split_paths(&path)
-                .map(|p| if p.as_os_str().is_empty() || p.is_absolute() { p } else { cwd.join(p) })
-                .collect();
-            if let Ok(joined) = std::env::join_paths(entries) {
-                command.env("PYTHONPATH", joined);
-            }
-        }
-        // pyenv's shims pick the version from `.python-version` in the working directory.
-        if std::env::var_os("PYENV_DIR").is_none() {
+/// The interpreter `--python` names, resolved once by one rule for discovery and for every
+/// child (conform's probe, suite and shrinker, `conform --setup`, `test`'s pytest), which run
+/// from other directories: a path with a `/` made absolute against the working directory, a bare
+/// name looked up on `PATH` as the shell would from here (a relative or empty entry read against
+/// the working directory). A name found nowhere is left as given (running it then fails, and
+/// the error names it). Not canonicalized: a venv's `bin/python` is a symlink whose target
+/// would lose the venv.
+pub fn resolve_interpreter(python: &str) -> String {
+    let Ok(cwd) = std::env::current_dir() else { return python.to_string() };
+    let program = if python.contains('/') { std::path::absolute(python).ok() } else { on_path(python, &cwd) };
+    program.and_then(|p| p.to_str().map(str::to_string)).unwrap_or_else(|| python.to_string())
+}
+
+/// `PYTHONPATH` as Python reads it in the working directory, spelled so it means the same from
+/// any other: each entry made absolute against the working directory, an empty entry (`:/opt/x`,
+/// `/opt/x:`, `a::b`, what `PYTHONPATH=$PYTHONPATH:/opt/x` gives with it unset) being the
+/// working directory itself, as Python reads it. An unset or empty `PYTHONPATH` (which Python
+/// ignores) is returned as it is.
+pub fn python_path() -> Option<std::ffi::OsString> {
+    let path = std::env::var_os("PYTHONPATH")?;
+    if path.is_empty() {
+        return Some(path);
+    }
+    let Ok(cwd) = std::env::current_dir() else { return Some(path) };
+    let entries: Vec<PathBuf> = std::env::split_paths(&path)
+        .map(|p| if p.as_os_str().is_empty() { cwd.clone() } else { cwd.join(p) })
+        .collect();
+    std::env::join_paths(entries).ok().or(Some(path))
+}
+
+/// A command running the interpreter `python` (resolved by [`resolve_interpreter`]) with the
+/// environment read as it is here: `PYTHONPATH` by [`python_path`], and pyenv's version picked
+/// from `.python-version` in the working directory (its shims read `PYENV_DIR`). Every spawn
+/// of `--python` goes through this, so discovery and every child run one interpreter with one
+/// reading of `PYTHONPATH`, wherever the child starts.
+pub fn interpreter_command(python: &str) -> Command {
+    let mut command = Command::new(resolve_interpreter(python));
+    if let Some(path) = python_path() {
+        command.env("PYTHONPATH", path);
+    }
+    if std::env::var_os("PYENV_DIR").is_none() {
+        if let Ok(cwd) = std::env::current_dir() {
             command.env("PYENV_DIR", cwd);
         }
     }
     command
 }
 
+/// The interpreter is run from `/`, not from the directory gaudi-fixes runs in, so nothing there
+/// is on its `sys.path` whatever the Python version (what is relative to the working directory
+/// is made absolute first by [`interpreter_command`]).
+fn python_command(python: &str) -> Command {
+    let mut command = interpreter_command(python);
+    command.current_dir("/");
+    command
+}
+
 /// `name` looked up on `PATH` as the shell would from `cwd` (a relative or empty entry is read
-/// against it): the child starts in `/`, where such an entry would name another directory.
+/// against it): the child starts elsewhere, where such an entry would name another directory.
 fn on_path(name: &str, cwd: &Path) -> Option<PathBuf> {
     use std::os::unix::fs::PermissionsExt;
     std::env::split_paths(&std::env::var_os("PATH")?).find_map(|dir| {
@@ -242,7 +273,7 @@ fn on_path(name: &str, cwd: &Path) -> Option<PathBuf> {
 
 fn from_python(python: &str) -> Result<Trees> {
     let mut trees = Trees::default();
-    let output = match python_command(python).args(["-c", FIND_SPEC]).output() {
+    let output = match python_command(python).args(["-c", FIND_SPEC, MARK]).output() {
         Ok(output) => output,
         Err(err) => {
             trees.notes.push(format!(
@@ -258,14 +289,20 @@ fn from_python(python: &str) -> Result<Trees> {
         ));
         return Ok(trees);
     }
-    let found: Found = serde_json::from_slice(&output.stdout)
-        .with_context(|| format!("unexpected output from `{python}`: {}", String::from_utf8_lossy(&output.stdout)))?;
+    let stdout = String::from_utf8_lossy(&output.stdout);
+    let answer = stdout.lines().rev().find_map(|l| l.strip_prefix(MARK));
+    let found: Found = answer
+        .and_then(|json| serde_json::from_str(json).ok())
+        .with_context(|| format!("unexpected output from `{python}`: {stdout}"))?;
     for (name, pkg) in [(TreeName::Vllm, &found.vllm), (TreeName::VllmGaudi, &found.vllm_gaudi)] {
         match pkg {
             Some(pkg) => {
                 let root = Path::new(pkg).parent().map(Path::to_path_buf).unwrap_or_default();
                 let root = std::fs::canonicalize(&root).unwrap_or(root);
                 let mut found_tree = tree(name, root, python);
+                if found_tree.version.is_none() {
+                    found_tree.version = installed_from(name, &found_tree.root, &found.site_packages);
+                }
                 if !found.site_packages.is_empty() && !found.site_packages.contains(&found_tree.root) {
                     let note = format!(
                         "`{python}` imports {name} from {}, which is not where it installs packages ({}): an \
@@ -299,6 +336,46 @@ pub fn version_hint(name: TreeName, root: &Path) -> Option<String> {
         let file = e.file_name().to_string_lossy().to_string();
         file.strip_prefix(&prefix)?.strip_suffix(".dist-info").map(str::to_string)
     })
+}
+
+/// The version of an editable install (`pip install -e CHECKOUT`): its dist-info is in
+/// site-packages, not beside the package, and its `direct_url.json` names the checkout
+/// (`"url": "file:///…"`) that holds the package directory found.
+fn installed_from(name: TreeName, root: &Path, sites: &[PathBuf]) -> Option<String> {
+    let prefix = format!("{}-", name.as_str());
+    let root = std::fs::canonicalize(root).ok()?;
+    sites.iter().find_map(|site| {
+        std::fs::read_dir(site).ok()?.flatten().find_map(|e| {
+            let file = e.file_name().to_string_lossy().to_string();
+            let version = file.strip_prefix(&prefix)?.strip_suffix(".dist-info")?.to_string();
+            let text = read_small_regular(&e.path().join("direct_url.json"))?;
+            let doc: serde_json::Value = serde_json::from_str(&text).ok()?;
+            let url = doc.get("url")?.as_str()?.strip_prefix("file://")?;
+            let url = percent_decoded(url);
+            (std::fs::canonicalize(&url).ok()? == root).then_some(version)
+        })
+    })
+}
+
+/// `%XX` escapes of a `file://` URL's path decoded (a space is `%20` in `direct_url.json`).
+fn percent_decoded(text: &str) -> String {
+    let bytes = text.as_bytes();
+    let mut out = Vec::with_capacity(bytes.len());
+    let mut i = 0;
+    while i < bytes.len() {
+        let hex = bytes.get(i + 1..i + 3).and_then(|h| std::str::from_utf8(h).ok());
+        match (bytes[i], hex.and_then(|h| u8::from_str_radix(h, 16).ok())) {
+            (b'%', Some(b)) => {
+                out.push(b);
+                i += 3;
+            }
+            (b, _) => {
+                out.push(b);
+                i += 1;
+            }
+        }
+    }
+    String::from_utf8_lossy(&out).into_owned()
 }
 
 /// A regular file's text, or `None`: a FIFO, device or directory there is never opened (it

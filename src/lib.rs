@@ -80,6 +80,8 @@ pub fn run(cli: Cli) -> Result<ExitStatus> {
 pub fn error_code(err: &anyhow::Error) -> u8 {
     if err.chain().any(|c| c.is::<transaction::RollbackFailed>()) {
         exit_status::ROLLBACK_FAILED
+    } else if let Some(stopped) = err.chain().find_map(|c| c.downcast_ref::<upkeep::child::Interrupted>()) {
+        stopped.exit_code()
     } else {
         ExitStatus::Error.code()
     }

@@ -54,6 +54,7 @@ for flag in ("--first", "--no-reference", "--progress"):
     ap.add_argument(flag, action="store_true")
 a = ap.parse_args()
 json.dump(sys.argv[1:], open(os.path.join(os.environ["FAKE_STATE"], "argv.json"), "w"))
+open(os.path.join(os.environ["FAKE_STATE"], "suite.pid"), "w").write(str(os.getpid()))
 mode = os.environ.get("FAKE_MODE", "clean")
 time.sleep(float(os.environ.get("FAKE_IMPORT", "0")))
 
@@ -617,4 +618,49 @@ fn shrink_refuses_a_step_that_schedules_tokens_a_request_does_not_have() {
     let args = ["--root", root.as_str(), "--python", python.as_str(), "conform", "--shrink", file.to_str().unwrap()];
     let (out, err) = d.cmd().args(args).expect(3);
     assert!(err.contains("step 1 schedules 3 tokens of r0, which has 1 left"), "{out}{err}");
+}
+
+/// SIGTERM to `conform` while the suite runs reaches the suite (its own process group, the
+/// signal forwarded), which is waited for; its scratch directory is removed and the exit code is
+/// 143 (128 + SIGTERM), as for a process the signal ended. Before: gaudi-fixes died at once, the
+/// suite ran on (reading a tree a later `apply` writes) and its scratch directory stayed.
+#[test]
+fn sigterm_reaches_the_suite_and_removes_the_scratch() {
+    let d = with_suite();
+    let tmp = d.path().join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    let mut run = Command::new(env!("CARGO_BIN_EXE_gaudi-fixes"))
+        .current_dir(d.path())
+        .args(with_fixture(&["--python", "./py", "conform", "--schedules", "3"]))
+        .env("FAKE_MODE", "clean")
+        .env("FAKE_IMPORT", "120")
+        .env("FAKE_STATE", d.path())
+        .env("ALL_THERE", ALL_THERE)
+        .env("GAUDI_FIXES_CACHE", d.path().join("cache"))
+        .env("TMPDIR", &tmp)
+        .env("NO_COLOR", "1")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let pid_file = d.path().join("suite.pid");
+    let started = Instant::now();
+    while std::fs::read_to_string(&pid_file).map_or(true, |s| s.is_empty()) {
+        assert!(started.elapsed() < Duration::from_secs(60), "the stand-in suite never started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let suite: i32 = std::fs::read_to_string(&pid_file).unwrap().trim().parse().unwrap();
+    assert!(std::fs::read_dir(&tmp).unwrap().count() > 0, "the suite runs from a scratch directory under TMPDIR");
+    unsafe { libc::kill(run.id() as i32, libc::SIGTERM) };
+    let waited = Instant::now();
+    let status = run.wait().unwrap();
+    let mut err = String::new();
+    std::io::Read::read_to_string(run.stderr.as_mut().unwrap(), &mut err).unwrap();
+    assert_eq!(status.code(), Some(143), "exit 128 + SIGTERM ({status:?}); stderr: {err}");
+    assert!(waited.elapsed() < Duration::from_secs(30), "the suite was stopped, not waited out");
+    assert!(err.contains("SIGTERM"), "{err}");
+    let alive = unsafe { libc::kill(suite, 0) } == 0;
+    assert!(!alive, "the suite (pid {suite}) still runs after gaudi-fixes exited");
+    let left: Vec<_> = std::fs::read_dir(&tmp).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert!(left.is_empty(), "scratch left behind: {left:?}");
 }

@@ -87,6 +87,91 @@ fn the_installed_package_is_found_not_the_checkout_in_the_working_directory() {
     assert_eq!(value(&out)["trees"]["vllm"]["root"], site_real.to_str().unwrap(), "{out}");
 }
 
+/// An empty `PYTHONPATH` entry (`:/opt/x` from `PYTHONPATH=$PYTHONPATH:/opt/x` with it unset,
+/// `/opt/x:`, `a::b`) is the working directory to Python: run from a checkout, that checkout is
+/// what `vllm serve` imports, so it is the tree found (and patched), not site-packages' copy.
+#[test]
+fn an_empty_pythonpath_entry_is_the_working_directory() {
+    let d = fixture();
+    let Some(site) = venv(&d) else {
+        eprintln!("no python3 with venv: skipped");
+        return;
+    };
+    vllm_package(&d, ".", PRISTINE);
+    let rel_site = site.strip_prefix(d.path()).unwrap().to_str().unwrap().to_string();
+    vllm_package(&d, &rel_site, PRISTINE);
+    let here = std::fs::canonicalize(d.path()).unwrap();
+    for spelling in [":/nonexistent-h50", "/nonexistent-h50:", "a::b"] {
+        let (out, _) = d
+            .cmd()
+            .args(["--catalog", "cat", "--python", "venv/bin/python", "--format", "json", "status"])
+            .env("PYTHONPATH", spelling)
+            .expect(0);
+        assert_eq!(
+            value(&out)["trees"]["vllm"]["root"],
+            here.to_str().unwrap(),
+            "PYTHONPATH={spelling}: the checkout in the working directory is what Python imports: {out}"
+        );
+    }
+}
+
+/// One interpreter: `--python python3` found through a relative `PATH` entry (here a wrapper
+/// named python3 in `bin/`) is the interpreter `test` runs pytest with, though pytest runs in a
+/// scratch directory where that entry names nothing (before, the bare name was run from there
+/// and `PATH` gave another python3).
+#[test]
+fn test_runs_the_interpreter_discovery_resolves() {
+    let d = fixture();
+    let log = d.path().join("used.log");
+    fake_python(
+        &d,
+        "bin/python3",
+        &format!(
+            "echo \"$*\" >> '{}'\n\
+             if [ \"$1\" = \"-c\" ]; then echo gaudi-fixes-probe-ok; exit 0; fi\n\
+             echo '4 passed in 0.01s'; verdict 0 4 0\n",
+            log.display()
+        ),
+    );
+    d.write("cat/fixes/fix-a/test_a.py", "def test_a():\n    pass\n");
+    let yaml = d.read_string("cat/fixes/fix-a/fix.yaml");
+    d.write("cat/fixes/fix-a/fix.yaml", format!("{yaml}tests: [test_a.py]\n"));
+    let path = format!("bin:{}", std::env::var("PATH").unwrap_or_default());
+    d.cmd().args(with_fixture(&["--python", "python3", "test", "fix-a"])).env("PATH", path).expect(0);
+    let used = std::fs::read_to_string(&log).unwrap_or_default();
+    assert!(used.contains("-m pytest"), "pytest must run with bin/python3, the interpreter resolved here: {used:?}");
+}
+
+/// An editable install (`pip install -e CHECKOUT`: a `.pth` naming the checkout, the dist-info
+/// with `direct_url.json` in site-packages): the checkout is the tree found, and its version is
+/// read from that dist-info (it said "unknown"). A `.pth` that prints to stdout changes nothing
+/// (discovery failed, exit 3, "unexpected output").
+#[test]
+fn an_editable_install_has_its_version_and_a_printing_pth_is_no_answer() {
+    let d = fixture();
+    let Some(site) = venv(&d) else {
+        eprintln!("no python3 with venv: skipped");
+        return;
+    };
+    d.write("checkout/vllm_gaudi/__init__.py", "");
+    let checkout = std::fs::canonicalize(d.path().join("checkout")).unwrap();
+    let rel_site = site.strip_prefix(d.path()).unwrap().to_str().unwrap().to_string();
+    d.write(&format!("{rel_site}/__editable__.vllm_gaudi-0.26.1.pth"), format!("{}\n", checkout.display()));
+    d.write(
+        &format!("{rel_site}/vllm_gaudi-0.26.1.dist-info/direct_url.json"),
+        format!("{{\"url\": \"file://{}\", \"dir_info\": {{\"editable\": true}}}}", checkout.display()),
+    );
+    d.write(&format!("{rel_site}/vllm_gaudi-0.26.1.dist-info/METADATA"), "Name: vllm_gaudi\nVersion: 0.26.1\n");
+    let args = ["--catalog", "cat", "--python", "venv/bin/python", "--format", "json", "status"];
+    let (out, _) = d.cmd().args(args).env("PYTHONPATH", "").expect(0);
+    let gaudi = &value(&out)["trees"]["vllm_gaudi"];
+    assert_eq!(gaudi["root"], checkout.to_str().unwrap(), "{out}");
+    assert_eq!(gaudi["version"], "0.26.1", "the editable install's dist-info says its version: {out}");
+    d.write(&format!("{rel_site}/chatty.pth"), "import sys; print('hello from a .pth file')\n");
+    let (out, _) = d.cmd().args(args).env("PYTHONPATH", "").expect(0);
+    assert_eq!(value(&out)["trees"]["vllm_gaudi"]["version"], "0.26.1", "{out}");
+}
+
 fn value(text: &str) -> serde_json::Value {
     serde_json::from_str(text).unwrap_or_else(|e| panic!("{e}: {text}"))
 }

@@ -32,3 +32,23 @@ fn offsets_the_catalogues_own_fixes_cause_are_no_alarm() {
     let (verbose, _) = d.cmd().args(with_fixture(&["-v", "apply", "--check", "--profile", "performance"])).expect(0);
     assert!(verbose.contains("changes by hand"), "a change by hand is no longer said:\n{verbose}");
 }
+
+/// Every selected fix skipped by `--only-tree` (fix-a patches vllm; only vllm_gaudi kept): a
+/// check on the pristine tree judged nothing, so it must not say "everything applied" (it did:
+/// "check: everything applied: 1 fix (1 skipped by --only-tree)"); exit 0 as documented (a
+/// skipped fix is no failure). And `revert --format github` with nothing to revert says so in
+/// one notice, as the other formats do (it printed nothing).
+#[test]
+fn nothing_in_scope_is_not_called_applied_and_a_github_no_op_says_so() {
+    let d = fixture();
+    d.write("root/vllm_gaudi/__init__.py", "");
+    let (out, _) = d.cmd().args(with_fixture(&["--only-tree", "vllm_gaudi", "apply", "--check"])).expect(0);
+    assert!(!out.contains("everything applied") && out.contains("nothing checked"), "{out}");
+    let (out, _) = d.cmd().args(with_fixture(&["-v", "--only-tree", "vllm_gaudi", "apply", "--check"])).expect(0);
+    assert!(!out.contains("everything applied") && out.contains("nothing checked"), "{out}");
+    let (out, _) =
+        d.cmd().args(with_fixture(&["--format", "github", "--only-tree", "vllm_gaudi", "apply", "--check"])).expect(0);
+    assert!(!out.contains("check passed") && out.contains("nothing checked"), "{out}");
+    let (out, _) = d.cmd().args(with_fixture(&["--format", "github", "revert"])).expect(0);
+    assert!(out.starts_with("::notice::gaudi-fixes: revert: nothing to do"), "{out:?}");
+}

@@ -188,3 +188,63 @@ fn tests_that_all_error_before_running_are_no_verdict() {
     );
     d.cmd().args(with_fixture(&["--python", "./py", "test", "fix-a"])).expect(1);
 }
+
+/// SIGTERM to `test` while pytest runs reaches pytest (its own process group, the signal
+/// forwarded), which is waited for; the scratch directory goes and the exit code is 143 (128 +
+/// SIGTERM). Before: gaudi-fixes died at once, pytest ran on and the scratch stayed.
+#[test]
+fn sigterm_reaches_pytest_and_removes_the_scratch() {
+    let d = with_four_tests();
+    let tmp = d.path().join("tmp");
+    std::fs::create_dir(&tmp).unwrap();
+    let pid_file = d.path().join("pytest.pid");
+    fake_python(
+        &d,
+        "py",
+        &format!(
+            "if [ \"$1\" = \"-c\" ]; then echo gaudi-fixes-probe-ok; exit 0; fi\n\
+             echo $$ > '{}'\nsleep 120 &\nwait\nverdict 0 4 0\n",
+            pid_file.display()
+        ),
+    );
+    let mut run = Command::new(env!("CARGO_BIN_EXE_gaudi-fixes"))
+        .current_dir(d.path())
+        .args(with_fixture(&["--python", "./py", "test", "fix-a"]))
+        .env("TMPDIR", &tmp)
+        .env("NO_COLOR", "1")
+        .stdout(Stdio::null())
+        .stderr(Stdio::piped())
+        .spawn()
+        .unwrap();
+    let started = Instant::now();
+    while std::fs::read_to_string(&pid_file).map_or(true, |s| s.trim().is_empty()) {
+        assert!(started.elapsed() < Duration::from_secs(60), "the stand-in pytest never started");
+        std::thread::sleep(Duration::from_millis(50));
+    }
+    let child: i32 = std::fs::read_to_string(&pid_file).unwrap().trim().parse().unwrap();
+    assert!(std::fs::read_dir(&tmp).unwrap().count() > 0, "pytest runs from a scratch directory under TMPDIR");
+    unsafe { libc::kill(run.id() as i32, libc::SIGTERM) };
+    let status = run.wait().unwrap();
+    let mut err = String::new();
+    std::io::Read::read_to_string(run.stderr.as_mut().unwrap(), &mut err).unwrap();
+    assert_eq!(status.code(), Some(143), "exit 128 + SIGTERM ({status:?}); stderr: {err}");
+    assert!(started.elapsed() < Duration::from_secs(60), "pytest was stopped, not waited out");
+    let alive = unsafe { libc::kill(child, 0) } == 0;
+    assert!(!alive, "pytest (pid {child}) still runs after gaudi-fixes exited");
+    let left: Vec<_> = std::fs::read_dir(&tmp).unwrap().flatten().map(|e| e.file_name()).collect();
+    assert!(left.is_empty(), "scratch left behind: {left:?}");
+}
+
+/// A `.pth` file or `sitecustomize` that prints before the probe's answer is passed over: the
+/// interpreter still runs the tests (it was "not a Python interpreter", exit 3).
+#[test]
+fn stray_output_before_the_probe_is_no_failure() {
+    let d = with_four_tests();
+    fake_python(
+        &d,
+        "py",
+        "if [ \"$1\" = \"-c\" ]; then echo 'hello from a .pth file'; echo gaudi-fixes-probe-ok; exit 0; fi\n\
+         echo 'hello from a .pth file'; echo '4 passed in 0.01s'; verdict 0 4 0\n",
+    );
+    d.cmd().args(with_fixture(&["--python", "./py", "test", "fix-a"])).expect(0);
+}

@@ -11,6 +11,12 @@ const ERROR: (u8, &str) =
 const ROLLBACK: (u8, &str) =
     (4, "A write failed and putting the files back failed too: the journal stays, and the next run finishes it.");
 
+/// Stopped by a signal while a Python child ran (test, conform, matrix).
+const SIGNALLED: (u8, &str) = (
+    143,
+    "Stopped by SIGTERM (129: SIGHUP, 130: SIGINT): the Python child got the signal too and was waited for; its scratch directory is removed.",
+);
+
 /// The codes `command` exits with and what each means, lowest first (`None`: the main page,
 /// which describes `apply`'s, the contract a CI step reads).
 pub fn codes(command: Option<&str>) -> Vec<(u8, &'static str)> {
@@ -45,15 +51,18 @@ pub fn codes(command: Option<&str>) -> Vec<(u8, &'static str)> {
             (0, "The fix's tests ran and passed."),
             (1, "A test failed (it says when the fix is not applied)."),
             (3, "The tests cannot run: no tree, a vLLM without the V1 sampling path, --python without pytest or torch, no test ran, or bad input."),
+            SIGNALLED,
         ],
         Some("conform") => vec![
             (0, "Every schedule asked for ran and none found a difference (with --setup: the environment is ready)."),
             (1, "Differences: the HPU sampling path does not do what a request asked."),
             (3, "No verdict: the suite cannot run (no trees, a vLLM without the V1 sampling path, a missing module), crashed, or reported no or not every schedule; or bad input."),
+            SIGNALLED,
         ],
         Some("matrix") => vec![
             (0, "Every release could be prepared (a cell that drifts or fails its tests is reported, not an error)."),
             (3, "A release could not be prepared, merged results disagree, or bad input."),
+            SIGNALLED,
         ],
         Some("port") => vec![
             (0, "The new variant was written."),

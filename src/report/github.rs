@@ -96,9 +96,27 @@ pub fn summary(
     written: usize,
     would_write: usize,
 ) -> Result<()> {
-    if status != crate::exit_status::ExitStatus::Applied || reports.is_empty() {
+    if status != crate::exit_status::ExitStatus::Applied {
         return Ok(());
     }
+    // Nothing selected (a revert with nothing applied, an empty profile): one notice still says
+    // so, as the other formats' one-line no-op does.
+    if reports.is_empty() {
+        let what = match mode {
+            Mode::Check => "check passed: no fix selected",
+            Mode::Apply | Mode::Revert | Mode::DryRun => "nothing to do: already in the requested state",
+            Mode::Status | Mode::Diff => return Ok(()),
+        };
+        let command = match mode {
+            Mode::Revert => "revert",
+            Mode::DryRun => "dry run",
+            Mode::Check => "apply --check",
+            _ => "apply",
+        };
+        writeln!(out, "::notice::{}", escape(&format!("gaudi-fixes: {command}: {what}")))?;
+        return Ok(());
+    }
+    let all_skipped = reports.iter().all(|r| r.state == FixState::Skipped);
     // Each fix as the run leaves it: an apply that passed applied what was not applied yet.
     let word = |state: FixState| match (mode, state) {
         (Mode::Apply, FixState::NotApplied) => "applied now",
@@ -116,6 +134,9 @@ pub fn summary(
         format!(" ({unverified} on a release its variant was not verified on: `-v` or the human report says which)")
     };
     let (kind, what) = match mode {
+        Mode::Check if all_skipped => {
+            ("notice", "nothing checked: every selected fix is skipped by --only-tree".to_string())
+        }
         Mode::Check => ("notice", "check passed".to_string()),
         Mode::Apply => ("notice", format!("apply: {written} file(s) written")),
         Mode::Revert => ("notice", format!("revert: {written} file(s) written")),

@@ -130,8 +130,14 @@ fn human_select(out: &mut dyn Write, o: &RunOutcome) -> Result<()> {
     // revert that found everything in the requested state (an image layer run again).
     let quiet_pass = o.status == ExitStatus::Applied && !o.verbose && !o.nothing_selected;
     let no_op = matches!(o.mode, Mode::Apply | Mode::Revert) && o.written.is_empty() && !o.reports.is_empty();
+    // Every selected fix skipped by --only-tree: nothing was judged, so nothing is said applied.
+    let all_skipped = !o.reports.is_empty() && o.reports.iter().all(|r| r.state == FixState::Skipped);
     if quiet_pass && (o.mode == Mode::Check || no_op) {
         let head = match o.mode {
+            Mode::Check if all_skipped => {
+                "check: nothing checked (no selected fix patches a tree --only-tree keeps)".to_string()
+            }
+            _ if all_skipped => "nothing to do (no selected fix patches a tree --only-tree keeps)".to_string(),
             Mode::Check => format!("check: {}", "everything applied".green()),
             _ => "nothing to do: already in the requested state".to_string(),
         };
@@ -165,6 +171,8 @@ fn human_select(out: &mut dyn Write, o: &RunOutcome) -> Result<()> {
         (Mode::Check, s) => format!(
             "check: {}",
             match s {
+                ExitStatus::Applied if all_skipped =>
+                    "nothing checked (every selected fix is skipped by --only-tree)".normal(),
                 ExitStatus::Applied => "everything applied".green(),
                 ExitStatus::NotApplied => "not applied".yellow(),
                 _ => "drifted".red(),

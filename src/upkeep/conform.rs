@@ -13,7 +13,7 @@
 
 use std::collections::VecDeque;
 use std::path::{Path, PathBuf};
-use std::process::{Command, Stdio};
+use std::process::Stdio;
 
 use anyhow::{bail, Context, Result};
 use serde::{Deserialize, Serialize};
@@ -122,7 +122,7 @@ pub fn probe(python: &str, pins: &[Pin]) -> Result<Environment> {
          'torch': None if 'torch' in mods else version('torch')}}))"
     );
     let neutral = super::pytest::Scratch::new("conform-probe")?;
-    let out = Command::new(python)
+    let out = crate::discover::interpreter_command(python)
         .current_dir(&neutral.0)
         .arg("-c")
         .arg(code)
@@ -131,8 +131,9 @@ pub fn probe(python: &str, pins: &[Pin]) -> Result<Environment> {
         .output()
         .with_context(|| format!("cannot run `{python}` for the conformance suite (give --python PATH)"))?;
     let stdout = String::from_utf8_lossy(&out.stdout);
-    let mut lines = stdout.lines();
-    if !out.status.success() || lines.next().map(str::trim) != Some(PROBE_OK) {
+    // Anything a `.pth` file or `sitecustomize` printed first is passed over.
+    let mut lines = stdout.lines().skip_while(|l| l.trim() != PROBE_OK);
+    if !out.status.success() || lines.next().is_none() {
         let err = String::from_utf8_lossy(&out.stderr);
         bail!(
             "`{python}` is not a Python interpreter that runs a one-line probe ({}); give --python PATH",
@@ -231,7 +232,7 @@ impl LayeredVenv {
         let code = "import json, sys  # gaudi_fixes_site\n\
                     print(json.dumps([sys.executable, '%d.%d' % sys.version_info[:2], \
                     [p for p in sys.path if p.endswith(('site-packages', 'dist-packages'))]]))";
-        let out = Command::new(python)
+        let out = crate::discover::interpreter_command(python)
             .arg("-c")
             .arg(code)
             .stdin(Stdio::null())
@@ -275,7 +276,7 @@ impl LayeredVenv {
 /// Run pip (or `python -m venv`; its output on our stderr, so stdout stays the report's); an
 /// error when it fails.
 pub fn run_pip(words: &[String]) -> Result<()> {
-    let status = Command::new(&words[0])
+    let status = crate::discover::interpreter_command(&words[0])
         .args(&words[1..])
         .stdin(Stdio::null())
         .stdout(std::io::stderr())
@@ -339,7 +340,7 @@ pub fn run_suite(
     args: &SuiteArgs,
     tick: &mut dyn FnMut(Option<Tick>),
 ) -> Result<SuiteRun> {
-    let mut cmd = Command::new(python);
+    let mut cmd = crate::discover::interpreter_command(python);
     cmd.current_dir(suite_dir)
         .arg(SUITE)
         .arg("--root")
@@ -368,7 +369,8 @@ pub fn run_suite(
     if args.jobs > 1 && suite.contains("\"--jobs\"") {
         cmd.args(["--jobs", &args.jobs.to_string()]);
     }
-    let mut child = cmd.spawn().with_context(|| format!("running `{python} {SUITE}`"))?;
+    let (mut child, watch) =
+        super::child::Watch::spawn(&mut cmd).with_context(|| format!("running `{python} {SUITE}`"))?;
     let (reader, stderr) = split_output(&mut child);
     let (tx, rx) = std::sync::mpsc::channel::<String>();
     let lines = std::thread::spawn(move || {
@@ -396,6 +398,7 @@ pub fn run_suite(
     }
     let _ = lines.join();
     let status = child.wait().context("waiting for the conformance suite")?;
+    watch.finish()?;
     let stdout = reader.join().unwrap_or_default();
     // The report is the last line, and only that: a line a tree prints while it is imported
     // (`{}`) is no report.
@@ -663,8 +666,8 @@ pub fn run_shrinker(
     file: &Path,
     line: &mut dyn FnMut(&str),
 ) -> Result<Shrunk> {
-    let mut child = Command::new(python)
-        .current_dir(suite_dir)
+    let mut cmd = crate::discover::interpreter_command(python);
+    cmd.current_dir(suite_dir)
         .arg(SHRINKER)
         .arg("--root")
         .arg(root)
@@ -673,9 +676,9 @@ pub fn run_shrinker(
         .env("PYTHONUNBUFFERED", "1")
         .stdin(Stdio::null())
         .stdout(Stdio::piped())
-        .stderr(Stdio::piped())
-        .spawn()
-        .with_context(|| format!("running `{python} {SHRINKER}`"))?;
+        .stderr(Stdio::piped());
+    let (mut child, watch) =
+        super::child::Watch::spawn(&mut cmd).with_context(|| format!("running `{python} {SHRINKER}`"))?;
     let (reader, stderr) = split_output(&mut child);
     let mut tail: VecDeque<String> = VecDeque::new();
     for l in std::io::BufRead::lines(std::io::BufReader::new(stderr)).map_while(Result::ok) {
@@ -686,6 +689,7 @@ pub fn run_shrinker(
         }
     }
     let status = child.wait().context("waiting for the shrinker")?;
+    watch.finish()?;
     let stdout = reader.join().unwrap_or_default();
     let last = stdout.lines().rev().find(|l| !l.trim().is_empty()).unwrap_or("");
     let shrunk = serde_json::from_str::<Shrunk>(last).ok();

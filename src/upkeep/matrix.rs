@@ -501,6 +501,8 @@ pub fn evaluate_cell(
             cell.tests = if run.passed { TestsResult::Passed } else { TestsResult::Failed };
             cell.tests_summary = Some(run.summary);
         }
+        // A signal to gaudi-fixes stops the whole matrix, not only this cell.
+        Err(e) if e.chain().any(|c| c.is::<upkeep::child::Interrupted>()) => return Err(e),
         Err(e) => {
             cell.tests = TestsResult::Error;
             cell.tests_summary = Some(format!("{e:#}"));

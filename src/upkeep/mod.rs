@@ -4,6 +4,7 @@
 //! ([`merge`]), and text edits of fix.yaml that keep its layout ([`yaml_edit`]); the runners of the
 //! catalogue's Python: a fix's tests ([`pytest`]) and the conformance suite ([`conform`]).
 
+pub mod child;
 pub mod conform;
 pub mod diffgen;
 pub mod matrix;

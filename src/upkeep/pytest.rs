@@ -55,7 +55,7 @@ pub fn check_python_for(python: &str, vllm_root: Option<&Path>) -> Result<()> {
          missing = [m for m in sys.argv[1:] if importlib.util.find_spec(m) is None]\n\
          print(' '.join(missing))"
     );
-    let out = Command::new(python)
+    let out = crate::discover::interpreter_command(python)
         .arg("-c")
         .arg(probe)
         .args(REQUIRED_MODULES)
@@ -65,8 +65,9 @@ pub fn check_python_for(python: &str, vllm_root: Option<&Path>) -> Result<()> {
         bail!("`{python}` failed: {}", String::from_utf8_lossy(&out.stderr).trim());
     }
     let stdout = String::from_utf8_lossy(&out.stdout);
-    let mut lines = stdout.lines();
-    if lines.next().map(str::trim) != Some(PROBE_OK) {
+    // Anything a `.pth` file or `sitecustomize` printed first is passed over.
+    let mut lines = stdout.lines().skip_while(|l| l.trim() != PROBE_OK);
+    if lines.next().is_none() {
         bail!("`{python}` is not a Python interpreter (it did not run a one-line probe); give --python PATH");
     }
     let missing: Vec<&str> = lines.flat_map(str::split_whitespace).collect();
@@ -92,13 +93,11 @@ pub fn check_python_for(python: &str, vllm_root: Option<&Path>) -> Result<()> {
 }
 
 /// `python` as a command that means the same from another directory (pytest and the
-/// conformance suite run elsewhere): a relative path made absolute, a bare name left to PATH.
+/// conformance suite run elsewhere): resolved as discovery resolves it
+/// ([`crate::discover::resolve_interpreter`]: a relative path made absolute, a bare name looked up
+/// on `PATH` from the working directory), so one run uses one interpreter.
 pub fn resolve_python(python: &str) -> Result<String> {
-    if python.contains('/') && Path::new(python).is_relative() {
-        let resolved = std::path::absolute(python).with_context(|| format!("resolving {python}"))?;
-        return Ok(resolved.to_str().unwrap_or(python).to_string());
-    }
-    Ok(python.to_string())
+    Ok(crate::discover::resolve_interpreter(python))
 }
 
 /// The torch the fixes' tests and the conformance suite are run with here (`scripts/setup-venv.sh`,
@@ -274,11 +273,12 @@ pub fn run_tests(
     std::fs::write(&plugin, PLUGIN).file_context(&plugin, || format!("writing {}", plugin.display()))?;
     let files = RunFiles { report: scratch.0.join(".verdict.json"), running: scratch.0.join(".running") };
     let mut python_path = std::ffi::OsString::from(&plugin_dir);
-    if let Some(old) = std::env::var_os("PYTHONPATH").filter(|p| !p.is_empty()) {
+    // PYTHONPATH as it is read in the working directory (pytest runs in the scratch directory).
+    if let Some(old) = crate::discover::python_path().filter(|p| !p.is_empty()) {
         python_path.push(":");
         python_path.push(old);
     }
-    let mut cmd = Command::new(python);
+    let mut cmd = crate::discover::interpreter_command(python);
     // -rs: every skip is listed with its reason in pytest's short summary (for people; the
     // result takes the reasons from the plugin).
     cmd.current_dir(&dir)
@@ -380,12 +380,9 @@ fn run_pytest(
     let echo = matches!(talk, Talk::Echo(_));
     // pytest's report goes to the caller's stderr as it comes, so that stdout stays ours (JSON
     // stays parseable) and a long run is never silent.
-    let mut child = cmd
-        .stdin(Stdio::null())
-        .stdout(Stdio::piped())
-        .stderr(if echo { Stdio::inherit() } else { Stdio::piped() })
-        .spawn()
-        .with_context(|| format!("running `{python} -m pytest`"))?;
+    cmd.stdin(Stdio::null()).stdout(Stdio::piped()).stderr(if echo { Stdio::inherit() } else { Stdio::piped() });
+    let (mut child, watch) =
+        super::child::Watch::spawn(&mut cmd).with_context(|| format!("running `{python} -m pytest`"))?;
     let (tx, rx) = mpsc::channel::<std::io::Result<Vec<u8>>>();
     let readers: Vec<_> = [
         child.stdout.take().map(|p| Box::new(p) as Box<dyn std::io::Read + Send>),
@@ -440,6 +437,7 @@ fn run_pytest(
         let _ = reader.join();
     }
     let status = child.wait().context("waiting for pytest")?;
+    watch.finish()?;
     Ok((status, String::from_utf8_lossy(&kept).to_string()))
 }
 

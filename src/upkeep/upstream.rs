@@ -72,7 +72,7 @@ pub fn vllm_tree(python: &str, release: &str, mut progress: impl FnMut(&str)) ->
         Some(w) => w,
         None => {
             progress(&format!("downloading vllm=={version} (pip download --no-deps)"));
-            let out = Command::new(python)
+            let out = crate::discover::interpreter_command(python)
                 .args(["-m", "pip", "download", "--no-deps", "--only-binary=:all:", "--quiet", "--dest"])
                 .arg(&wheels)
                 .arg(format!("vllm=={version}"))
@@ -108,7 +108,7 @@ with zipfile.ZipFile(wheel) as zf:
 if not os.path.isfile(os.path.join(out, 'vllm', '__init__.py')):
     sys.exit(wheel + ': no vllm/__init__.py in the wheel')
 "#;
-    let out = Command::new(python).arg("-c").arg(EXTRACT).arg(&wheel).arg(&tmp).output()?;
+    let out = crate::discover::interpreter_command(python).arg("-c").arg(EXTRACT).arg(&wheel).arg(&tmp).output()?;
     if !out.status.success() {
         bail!("extracting {}: {}", wheel.display(), String::from_utf8_lossy(&out.stderr).trim());
     }
