@@ -74,6 +74,8 @@ def random_params(rng: random.Random) -> dict[str, Any]:
         p["bad_words_token_ids"] = words
     if rng.random() < 0.2:
         p["allowed_token_ids"] = sorted(rng.sample(range(3, VOCAB), 8) + [EOS])
+    if rng.random() < 0.2:  # alone, or beside logprobs (drawn above)
+        p["logprob_token_ids"] = rng.sample(range(VOCAB), rng.randint(1, 4))
     return p
 
 
@@ -99,6 +101,7 @@ def spec_params(rng: random.Random) -> dict[str, Any]:
     p = random_params(rng)
     for k in ("seed", "min_p", "logit_bias"):
         p.pop(k, None)
+    p.pop("logprob_token_ids", None)  # not drawn with speculative decoding yet
     p["temperature"] = 0.0
     return p
 
