@@ -7,7 +7,8 @@ A pipeline of three parts:
 1. **Schedules** (conform_schedule.py): a seeded generator returns each schedule as data before
    anything runs: requests with their prompts and SamplingParams (greedy / temperature, top_k,
    top_p, min_p, seed, the three penalties, allowed_token_ids, logit_bias, min_tokens, logprobs
-   incl. -1, bad_words incl. multi-token, a grammar for about a quarter), and per step finishes,
+   incl. -1, logprob_token_ids (alone or beside logprobs; not with speculative decoding), bad_words
+   incl. multi-token, a grammar for about a quarter), and per step finishes,
    preemptions (blocks freed, computed tokens back to 0; resumed later with the block-aligned
    prefix-cache hit, the rest recomputed in one or several chunks), pauses (a running request left
    out of a step), arrivals, tokens per request (prompt chunks, recompute chunks, decodes) and the
