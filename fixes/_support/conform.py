@@ -50,11 +50,13 @@ see the fix pages.
 from __future__ import annotations
 
 import argparse
+import ast
 import dataclasses
 import json
 import sys
 import time
 import traceback
+import types
 from pathlib import Path
 from typing import Any, Optional
 
@@ -80,6 +82,7 @@ try:
     import conform_checks as checks
     import conform_spec
     import harness
+    import lift
     import conform_schedule as schedules
     import vllm_gaudi_stubs as stubs
     from conform_engines import OWN_ONLY, GpuEngine, GpuModules, HpuEngine
@@ -109,15 +112,34 @@ class Sampler:
     ``SamplingMetadata`` with the fields the runner set (the HPU side's InputBatch is loaded
     with a stand-in class): a field the runner does not know gets vLLM's default."""
 
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, runner: Optional[tuple[str, str]] = None, logprobs_mode: Optional[str] = None):
+        """With `logprobs_mode` (the server's ``--logprobs-mode``), the Sampler is the one `runner`
+        (file, class) builds in its ``__init__`` from a model config asking for that mode."""
         from vllm.v1.sample.metadata import SamplingMetadata
         self.sampler, self.metadata = GpuModules.get(root).Sampler(), SamplingMetadata
+        if logprobs_mode is not None and runner is not None:
+            self.sampler = runner_sampler(root / runner[0], runner[1], GpuModules.get(root).Sampler,
+                                          types.SimpleNamespace(logprobs_mode=logprobs_mode, use_fp64_gumbel=False))
         self.fields = [f.name for f in dataclasses.fields(SamplingMetadata)]
 
     def __call__(self, logits: torch.Tensor, md: Any) -> Any:
         if not isinstance(md, self.metadata):
             md = harness.make(self.metadata, **{k: getattr(md, k) for k in self.fields if hasattr(md, k)})
         return self.sampler(logits.float(), md)
+
+
+def runner_sampler(path: Path, cls_name: str, sampler_cls: Any, model_config: Any) -> Any:
+    """The Sampler the runner class `cls_name` of `path` builds: its ``__init__``'s
+    ``self.sampler = …`` statement run with `sampler_cls` and `model_config`."""
+    cls = next(n for n in lift.parse(path).body if isinstance(n, ast.ClassDef) and n.name == cls_name)
+    init = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__init__")
+    stmt = next((s for s in ast.walk(init) if isinstance(s, ast.Assign) and ast.unparse(s.targets[0]) == "self.sampler"),
+                None)
+    if stmt is None:
+        raise LookupError(f"{path}: {cls_name}.__init__ builds no self.sampler (the tree changed)")
+    owner = types.SimpleNamespace(model_config=model_config)
+    exec(compile(ast.Module([stmt], []), str(path), "exec"), {"Sampler": sampler_cls, "self": owner})
+    return owner.sampler
 
 
 class Findings:
@@ -199,8 +221,11 @@ def run_schedule(root: Path, schedule: dict[str, Any], reference: bool) -> Findi
                 for rid, r in schedule["requests"].items()}
     ctx = checks.Ctx(requests, stubs_bad_words(root), schedule["mode"])
     spec = bool(schedule.get("spec"))
-    hpu = (conform_spec.SpecHpuEngine if spec else HpuEngine)(root, schedule, Sampler(root))
-    gpu: Optional[GpuEngine] = ((conform_spec.SpecGpuEngine if spec else GpuEngine)(root, schedule, Sampler(root))
+    lm = schedule.get("logprobs_mode")  # each side's Sampler as its runner builds it for that mode
+    hpu = (conform_spec.SpecHpuEngine if spec else HpuEngine)(
+        root, schedule, Sampler(root, ("vllm_gaudi/v1/worker/hpu_model_runner.py", "HPUModelRunner"), lm))
+    gpu: Optional[GpuEngine] = ((conform_spec.SpecGpuEngine if spec else GpuEngine)(
+        root, schedule, Sampler(root, ("vllm/v1/worker/gpu_model_runner.py", "GPUModelRunner"), lm))
                                 if reference else None)
     for number, step in enumerate(schedule["steps"]):
         ctx.number = number

@@ -39,6 +39,8 @@ from typing import Any
 
 VERSION = 1
 VOCAB = 64
+# --logprobs-mode values a plain schedule is run with (raw_logprobs, vLLM's default, the most often)
+LOGPROBS_MODES = ("raw_logprobs", "raw_logprobs", "processed_logprobs", "processed_logits", "raw_logits")
 EOS = 2
 MAX_REQS = 8
 STEPS = 12
@@ -169,6 +171,10 @@ def generate(seed: int, mode: str, spec: int = 0) -> dict[str, Any]:
     out = {"version": VERSION, "seed": seed, "mode": mode, "requests": requests, "steps": steps}
     if spec:
         out["spec"] = spec
+    else:  # the server's --logprobs-mode: a suite parameter, from its own generator (the draws above stay)
+        logprobs_mode = random.Random(f"logprobs_mode {seed}").choice(LOGPROBS_MODES)
+        if logprobs_mode != "raw_logprobs":
+            out["logprobs_mode"] = logprobs_mode
     return out
 
 
