@@ -12,7 +12,8 @@ A pipeline of three parts:
    preemptions (blocks freed, computed tokens back to 0; resumed later with the block-aligned
    prefix-cache hit, the rest recomputed in one or several chunks), pauses (a running request left
    out of a step), arrivals, tokens per request (prompt chunks, recompute chunks, decodes) and the
-   structured-output requests; sync or async scheduling.
+   structured-output requests; sync or async scheduling; a plain schedule's ``--logprobs-mode``
+   (``logprobs_mode``, from a generator of its own: each side's Sampler as its runner builds it).
 2. **Engines** (conform_engines.py): the HPU side is the harness (harness.py): vllm_gaudi's real
    ``_update_states`` fed by vLLM's real ``SchedulerOutput``, its ``InputBatch``, ``sample_tokens``'
    blocks; the GPU side is vLLM's ``gpu_input_batch.InputBatch`` updated from the same scheduler
