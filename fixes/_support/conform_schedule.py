@@ -18,6 +18,11 @@ Its requests are greedy (vllm_gaudi's rejection sampler is greedy) and ask no ``
 ``logit_bias`` (vLLM does not apply them with speculative decoding); no preemptions (the
 generator cannot know how many drafts are accepted, so not how many tokens a request has).
 
+A plain schedule may carry ``"logprobs_mode"`` (the server's ``--logprobs-mode``; absent:
+``raw_logprobs``), drawn from a generator of its own so the draws above do not move; each side's
+Sampler is then the one its runner's ``__init__`` builds for that mode. A request's params may ask
+``logprob_token_ids`` (not in a speculative-decoding schedule).
+
 Per step, in the order vLLM's scheduler does it: ``finish`` (its ``finished_req_ids``),
 ``preempt`` (blocks freed, ``num_computed_tokens`` back to 0; the request is left out until it is
 scheduled again, then comes back resumed with the block-aligned prefix hit), ``arrive`` (new
