@@ -7,11 +7,13 @@ A pipeline of three parts:
 1. **Schedules** (conform_schedule.py): a seeded generator returns each schedule as data before
    anything runs: requests with their prompts and SamplingParams (greedy / temperature, top_k,
    top_p, min_p, seed, the three penalties, allowed_token_ids, logit_bias, min_tokens, logprobs
-   incl. -1, bad_words incl. multi-token, a grammar for about a quarter), and per step finishes,
+   incl. -1, logprob_token_ids (alone or beside logprobs; not with speculative decoding), bad_words
+   incl. multi-token, a grammar for about a quarter), and per step finishes,
    preemptions (blocks freed, computed tokens back to 0; resumed later with the block-aligned
    prefix-cache hit, the rest recomputed in one or several chunks), pauses (a running request left
    out of a step), arrivals, tokens per request (prompt chunks, recompute chunks, decodes) and the
-   structured-output requests; sync or async scheduling.
+   structured-output requests; sync or async scheduling; a plain schedule's ``--logprobs-mode``
+   (``logprobs_mode``, from a generator of its own: each side's Sampler as its runner builds it).
 2. **Engines** (conform_engines.py): the HPU side is the harness (harness.py): vllm_gaudi's real
    ``_update_states`` fed by vLLM's real ``SchedulerOutput``, its ``InputBatch``, ``sample_tokens``'
    blocks; the GPU side is vLLM's ``gpu_input_batch.InputBatch`` updated from the same scheduler
@@ -51,11 +53,13 @@ see the fix pages.
 from __future__ import annotations
 
 import argparse
+import ast
 import dataclasses
 import json
 import sys
 import time
 import traceback
+import types
 from pathlib import Path
 from typing import Any, Iterable, Iterator, Optional
 
@@ -81,6 +85,7 @@ try:
     import conform_checks as checks
     import conform_spec
     import harness
+    import lift
     import conform_schedule as schedules
     import vllm_gaudi_stubs as stubs
     from conform_engines import OWN_ONLY, GpuEngine, GpuModules, HpuEngine
@@ -110,15 +115,34 @@ class Sampler:
     ``SamplingMetadata`` with the fields the runner set (the HPU side's InputBatch is loaded
     with a stand-in class): a field the runner does not know gets vLLM's default."""
 
-    def __init__(self, root: Path):
+    def __init__(self, root: Path, runner: Optional[tuple[str, str]] = None, logprobs_mode: Optional[str] = None):
+        """With `logprobs_mode` (the server's ``--logprobs-mode``), the Sampler is the one `runner`
+        (file, class) builds in its ``__init__`` from a model config asking for that mode."""
         from vllm.v1.sample.metadata import SamplingMetadata
         self.sampler, self.metadata = GpuModules.get(root).Sampler(), SamplingMetadata
+        if logprobs_mode is not None and runner is not None:
+            self.sampler = runner_sampler(root / runner[0], runner[1], GpuModules.get(root).Sampler,
+                                          types.SimpleNamespace(logprobs_mode=logprobs_mode, use_fp64_gumbel=False))
         self.fields = [f.name for f in dataclasses.fields(SamplingMetadata)]
 
     def __call__(self, logits: torch.Tensor, md: Any) -> Any:
         if not isinstance(md, self.metadata):
             md = harness.make(self.metadata, **{k: getattr(md, k) for k in self.fields if hasattr(md, k)})
         return self.sampler(logits.float(), md)
+
+
+def runner_sampler(path: Path, cls_name: str, sampler_cls: Any, model_config: Any) -> Any:
+    """The Sampler the runner class `cls_name` of `path` builds: its ``__init__``'s
+    ``self.sampler = …`` statement run with `sampler_cls` and `model_config`."""
+    cls = next(n for n in lift.parse(path).body if isinstance(n, ast.ClassDef) and n.name == cls_name)
+    init = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__init__")
+    stmt = next((s for s in ast.walk(init) if isinstance(s, ast.Assign) and ast.unparse(s.targets[0]) == "self.sampler"),
+                None)
+    if stmt is None:
+        raise LookupError(f"{path}: {cls_name}.__init__ builds no self.sampler (the tree changed)")
+    owner = types.SimpleNamespace(model_config=model_config)
+    exec(compile(ast.Module([stmt], []), str(path), "exec"), {"Sampler": sampler_cls, "self": owner})
+    return owner.sampler
 
 
 class Findings:
@@ -200,8 +224,11 @@ def run_schedule(root: Path, schedule: dict[str, Any], reference: bool) -> Findi
                 for rid, r in schedule["requests"].items()}
     ctx = checks.Ctx(requests, stubs_bad_words(root), schedule["mode"])
     spec = bool(schedule.get("spec"))
-    hpu = (conform_spec.SpecHpuEngine if spec else HpuEngine)(root, schedule, Sampler(root))
-    gpu: Optional[GpuEngine] = ((conform_spec.SpecGpuEngine if spec else GpuEngine)(root, schedule, Sampler(root))
+    lm = schedule.get("logprobs_mode")  # each side's Sampler as its runner builds it for that mode
+    hpu = (conform_spec.SpecHpuEngine if spec else HpuEngine)(
+        root, schedule, Sampler(root, ("vllm_gaudi/v1/worker/hpu_model_runner.py", "HPUModelRunner"), lm))
+    gpu: Optional[GpuEngine] = ((conform_spec.SpecGpuEngine if spec else GpuEngine)(
+        root, schedule, Sampler(root, ("vllm/v1/worker/gpu_model_runner.py", "GPUModelRunner"), lm))
                                 if reference else None)
     for number, step in enumerate(schedule["steps"]):
         ctx.number = number

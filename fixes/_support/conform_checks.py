@@ -125,7 +125,8 @@ PARAM_FEATURE = {"temperature": "temperature/top_k/top_p", "top_k": "temperature
                  "top_p": "temperature/top_k/top_p", "seed": "seeds", "frequency_penalty": "penalties",
                  "presence_penalty": "penalties", "repetition_penalty": "penalties", "min_p": "min_p",
                  "logit_bias": "logit_bias", "min_tokens": "min_tokens", "logprobs": "logprobs",
-                 "bad_words_token_ids": "bad_words", "allowed_token_ids": "allowed_token_ids"}
+                 "bad_words_token_ids": "bad_words", "allowed_token_ids": "allowed_token_ids",
+                 "logprob_token_ids": "logprob_token_ids"}
 
 
 def asked_for(r: Request, feature: str) -> str:
@@ -617,3 +618,37 @@ def seeded_tokens(ctx: Ctx, hpu: dict[str, list[int]], gpu: dict[str, list[int]]
             yield ("seeded_tokens" if r.seeded else "returned_tokens",
                    f"request {rid} ({asked}) got {hpu[rid]} where vLLM's GPU path gives it {gpu[rid]} "
                    f"(first difference at token {at})")
+
+
+@check("logprob_token_ids", "step")
+def logprob_token_ids_served(ctx: Ctx, step: Any) -> Iterable[str]:
+    """A request with logprob_token_ids is served, for each token it gets back, that token's
+    logprob and those of the ids it asked for, in its order (vLLM's ``gather_specific_token_logprobs``)."""
+    for rid, toks in step.returned.items():
+        ids = ctx.requests[rid].asked.get("logprob_token_ids")
+        if not ids or not toks:
+            continue
+        if rid not in step.logprobs:
+            yield f"request {rid} asked for the logprobs of tokens {ids} and was served no logprobs"
+            continue
+        served = step.logprobs[rid][0][:len(ids) + 1]
+        if served != [toks[0], *ids]:
+            yield (f"request {rid} asked for the logprobs of tokens {ids} (after its token {toks[0]}) and was served "
+                   f"those of tokens {served}")
+
+
+@check("logprob_token_ids", "pair_step")
+def logprob_token_ids_values(ctx: Ctx, hpu: Any, gpu: Any, suspect: set[str]) -> Iterable[str]:
+    """The logprobs of the ids a request asked for, against vLLM's GPU path for the same token (not
+    for a request drawn by chance, nor one the GPU path itself mishandled)."""
+    for rid, (ids, values) in hpu.logprobs.items():
+        r = ctx.requests[rid]
+        asked = r.asked.get("logprob_token_ids")
+        if (not asked or not hpu.returned.get(rid) or rid not in gpu.logprobs or rid in suspect
+                or (r.asked["temperature"] > 0 and not r.seeded)):
+            continue
+        n = len(asked) + 1
+        gids, gvalues = gpu.logprobs[rid]
+        if ids[:n] == gids[:n] and any(abs(a - b) > 1e-3 for a, b in zip(values[:n], gvalues[:n])):
+            yield (f"request {rid} is served logprobs {values[:n]} for tokens {ids[:n]}; vLLM's GPU path serves "
+                   f"{gvalues[:n]}")

@@ -18,6 +18,11 @@ Its requests are greedy (vllm_gaudi's rejection sampler is greedy) and ask no ``
 ``logit_bias`` (vLLM does not apply them with speculative decoding); no preemptions (the
 generator cannot know how many drafts are accepted, so not how many tokens a request has).
 
+A plain schedule may carry ``"logprobs_mode"`` (the server's ``--logprobs-mode``; absent:
+``raw_logprobs``), drawn from a generator of its own so the draws above do not move; each side's
+Sampler is then the one its runner's ``__init__`` builds for that mode. A request's params may ask
+``logprob_token_ids`` (not in a speculative-decoding schedule).
+
 Per step, in the order vLLM's scheduler does it: ``finish`` (its ``finished_req_ids``),
 ``preempt`` (blocks freed, ``num_computed_tokens`` back to 0; the request is left out until it is
 scheduled again, then comes back resumed with the block-aligned prefix hit), ``arrive`` (new
@@ -43,6 +48,8 @@ from typing import Any
 
 VERSION = 1
 VOCAB = 64
+# --logprobs-mode values a plain schedule is run with (raw_logprobs, vLLM's default, the most often)
+LOGPROBS_MODES = ("raw_logprobs", "raw_logprobs", "processed_logprobs", "processed_logits", "raw_logits")
 EOS = 2
 MAX_REQS = 8
 STEPS = 12
@@ -78,6 +85,8 @@ def random_params(rng: random.Random) -> dict[str, Any]:
         p["bad_words_token_ids"] = words
     if rng.random() < 0.2:
         p["allowed_token_ids"] = sorted(rng.sample(range(3, VOCAB), 8) + [EOS])
+    if rng.random() < 0.2:  # alone, or beside logprobs (drawn above)
+        p["logprob_token_ids"] = rng.sample(range(VOCAB), rng.randint(1, 4))
     return p
 
 
@@ -103,6 +112,7 @@ def spec_params(rng: random.Random) -> dict[str, Any]:
     p = random_params(rng)
     for k in ("seed", "min_p", "logit_bias"):
         p.pop(k, None)
+    p.pop("logprob_token_ids", None)  # not drawn with speculative decoding yet
     p["temperature"] = 0.0
     return p
 
@@ -188,6 +198,10 @@ def generate(seed: int, mode: str, spec: int = 0) -> dict[str, Any]:
     out = {"version": VERSION, "seed": seed, "mode": mode, "requests": requests, "steps": steps}
     if spec:
         out["spec"] = spec
+    else:  # the server's --logprobs-mode: a suite parameter, from its own generator (the draws above stay)
+        logprobs_mode = random.Random(f"logprobs_mode {seed}").choice(LOGPROBS_MODES)
+        if logprobs_mode != "raw_logprobs":
+            out["logprobs_mode"] = logprobs_mode
     return out
 
 
