@@ -213,7 +213,10 @@ def judge_step(ctx: checks.Ctx, hpu: Any, gpu: Any, f: Findings) -> None:
                 f.add(STRUCTURED if hpu.structured and c.feature != RETURNED else c.feature, f"{where}: {sentence}")
         elif c.scope == "pair_step" and gpu:
             for sentence in c.fn(ctx, hpu, gpu, f.gpu_suspect):
-                f.add(c.feature, f"{where}: {sentence}")
+                if isinstance(sentence, checks.GpuDisagrees):
+                    f.gpu_disagrees.append((c.feature, f"{where}: {sentence}; vLLM's GPU path disagrees with the request"))
+                else:
+                    f.add(c.feature, f"{where}: {sentence}")
 
 
 def run_schedule(root: Path, schedule: dict[str, Any], reference: bool) -> Findings:

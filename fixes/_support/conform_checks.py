@@ -573,6 +573,20 @@ def _got(step: Any, rid: str) -> list[int]:
     return step.returned.get(rid) or (getattr(step, "spec", {}).get(rid) or (None, []))[1]
 
 
+class GpuDisagrees(str):
+    """A pair check's sentence about vLLM's GPU path mishandling a request (listed under
+    ``gpu_disagrees``, never counted against HPU), not a difference."""
+
+
+def _others_ids(gpu: Any, rid: str) -> list[str]:
+    """The other requests whose logprob_token_ids rode in the GPU sampler call that sampled `rid`."""
+    for call in getattr(gpu, "calls", []):
+        asked = getattr(call.md, "logprob_token_ids", None) or {}
+        if rid in call.rows and asked:
+            return sorted({call.rows[i] for i in asked if i < len(call.rows) and call.rows[i] not in (None, rid)})
+    return []
+
+
 @check("logprobs", "pair_step")
 def logprob_ranks_and_alternatives(ctx: Ctx, hpu: Any, gpu: Any, suspect: set[str]) -> Iterable[str]:
     """Every column of the logprobs rows a request is served, against vLLM's GPU path's: the
@@ -586,6 +600,15 @@ def logprob_ranks_and_alternatives(ctx: Ctx, hpu: Any, gpu: Any, suspect: set[st
         if (want is None or theirs is None or rid in suspect or (r.asked["temperature"] > 0 and not r.seeded)):
             continue
         k = VOCAB if want == -1 else want
+        others = _others_ids(gpu, rid)
+        if others and not r.asked.get("logprob_token_ids"):
+            # vLLM's Sampler serves a call that carries any logprob_token_ids those ids' columns for
+            # every row (sampler.py: "prefer logprob_token_ids as it's more specific"): the GPU path,
+            # which samples the batch in one call, hands this request requests {others}' columns
+            # instead of its top-k.
+            yield GpuDisagrees(f"request {rid} (logprobs={want}) is served the columns of the logprob_token_ids "
+                               f"of {', '.join(others)} sampled in the same call, not its top-{k} alternatives")
+            continue
         mine, got = _got(hpu, rid), _got(gpu, rid)
         for j, (h, g) in enumerate(zip(rows[:len(mine)], theirs[:len(got)])):
             if mine[j] != got[j] or h.ids[:1] != [mine[j]] or g.ids[:1] != [got[j]]:
