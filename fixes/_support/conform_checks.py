@@ -599,9 +599,11 @@ def logprob_ranks_and_alternatives(ctx: Ctx, hpu: Any, gpu: Any, suspect: set[st
         theirs = getattr(gpu, "logprob_rows", {}).get(rid)
         if (want is None or theirs is None or rid in suspect or (r.asked["temperature"] > 0 and not r.seeded)):
             continue
+        if r.asked.get("logprob_token_ids"):
+            continue  # served its ids' columns, not top-k ones (vLLM prefers the ids): logprob_token_ids' checks
         k = VOCAB if want == -1 else want
         others = _others_ids(gpu, rid)
-        if others and not r.asked.get("logprob_token_ids"):
+        if others:
             # vLLM's Sampler serves a call that carries any logprob_token_ids those ids' columns for
             # every row (sampler.py: "prefer logprob_token_ids as it's more specific"): the GPU path,
             # which samples the batch in one call, hands this request requests {others}' columns
