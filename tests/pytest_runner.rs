@@ -187,6 +187,16 @@ fn tests_that_all_error_before_running_are_no_verdict() {
          exit 1\n",
     );
     d.cmd().args(with_fixture(&["--python", "./py", "test", "fix-a"])).expect(1);
+    // Stopped at its first error (`-x`) with three of four tests never run: the error is the
+    // verdict (a setup that raised in the tree), exit 1 — every-hunk-needed runs `test FIX -- -x`.
+    fake_python(
+        &d,
+        "py",
+        "if [ \"$1\" = \"-c\" ]; then echo gaudi-fixes-probe-ok; exit 0; fi\n\
+         printf '{\"exitstatus\": 1, \"passed\": 0, \"failed\": 0, \"errors\": 1, \"collected\": 4, \"skipped\": 0, \"skips\": [], \"duration\": 0.01}\\n' > \"$GAUDI_FIXES_PYTEST_REPORT\"\n\
+         exit 1\n",
+    );
+    d.cmd().args(with_fixture(&["--python", "./py", "test", "fix-a"])).expect(1);
 }
 
 /// SIGTERM to `test` while pytest runs reaches pytest (its own process group, the signal

@@ -70,5 +70,6 @@ def pytest_runtest_logreport(report):
 def pytest_sessionfinish(session, exitstatus):
     path = os.environ.get("GAUDI_FIXES_PYTEST_REPORT")
     if path:
-        doc = dict(_COUNTS, exitstatus=int(exitstatus), skips=_SKIPS, duration=time.time() - _START[0])
+        doc = dict(_COUNTS, exitstatus=int(exitstatus), collected=_PROGRESS["total"], skips=_SKIPS,
+                   duration=time.time() - _START[0])
         _replace(path, json.dumps(doc))

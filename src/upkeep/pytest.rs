@@ -206,6 +206,9 @@ struct Verdict {
     xfailed: usize,
     #[serde(default)]
     xpassed: usize,
+    /// Tests collected (absent from a plugin before it was written).
+    #[serde(default)]
+    collected: Option<usize>,
     #[serde(default)]
     skips: Vec<String>,
     #[serde(default)]
@@ -312,9 +315,11 @@ pub fn run_tests(
         _ => bail!("pytest could not run {name}'s tests (exit {code}): {summary}"),
     }
     let skips = verdict.skip_reasons();
-    // Errors alone (every test's setup failed: a harness that cannot load on this tree) are
-    // no verdict on the fix either: no test ran.
-    if verdict.passed == 0 && verdict.failed == 0 {
+    // Errors alone on every test collected (every setup failed: a harness that cannot load on this
+    // tree) are no verdict on the fix either: no test ran. A run stopped at its first error (`-x`, as
+    // every-hunk-needed runs it) with tests left is a failure: that test's setup raised in the tree.
+    let every_one_errored = verdict.collected.is_none_or(|n| verdict.errors >= n);
+    if verdict.passed == 0 && verdict.failed == 0 && every_one_errored {
         let why = if skips.is_empty() { String::new() } else { format!("; skipped: {}", skips.join("; ")) };
         let errored = if verdict.errors == 0 { "" } else { ": each one errored before it could run" };
         bail!("no test of {name} ran{errored} (pytest: `{summary}`){why}");
