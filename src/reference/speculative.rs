@@ -156,7 +156,7 @@ impl SpecCase {
         let t = f64::from(self.temperature);
         let mut logits = &self.logits / t;
         if flaw == Some(SpecFlaw::TemperatureTwice) {
-            logits = logits / t;
+            logits /= t;
         }
         let k = self.top_k.map(|k| Tensor::full([VOCAB], k, (Kind::Int64, Device::Cpu)));
         let p = self.top_p.map(|p| Tensor::full([VOCAB], f64::from(p), (Kind::Float, Device::Cpu)));
@@ -260,8 +260,30 @@ pub enum Emitted {
     TwoTokens,
 }
 
-/// The exact law of non-speculative sampling from the (right) target, as bins: token ids, or
-/// `a · V + b` for a pair.
+/// `[V · V]` float32: what each request asks for after each token, written apart from the
+/// sampler's [`SpecCase::target`] (whose mapping of HPU's greedy −1.0 is under test): a
+/// request with HPU's greedy temperature takes the argmax of the raw logits; any other,
+/// softmax(`apply_top_k_top_p`(logits / T)).
+fn sampling_law(case: &SpecCase, release: Release) -> Vec<f32> {
+    let v = VOCAB as usize;
+    if case.temperature == HPU_GREEDY_TEMPERATURE {
+        let logits = Vec::<f32>::try_from(&case.logits.flatten(0, -1)).expect("float32 logits");
+        let mut law = vec![0f32; v * v];
+        for (prev, row) in logits.chunks(v).enumerate() {
+            let top = (0..v).fold(0, |best, t| if row[t] > row[best] { t } else { best });
+            law[prev * v + top] = 1.0;
+        }
+        return law;
+    }
+    let k = case.top_k.map(|k| Tensor::full([VOCAB], k, (Kind::Int64, Device::Cpu)));
+    let p = case.top_p.map(|p| Tensor::full([VOCAB], f64::from(p), (Kind::Float, Device::Cpu)));
+    let scaled = &case.logits / f64::from(case.temperature);
+    let table = apply_top_k_top_p(&scaled, k.as_ref(), p.as_ref(), release).softmax(-1, Kind::Float);
+    Vec::<f32>::try_from(&table.flatten(0, -1)).expect("float32 law")
+}
+
+/// The exact law of non-speculative sampling from the target ([`sampling_law`]), as bins: token
+/// ids, or `a · V + b` for a pair.
 fn exact_law(target: &[f32], context: i64, what: Emitted) -> (Vec<i32>, Vec<f64>) {
     let v = VOCAB as usize;
     let row = |prev: usize| &target[prev * v..(prev + 1) * v];
@@ -430,7 +452,7 @@ type Law = (usize, Emitted, Vec<i32>, Vec<f64>);
 fn laws(cases: &[SpecCase], release: Release) -> Vec<Law> {
     let mut out = Vec::new();
     for (i, case) in cases.iter().enumerate() {
-        let target = Vec::<f32>::try_from(&case.target(release, None).flatten(0, -1)).expect("float32");
+        let target = sampling_law(case, release);
         for what in [Emitted::FirstToken, Emitted::TwoTokens] {
             let (ids, probs) = exact_law(&target, case.context, what);
             out.push((i, what, ids, probs));
@@ -551,8 +573,7 @@ mod tests {
     use super::*;
 
     fn law_of(case: &SpecCase, what: Emitted) -> Vec<f64> {
-        let target = Vec::<f32>::try_from(&case.target(Release::V0_30_0, None).flatten(0, -1)).unwrap();
-        exact_law(&target, case.context, what).1
+        exact_law(&sampling_law(case, Release::V0_30_0), case.context, what).1
     }
 
     #[test]
@@ -577,6 +598,14 @@ mod tests {
         let b = greedy.logits.get(a).argmax(-1, false).int64_value(&[]);
         let law = law_of(greedy, Emitted::TwoTokens);
         assert_eq!(law[(a * VOCAB + b) as usize], 1.0);
+    }
+
+    #[test]
+    fn the_law_agrees_with_the_samplers_target() {
+        for case in &cases(5, Release::V0_30_0) {
+            let target = Vec::<f32>::try_from(&case.target(Release::V0_30_0, None).flatten(0, -1)).unwrap();
+            assert_eq!(sampling_law(case, Release::V0_30_0), target, "{}", case.name);
+        }
     }
 
     #[test]

@@ -316,7 +316,15 @@ fn speculative(out: &mut impl Write, r: &SuiteReport) -> Result<()> {
         s.power.power_at_required * 100.0,
         s.seconds
     )?;
-    writeln!(out, "{:<38} {:<12} {:>8} {:>8} {}", "case".bold(), "emitted".bold(), "TVD".bold(), "p-value".bold(), "")?;
+    writeln!(
+        out,
+        "{:<38} {:<12} {:>8} {:>8} {}",
+        "case".bold(),
+        "emitted".bold(),
+        "TVD".bold(),
+        "p-value".bold(),
+        "result".bold()
+    )?;
     for t in &s.reference {
         writeln!(
             out,
