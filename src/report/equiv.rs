@@ -304,7 +304,8 @@ fn speculative(out: &mut impl Write, r: &SuiteReport) -> Result<()> {
     writeln!(
         out,
         "{} vLLM's rejection sampling vs sampling from the target: {} tests (V = {}), {} requests each, \
-         threshold {:.2e}; calibration {}/{} false alarms; power at TVD {}: {:.1}% ({:.1} s)",
+         threshold {:.2e}; calibration {}/{} false alarms; power at TVD {}: {:.1}% (all tests), {:.1}% \
+         (weakest test alone: {}) ({:.1} s)",
         "speculative steps:".bold(),
         s.tests,
         s.vocab,
@@ -314,6 +315,8 @@ fn speculative(out: &mut impl Write, r: &SuiteReport) -> Result<()> {
         s.calibration.runs,
         s.power.required_tvd,
         s.power.power_at_required * 100.0,
+        s.weakest_test_power * 100.0,
+        s.weakest_test,
         s.seconds
     )?;
     writeln!(
@@ -435,6 +438,14 @@ fn suite_problem(r: &SuiteReport) -> String {
             s.power.required_tvd,
             s.power.power_at_required * 100.0,
             s.power.required_power * 100.0
+        ));
+    }
+    if s.weakest_test_power < s.power.required_power {
+        problems.push(format!(
+            "the speculative test {} alone catches a total variation of {} in only {:.1}% of runs",
+            s.weakest_test,
+            s.power.required_tvd,
+            s.weakest_test_power * 100.0
         ));
     }
     if !s.calibration.ok {
