@@ -100,6 +100,57 @@ fn equiv_finds_the_subset_equivalent_and_catches_every_mutant() {
     assert!(v1["kth_tie_crosses_window_rows"].as_u64().unwrap() > 0, "{v1}");
     let first = mutants.iter().find(|m| m["name"] == "tie-first-member").unwrap();
     assert!(first["statistical_failed_cases"].as_u64().unwrap() > 0, "{first}");
+    // The same run's speculative steps (one equiv run serves both: CI time).
+    speculative_steps_keep_the_target_distribution(&report, &shown);
+}
+
+/// Speculative steps (issue 49): vLLM's rejection sampling emits a first token, and a first
+/// pair of tokens, distributed as sampling from the target; the gate is calibrated and catches
+/// a total variation of 0.03; each listed mutant is rejected by a test that can see its
+/// mistake, and a surviving one would make `equiv` exit 1 (checked by the caller's exit 0).
+fn speculative_steps_keep_the_target_distribution(report: &Value, shown: &str) {
+    let spec = &report["speculative"];
+    assert_eq!(spec["passed"], true, "{spec}\n{shown}");
+    let tests = spec["reference"].as_array().unwrap();
+    assert_eq!(tests.len(), spec["tests"].as_u64().unwrap() as usize, "{spec}");
+    for emitted in ["first_token", "two_tokens"] {
+        assert!(tests.iter().filter(|t| t["emitted"] == emitted).count() >= 7, "{emitted}: {spec}");
+    }
+    for test in tests {
+        assert_eq!(test["failed"], false, "{test}");
+        assert_eq!(test["test"]["outside_support"], 0, "{test}");
+    }
+    // The issue's case: temperature 1.0 with an ngram draft, within the gate.
+    assert!(tests.iter().any(|t| t["case"] == "ngram-t1.0" && t["emitted"] == "first_token"), "{spec}");
+    assert_eq!(spec["calibration"]["ok"], true, "{}", spec["calibration"]);
+    assert_eq!(spec["power"]["ok"], true, "{}", spec["power"]);
+    // Each test alone, too: a mistake may show in one test only.
+    assert!(spec["weakest_test_power"].as_f64().unwrap() >= 0.95, "{spec}");
+    for row in spec["power"]["rows"].as_array().unwrap() {
+        if row["tvd"] == 0.03 {
+            assert!(row["power"].as_f64().unwrap() >= 0.95, "{row}");
+        }
+    }
+    let mutants = spec["mutants"].as_array().unwrap();
+    // Each mutant, and a test where its mistake shows (not merely some test).
+    for (name, seen_by) in [
+        ("spec-accept-always", "ngram-t1.0: first token"),
+        ("spec-residual-not-renormalised", "ngram-t1.0: first token"),
+        ("spec-bonus-from-draft", "ngram-t1.0: two tokens"),
+        ("spec-temperature-twice", "ngram-t0.7-top-k4-top-p0.9: first token"),
+        ("spec-greedy-divided-by-minus-1", "greedy-hpu-temperature-minus-1: first token"),
+    ] {
+        let m = mutants.iter().find(|m| m["name"] == name).unwrap_or_else(|| panic!("no mutant {name}: {spec}"));
+        assert_eq!(m["caught"], true, "{m}\n{shown}");
+        let by: Vec<&str> = m["caught_by"].as_array().unwrap().iter().map(|t| t.as_str().unwrap()).collect();
+        assert!(by.contains(&seen_by), "{name} not caught by {seen_by}: {m}");
+    }
+    // Bonus from the draft changes only what follows an accepted last draft: no first token.
+    let bonus = mutants.iter().find(|m| m["name"] == "spec-bonus-from-draft").unwrap();
+    assert!(
+        bonus["caught_by"].as_array().unwrap().iter().all(|t| t.as_str().unwrap().ends_with("two tokens")),
+        "{bonus}"
+    );
 }
 
 #[test]
@@ -135,6 +186,8 @@ fn equiv_human_output_has_the_check_and_mutant_tables() {
         "mask-by-position",
         "no-tie-completion",
         "k-th tie cut at the window (must be 0)",
+        "speculative steps:",
+        "spec-greedy-divided-by-minus-1",
         "EQUIVALENT",
     ] {
         assert!(text.contains(needle), "missing {needle:?}\n{shown}");

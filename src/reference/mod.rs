@@ -13,6 +13,8 @@
 //! - [`cases`]: generated and hand-built inputs; [`mutants`]: deliberately broken subsets.
 //! - [`exact`]: support comparison and the allowed (explained) differences.
 //! - [`statistical`]: the chi-square gate and its calibration; [`stats`]: the formulas.
+//! - [`speculative`]: vLLM's rejection sampling (speculative steps), its proof of distribution
+//!   and its mutants.
 //! - [`suite`]: the `equiv` checks and verdict.
 //! - [`vectors`]: `.npy` test vectors for the Python test of the patched vLLM code.
 //! - [`bench`]: the timings of `gaudi-fixes bench`.
@@ -29,6 +31,7 @@ pub mod masks;
 pub mod mutants;
 pub mod race;
 pub mod sampler;
+pub mod speculative;
 pub mod statistical;
 pub mod stats;
 pub mod stock;

@@ -405,6 +405,28 @@ pub fn power(
     }
 }
 
+/// How often the gate (Bonferroni over `cases` at `alpha`) rejects draws from every row biased
+/// by `tvd` in `direction`, over `runs` runs: one row of [`power`]'s table, for a caller that
+/// needs only that row.
+pub fn power_at(
+    cases: &[Vec<Expected>],
+    draws: usize,
+    runs: usize,
+    alpha: f64,
+    seed: u64,
+    tvd: f64,
+    direction: BiasDirection,
+) -> f64 {
+    let biased: Vec<Vec<Expected>> =
+        cases.iter().map(|rows| rows.iter().map(|e| e.biased(tvd, direction).0).collect()).collect();
+    let alarms = gate_alarms(cases, &biased, draws, runs, alpha, seed ^ 0x9043_0000_0000, |_| {});
+    if runs == 0 {
+        0.0
+    } else {
+        alarms as f64 / runs as f64
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

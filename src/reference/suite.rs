@@ -18,6 +18,10 @@
 //! Then every mutant ([`crate::reference::mutants`]) goes through the same checks and must
 //! fail at least one; a surviving mutant, or a gate that alarms on stock itself, means the
 //! suite cannot be trusted, and `equiv` exits 1 whatever the fix did.
+//!
+//! Last, speculative steps ([`crate::reference::speculative`]): vLLM's rejection sampling must
+//! emit tokens that follow the target's sampling distribution, under the same kind of
+//! calibrated gate, and each of its mutants must fail it.
 
 use std::time::Instant;
 
@@ -32,6 +36,7 @@ use crate::reference::masks::{support_rows, FlatRows, Values};
 use crate::reference::mutants::Flaw;
 use crate::reference::race::{exponential_like, Noise};
 use crate::reference::sampler::Sampler;
+use crate::reference::speculative::{self, SpecConfig, SpecReport};
 use crate::reference::statistical::{self, Calibration, CaseTest, Expected, Power, RowTest};
 use crate::reference::stats::bonferroni;
 use crate::reference::subset;
@@ -326,6 +331,8 @@ pub struct SuiteReport {
     pub power: Power,
     /// Every mutant.
     pub mutants: Vec<MutantResult>,
+    /// Speculative steps: the rejection sampler's tests, gate and mutants.
+    pub speculative: SpecReport,
     /// The fix per case.
     pub case_results: Vec<CaseResult>,
     /// Seconds for the cases (all samplers).
@@ -361,6 +368,14 @@ pub enum Step<'a> {
         run: usize,
         /// Runs in all.
         runs: usize,
+    },
+    /// Sampler `index` (0: the reference rejection sampler, then each mutant) of `total` of the
+    /// speculative steps is starting.
+    Speculative {
+        /// 0-based.
+        index: usize,
+        /// Samplers in all.
+        total: usize,
     },
 }
 
@@ -614,8 +629,18 @@ pub fn run_suite(config: &Config, torch_threads: i32, progress: &mut dyn FnMut(S
         })
         .collect();
 
-    let suite_sound = calibration.ok && power.ok && mutants.iter().all(|m| m.caught);
-    let verdict = match (suite_sound, subset.failed().is_empty()) {
+    let spec = SpecConfig {
+        release: config.release,
+        draws: config.draws,
+        alpha: config.alpha,
+        calibration_runs: config.calibration_runs,
+        power_runs: config.power_runs,
+        seed: config.seed,
+    };
+    let speculative = speculative::run(&spec, |index, total| progress(Step::Speculative { index, total }));
+
+    let suite_sound = calibration.ok && power.ok && mutants.iter().all(|m| m.caught) && speculative.sound();
+    let verdict = match (suite_sound, subset.failed().is_empty() && speculative.passed) {
         (false, _) => Verdict::SuiteBroken,
         (true, false) => Verdict::NotEquivalent,
         (true, true) => Verdict::Equivalent,
@@ -643,6 +668,7 @@ pub fn run_suite(config: &Config, torch_threads: i32, progress: &mut dyn FnMut(S
         calibration,
         power,
         mutants,
+        speculative,
         case_results,
         cases_seconds,
         calibration_seconds,

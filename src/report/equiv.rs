@@ -26,6 +26,9 @@ impl Progress {
             Step::Calibration { run, runs } if run.is_multiple_of(10) => {
                 self.draw(&format!("equiv: calibrating the statistical gate, run {}/{runs}", run + 1));
             }
+            Step::Speculative { index, total } => {
+                self.draw(&format!("equiv: speculative steps, sampler {}/{total}", index + 1));
+            }
             Step::Power { .. } | Step::Calibration { .. } => {}
         }
     }
@@ -130,6 +133,7 @@ fn human(out: &mut impl Write, r: &SuiteReport) -> Result<()> {
     checks(out, r)?;
     gates(out, r)?;
     mutants(out, r)?;
+    speculative(out, r)?;
     cases(out, r)?;
     verdict(out, r)
 }
@@ -294,6 +298,63 @@ fn mutants(out: &mut impl Write, r: &SuiteReport) -> Result<()> {
     Ok(())
 }
 
+/// Speculative steps: the reference rejection sampler's tests, its gate, its mutants.
+fn speculative(out: &mut impl Write, r: &SuiteReport) -> Result<()> {
+    let s = &r.speculative;
+    writeln!(
+        out,
+        "{} vLLM's rejection sampling vs sampling from the target: {} tests (V = {}), {} requests each, \
+         threshold {:.2e}; calibration {}/{} false alarms; power at TVD {}: {:.1}% (all tests), {:.1}% \
+         (weakest test alone: {}) ({:.1} s)",
+        "speculative steps:".bold(),
+        s.tests,
+        s.vocab,
+        s.draws_per_test,
+        s.threshold,
+        s.calibration.alarms,
+        s.calibration.runs,
+        s.power.required_tvd,
+        s.power.power_at_required * 100.0,
+        s.weakest_test_power * 100.0,
+        s.weakest_test,
+        s.seconds
+    )?;
+    writeln!(
+        out,
+        "{:<38} {:<12} {:>8} {:>8} {}",
+        "case".bold(),
+        "emitted".bold(),
+        "TVD".bold(),
+        "p-value".bold(),
+        "result".bold()
+    )?;
+    for t in &s.reference {
+        writeln!(
+            out,
+            "{:<38} {:<12} {:>8.4} {:>8.3} {}",
+            t.case,
+            speculative_emitted(t.emitted),
+            t.observed_tvd,
+            t.test.p_value,
+            pass_fail(!t.failed)
+        )?;
+    }
+    for m in &s.mutants {
+        let shown = match m.caught_by.len() {
+            0..=2 => m.caught_by.join(", "),
+            n => format!("{} (+{} tests)", m.caught_by[..2].join(", "), n - 2),
+        };
+        let caught = if m.caught { shown.green() } else { "SURVIVED".red().bold() };
+        writeln!(out, "{:<32} {:<46} {caught}", m.name, m.description)?;
+    }
+    writeln!(out)?;
+    Ok(())
+}
+
+fn speculative_emitted(emitted: crate::reference::speculative::Emitted) -> &'static str {
+    crate::reference::speculative::emitted_name(emitted)
+}
+
 /// One row a case.
 fn cases(out: &mut impl Write, r: &SuiteReport) -> Result<()> {
     writeln!(
@@ -338,25 +399,61 @@ fn verdict(out: &mut impl Write, r: &SuiteReport) -> Result<()> {
     match r.verdict {
         Verdict::Equivalent => writeln!(
             out,
-            "{} the subset sampler matches stock on every check, and the suite rejects all {} mutants {timing}",
+            "{} the subset sampler matches stock on every check, speculative steps keep the target's \
+             distribution, and the suite rejects all {} mutants {timing}",
             "EQUIVALENT:".green().bold(),
-            r.mutants.len()
+            r.mutants.len() + r.speculative.mutants.len()
         )?,
-        Verdict::NotEquivalent => writeln!(
-            out,
-            "{} the subset sampler fails: {} {timing}",
-            "NOT EQUIVALENT:".red().bold(),
-            r.subset.failed().join(", ")
-        )?,
+        Verdict::NotEquivalent => {
+            writeln!(out, "{} fails: {} {timing}", "NOT EQUIVALENT:".red().bold(), not_equivalent(r).join(", "))?
+        }
         Verdict::SuiteBroken => writeln!(out, "{} {} {timing}", "SUITE BROKEN:".red().bold(), suite_problem(r))?,
     }
     Ok(())
 }
 
+/// What failed, in words: the subset sampler's checks, the speculative tests.
+fn not_equivalent(r: &SuiteReport) -> Vec<String> {
+    let mut failed: Vec<String> = r.subset.failed().iter().map(|c| format!("the subset sampler's {c} check")).collect();
+    for t in r.speculative.reference.iter().filter(|t| t.failed) {
+        failed.push(format!("speculative {} ({})", t.case, speculative_emitted(t.emitted)));
+    }
+    failed
+}
+
 /// Why the suite cannot be trusted, in words.
 fn suite_problem(r: &SuiteReport) -> String {
-    let survivors: Vec<&str> = r.mutants.iter().filter(|m| !m.caught).map(|m| m.name).collect();
+    let s = &r.speculative;
+    let survivors: Vec<&str> = r
+        .mutants
+        .iter()
+        .filter(|m| !m.caught)
+        .map(|m| m.name)
+        .chain(s.mutants.iter().filter(|m| !m.caught).map(|m| m.name))
+        .collect();
     let mut problems = Vec::new();
+    if !s.power.ok {
+        problems.push(format!(
+            "the speculative gate catches a total variation of {} in only {:.1}% of runs (required {:.0}%)",
+            s.power.required_tvd,
+            s.power.power_at_required * 100.0,
+            s.power.required_power * 100.0
+        ));
+    }
+    if s.weakest_test_power < s.power.required_power {
+        problems.push(format!(
+            "the speculative test {} alone catches a total variation of {} in only {:.1}% of runs",
+            s.weakest_test,
+            s.power.required_tvd,
+            s.weakest_test_power * 100.0
+        ));
+    }
+    if !s.calibration.ok {
+        problems.push(format!(
+            "the speculative gate alarms on the exact laws in {:.1}% of runs",
+            s.calibration.false_alarm_rate * 100.0
+        ));
+    }
     if !survivors.is_empty() {
         problems.push(format!("mutants survived every check: {}", survivors.join(", ")));
     }
@@ -378,8 +475,8 @@ fn suite_problem(r: &SuiteReport) -> String {
 }
 
 fn annotations(out: &mut impl Write, r: &SuiteReport) -> Result<()> {
-    for check in r.subset.failed() {
-        writeln!(out, "::error title=gaudi-fixes equiv::subset sampler fails the {check} check")?;
+    for failed in not_equivalent(r) {
+        writeln!(out, "::error title=gaudi-fixes equiv::fails {failed}")?;
     }
     if r.verdict == Verdict::SuiteBroken {
         writeln!(out, "::error title=gaudi-fixes equiv::{}", suite_problem(r))?;
