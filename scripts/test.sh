@@ -345,6 +345,11 @@ correctness_fixes() {
 # rejection-sample-fly-args: only vLLM 0.33's RejectionSampler passes the FLy arguments. The mark holds
 # only when apply leaves the fix out alone: with fixes that require it dropped too, the mutant is any mutant.
 CONFORM_NEUTRAL="rejection-sample-fly-args@v0.26.0 rejection-sample-fly-args@v0.30.0"
+# Fixes whose feature the suite exercises, but not the case they repair: their one-fix-out mutant
+# would be named by nothing. spec-decode-sampled-rows: spec schedules draw greedy requests only
+# (sampled requests in spec schedules are issue 49's open conform item); its tests on the harness,
+# vLLM's GPU path with the kernel stand-ins and `equiv`'s speculative steps guard it.
+CONFORM_NOT_DRAWN="spec-decode-sampled-rows"
 # conform_feature FIX: the features its bug shows in, as its fix.yaml's `conform:` names them.
 conform_feature() {
   sed -n 's/^conform: *\[\([^]]*\)\].*/\1/p' "fixes/$1/fix.yaml" | tr -d ','
@@ -483,6 +488,10 @@ sys.exit(0 if d["schedules"] == int(sys.argv[2]) and d["complete"] and not diffs
     if conform_any "$WORK/conform-default-$rel.json" $feature; then
       bad "$rel: default minus $fix: the default profile differs in $feature too, so naming it proves nothing"
     fi
+    case " $CONFORM_NOT_DRAWN " in *" $fix "*)
+      echo "note: $fix: conform does not draw the case it repairs yet (CONFORM_NOT_DRAWN): no one-fix-out gate; its own tests guard it"
+      continue ;;
+    esac
     GATE_SETTINGS="schedules 40; neutral: $CONFORM_NEUTRAL" gate conform-one-fix-out "$fix" "$rel" \
       "$rel: conform names $feature on the default profile without $fix" conform_mutant "$rel" "$cgp" "$fix"
   done
