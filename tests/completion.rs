@@ -163,9 +163,14 @@ fn man_dir_writes_every_page_any_page_names_with_its_sections() {
         }
     }
     let main = d.read_string("man1/gaudi-fixes.1");
-    for var in
-        ["GAUDI_FIXES_ROOT", "GAUDI_FIXES_CATALOG", "NO_COLOR", "GAUDI_FIXES_CACHE", "GAUDI_FIXES_VLLM_GAUDI_SRC"]
-    {
+    for var in [
+        "GAUDI_FIXES_ROOT",
+        "GAUDI_FIXES_CATALOG",
+        "NO_COLOR",
+        "GAUDI_FIXES_CACHE",
+        "GAUDI_FIXES_VLLM_GAUDI_SRC",
+        "GAUDI_FIXES_VLLM_GAUDI_ARCHIVES",
+    ] {
         assert!(main.contains(var), "ENVIRONMENT lacks {var}");
     }
     assert!(main.contains("/.gaudi\\-fixes/"), "FILES lacks .gaudi-fixes/");

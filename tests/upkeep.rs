@@ -480,3 +480,47 @@ fn matrix_applies_what_a_fix_requires_before_testing_it() {
     assert_eq!((cell["fix"].as_str(), cell["state"].as_str()), (Some("fix-b"), Some("applies")), "{out}");
     assert_eq!(cell["tests"], "passed", "{out}");
 }
+
+/// vllm_gaudi comes from the archives in `GAUDI_FIXES_VLLM_GAUDI_ARCHIVES` (main's newest when the
+/// release has none), extracted once into the cache; set to what is not a directory, it is an
+/// error naming it. Before, only a `shared/upstream/` above the current directory was searched,
+/// so a test run in a temp dir under a machine's `/shared` took that machine's archives.
+#[test]
+fn matrix_takes_vllm_gaudi_from_the_archives_directory_it_is_given() {
+    let d = with_tests();
+    cache(&d);
+    d.write("src/vllm_gaudi/__init__.py", "");
+    std::fs::create_dir_all(d.path().join("arch")).unwrap();
+    for name in ["vllm_gaudi-main-2026-01-01.tar.gz", "vllm_gaudi-main-2026-08-21.tar.gz"] {
+        let st = std::process::Command::new("tar")
+            .args(["-czf", &format!("arch/{name}"), "-C", "src", "vllm_gaudi"])
+            .current_dir(d.path())
+            .status()
+            .unwrap();
+        assert!(st.success());
+    }
+    let args =
+        ["--catalog", "cat", "--python", "./py", "matrix", "--releases", "v0.26.0", "--fix", "fix-a", "--no-tests"];
+    let (out, _) = d
+        .cmd()
+        .args(args)
+        .args(["--format", "json"])
+        .env("GAUDI_FIXES_CACHE", d.path().join("cache"))
+        .env("GAUDI_FIXES_VLLM_GAUDI_ARCHIVES", d.path().join("arch"))
+        .expect(0);
+    let v = json(&out);
+    assert_eq!(v["releases"][0]["vllm_gaudi"]["source"], "vllm_gaudi-main-2026-08-21.tar.gz", "{out}");
+    assert!(d.path().join("cache/gaudi/main/vllm_gaudi/__init__.py").is_file(), "{}", d.listing());
+    // Set and empty (as the tests' command sets it): no archive, no vllm_gaudi.
+    std::fs::remove_dir_all(d.path().join("cache/gaudi")).unwrap();
+    let (out, _) =
+        d.cmd().args(args).args(["--format", "json"]).env("GAUDI_FIXES_CACHE", d.path().join("cache")).expect(0);
+    assert!(json(&out)["releases"][0]["vllm_gaudi"].is_null(), "{out}");
+    let (out, err) = d
+        .cmd()
+        .args(args)
+        .env("GAUDI_FIXES_VLLM_GAUDI_ARCHIVES", d.path().join("no-such-dir"))
+        .env("GAUDI_FIXES_CACHE", d.path().join("cache"))
+        .expect(3);
+    assert!(out.contains("GAUDI_FIXES_VLLM_GAUDI_ARCHIVES=") && out.contains("not a directory"), "{err}");
+}

@@ -246,6 +246,10 @@ const ENVIRONMENT: &[(&str, &str)] = &[
     ("GAUDI_FIXES_CACHE", "The cache directory (pristine upstream trees for matrix, port, lint --upstream). Default: $XDG_CACHE_HOME/gaudi-fixes, else $HOME/.cache/gaudi-fixes."),
     ("XDG_CACHE_HOME, HOME", "Where the default cache directory is."),
     ("GAUDI_FIXES_VLLM_GAUDI_SRC", "A vllm-gaudi checkout that matrix and port use as every release's vllm_gaudi tree."),
+    (
+        "GAUDI_FIXES_VLLM_GAUDI_ARCHIVES",
+        "The directory of vllm_gaudi-<release>.tar.gz archives matrix and port extract from (set and empty: none); unset, shared/upstream/ beside the current directory or above it.",
+    ),
     ("GAUDI_FIXES_COMPLETE", "Set by the completion script (gaudi-fixes completions SHELL) to ask for completions, with -- after the program name; a command run otherwise ignores it."),
     ("GAUDI_FIXES_FAULT, GAUDI_FIXES_FAULT_PAUSE", "For the project's own tests only: make a write fail or pause at a named step."),
 ];

@@ -3,8 +3,9 @@
 //!   `pip download --no-deps` into `<cache>/wheels/` and extracted once;
 //! - `<cache>/gaudi/<name>/vllm_gaudi/`: vllm_gaudi, which is on no package index: from
 //!   `GAUDI_FIXES_VLLM_GAUDI_SRC` (a directory holding vllm_gaudi/), else extracted from the
-//!   archives `vllm_gaudi-<release>.tar.gz` / `vllm_gaudi-main-*.tar.gz` under `shared/upstream/`
-//!   beside the repository (found from the current directory up), else absent.
+//!   archives `vllm_gaudi-<release>.tar.gz` / `vllm_gaudi-main-*.tar.gz` in
+//!   `GAUDI_FIXES_VLLM_GAUDI_ARCHIVES`, else under `shared/upstream/` beside the repository
+//!   (found from the current directory up), else absent.
 //!
 //! `<cache>` is `GAUDI_FIXES_CACHE`, else `$XDG_CACHE_HOME/gaudi-fixes`, else
 //! `~/.cache/gaudi-fixes`. Trees there are never modified; users copy them. The cache may be
@@ -132,9 +133,24 @@ pub struct GaudiTree {
     pub source: String,
 }
 
-/// The `shared/upstream/` archive directory beside the repository, searched from the current
+/// The directory of vllm_gaudi archives: `GAUDI_FIXES_VLLM_GAUDI_ARCHIVES` when it is set (set
+/// and empty: none), else `shared/upstream/` beside the repository, searched from the current
 /// directory upwards (`<dir>/shared/upstream` or `<dir>/../shared/upstream`).
-fn archives_dir() -> Option<PathBuf> {
+fn archives_dir() -> Result<Option<PathBuf>> {
+    if let Some(dir) = std::env::var_os("GAUDI_FIXES_VLLM_GAUDI_ARCHIVES") {
+        if dir.is_empty() {
+            return Ok(None);
+        }
+        let dir = PathBuf::from(dir);
+        if !dir.is_dir() {
+            bail!("GAUDI_FIXES_VLLM_GAUDI_ARCHIVES={}: not a directory", dir.display());
+        }
+        return Ok(Some(dir));
+    }
+    Ok(searched_archives_dir())
+}
+
+fn searched_archives_dir() -> Option<PathBuf> {
     let cwd = std::env::current_dir().ok()?;
     for dir in cwd.ancestors() {
         for cand in [dir.join("shared/upstream"), dir.join("../shared/upstream")] {
@@ -157,7 +173,7 @@ pub fn gaudi_tree(release: &str) -> Result<Option<GaudiTree>> {
         return Ok(Some(GaudiTree { root, source: "GAUDI_FIXES_VLLM_GAUDI_SRC".into() }));
     }
     let cache = cache_dir()?.join("gaudi");
-    let archives = archives_dir();
+    let archives = archives_dir()?;
     let archive_for = |name: &str| -> Option<PathBuf> {
         let dir = archives.as_ref()?;
         if name == "main" {

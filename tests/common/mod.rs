@@ -84,7 +84,8 @@ impl<'d> TestCommand<'d> {
                 cmd.env_remove(k);
             }
         }
-        cmd.env("NO_COLOR", "1");
+        // No vllm_gaudi archives but a test's own (a shared/upstream/ above the temp dir is not).
+        cmd.env("NO_COLOR", "1").env("GAUDI_FIXES_VLLM_GAUDI_ARCHIVES", "");
         TestCommand { dir, cmd, shown: "gaudi-fixes".into() }
     }
 
