@@ -95,10 +95,11 @@ MUTANTS = [
      "temperature=self.temperature[req_indices],\n            all_greedy=True,", False),
     ("all-random", BATCH, "all_random=self.all_random,\n            top_p=None if self.no_top_p else self.top_p[req_indices],",
      "all_random=True,\n            top_p=None if self.no_top_p else self.top_p[req_indices],", False),
-    ("no-logprobs", BATCH, "max_num_logprobs=self.max_num_logprobs,\n            prompt_token_ids=prompt_token_ids,\n"
-     "            frequency_penalties=self.frequency_penalties[req_indices],",
-     "max_num_logprobs=None,\n            prompt_token_ids=prompt_token_ids,\n"
-     "            frequency_penalties=self.frequency_penalties[req_indices],", False),
+    # (the line logprob-token-ids adds between max_num_logprobs and prompt_token_ids makes it unique)
+    ("no-logprobs", BATCH, "max_num_logprobs=self.max_num_logprobs,\n"
+     "            logprob_token_ids=logprob_token_ids,  # gaudi-fixes logprob-token-ids",
+     "max_num_logprobs=None,\n"
+     "            logprob_token_ids=logprob_token_ids,  # gaudi-fixes logprob-token-ids", False),
     ("top-p-dropped", BATCH, "top_p=None if self.no_top_p else self.top_p[req_indices],", "top_p=None,", False),
 ]
 
