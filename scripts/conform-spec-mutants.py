@@ -7,10 +7,11 @@ vllm_gaudi's speculative decoding (spec-decode-sampled-rows' code in hpu_rejecti
 TREE: a default-profile tree (vllm/ and vllm_gaudi/). It is copied once; each mutant below changes
 one statement of the copy's hpu_rejection_sampler.py, and the suite (fixes/_support/conform.py, in
 this process) runs the N speculative-decoding schedules from S (schedule s with s % 5 == 4) on it.
-A finding is new when the unmutated copy does not have it. Per mutant: the schedules naming it per
-check (spec_support, spec_sampled_tokens, spec_tokens of a seeded or of a greedy request,
-seeded_tokens, raised, other), and per check the schedules where it is the only one naming the
-mutant. Exits 1 when a mutant is not named, 3 when a mutant's statement is not in the tree.
+A finding is new when the unmutated copy does not have it. Per mutant: the requests (schedule and
+request) each check names (spec_support, spec_sampled_tokens, seeded equality: spec_tokens or
+seeded_tokens on a seeded request, spec_tokens on a greedy request, raised, other), and how many
+of them that check alone names. Exits 1 when a mutant is not named, 3 when a mutant's statement
+is not in the tree.
 """
 
 from __future__ import annotations
@@ -53,16 +54,17 @@ MUTANTS = [
 def check_of(schedule: dict, feature: str, sentence: str) -> str:
     if "lies outside the support" in sentence:
         return "spec_support"
-    if any(s in sentence for s in ("a speculative step emits", "the tokens before its last", "yet emitted in its place")):
+    if any(s in sentence for s in ("a speculative step emits", "the tokens before its last",
+                                   "yet emitted in its place")):
         return "spec_sampled_tokens"
     if sentence.endswith("[seeded_tokens]"):
-        return "seeded_tokens"
+        return "seeded equality"
     if "raised" in sentence and feature == "spec_decode" and "the HPU path raised" in sentence:
         return "raised"
     m = re.search(r"request (r\d+) \(", sentence)
     if "vLLM's GPU path gives" in sentence and "with drafts" in sentence and m:
         params = schedule["requests"][m.group(1)]["params"]
-        return "spec_tokens (seeded)" if params["temperature"] > 0 else "spec_tokens (greedy)"
+        return "seeded equality" if params["temperature"] > 0 else "spec_tokens (greedy)"
     return "other"
 
 
@@ -116,17 +118,20 @@ def main() -> int:
                 diff = findings(conform, root.resolve(), plan) - base
             finally:
                 path.write_text(text)
-            per_schedule = collections.defaultdict(set)
+            per_request = collections.defaultdict(set)  # (schedule, request): the checks naming it
             for seed, feature, sentence in diff:
-                per_schedule[seed].add(check_of(by_seed[seed], feature, sentence))
-            named = collections.Counter(c for checks in per_schedule.values() for c in checks)
-            alone = collections.Counter(next(iter(c)) for c in per_schedule.values() if len(c) == 1)
+                m = re.search(r"request (r\d+)", sentence)
+                per_request[seed, m.group(1) if m else None].add(check_of(by_seed[seed], feature, sentence))
+            named = collections.Counter(c for checks in per_request.values() for c in checks)
+            alone = collections.Counter(next(iter(c)) for c in per_request.values() if len(c) == 1)
             if not diff:
                 missed.append(name)
                 print(f"MISSED  {name}")
                 continue
             first_finding = sorted(diff)[0]
-            print(f"named   {name}: in {len(per_schedule)} of {len(plan)} schedules; per check (schedules, alone): "
+            schedules = len({seed for seed, _ in per_request})
+            print(f"named   {name}: in {schedules} of {len(plan)} schedules, {len(per_request)} requests; per check "
+                  "(requests named, by it alone): "
                   + ", ".join(f"{c} {n} ({alone.get(c, 0)})" for c, n in sorted(named.items())))
             print(f"        first: schedule {first_finding[0]}: {first_finding[2][:220]}")
     print(f"{len(chosen) - len(missed)} of {len(chosen)} mutants named ({len(plan)} spec schedules from {first}; "

@@ -13,10 +13,17 @@ conform_schedule.py), beside the plain ones (conform_engines.py).
   a request without drafts has only the bonus row), the grammar on every row of a structured
   request, vLLM's real ``RejectionSampler``, ``parse_output`` (a row whose chunk does not reach
   its request's end discarded), the tokens and logprobs per request as ``LogprobsLists`` slices.
-  The one stand-in: vLLM's Triton greedy kernel (``rejection_greedy_sample_kernel``) does not run
-  on CPU; ``spec_decode.greedy_rejection_sample`` (a torch loop) takes its place, held to the
-  kernel's contract by ``test_stand_in_keeps_the_kernels_contract``
-  (fixes/logitsprocs-batch-updates/test_min_tokens_spec_decode.py).
+  The stand-ins: vLLM's Triton kernels do not run on CPU. On an all-greedy step
+  ``spec_decode.greedy_rejection_sample`` (a torch loop) takes ``rejection_sample``'s place, held to
+  the greedy kernel's contract by ``test_stand_in_keeps_the_kernels_contract``
+  (fixes/logitsprocs-batch-updates/test_min_tokens_spec_decode.py); on a step with a sampled
+  request vLLM's own ``rejection_sample`` runs with ``spec_sampled``'s stand-ins for its four
+  kernels (each held to its kernel's contract by fixes/spec-decode-sampled-rows'
+  ``test_stand_in_*``). Two deliberate differences there, the two ways the HPU consumes a seeded
+  request's random stream otherwise (``mirror_hpu_draws``): the uniforms are float32 (Gaudi has no
+  float64), and each seeded request of the decode block draws one bonus row more first (vllm_gaudi's
+  runner samples the bonus rows once itself before the ``RejectionSampler`` does). A discarded
+  row's generator is put back, as ``_bookkeeping_sync`` does.
 
 A draft the schedule leaves ``null`` is the model's own greedy continuation (with the grammar
 of a structured request), worked out by each engine from its request's tokens; the model is the
@@ -24,9 +31,14 @@ one of the plain engines (a logits row is a fixed function of the context it fol
 very negative: marked with its request and position where the row is a prompt chunk's or a
 plain decode's).
 
-The check ``spec_decode`` holds, per step with drafts and per request of its decode block, the
+The check ``spec_tokens`` holds, per step with drafts and per request of its decode block, the
 tokens and the logprobs served for each (the sampled token's) against vLLM's GPU path, where the
-request's tokens before the step are the same on both sides. Every difference of a spec schedule
+request's tokens before the step are the same on both sides: a greedy or seeded request's (a
+seeded one's random draws mirrored, above); a sampled request without a seed is drawn by chance,
+so ``spec_sampled_tokens`` (1 to drafts + 1 tokens, the accepted drafts before the last, a rejected
+draft never its own replacement) and ``spec_support`` (each emitted token in the support vLLM's
+GPU path draws it from: the target after the request's own tokens, its masks, temperature, top_k
+and top_p) hold every sampled request, seeded or not. Every difference of a spec schedule
 counts as ``spec_decode`` (conform.py's ``spec_findings``; the sentence ends with the check's own
 feature in brackets).
 """
@@ -436,7 +448,7 @@ def spec_support(ctx: checks.Ctx, step: Any) -> Iterable[str]:
     top_k, top_p): an accepted draft the target cannot sample, or a token top_k / top_p cut, is a
     broken HPU path (vLLM accepts a draft only where the target's probability of it is > 0). With
     min_tokens, EOS masked or not: either set (where vLLM's min_tokens counts a draft position's
-    tokens is not this check's)."""
+    tokens is not this check's; where EOS is the only token its masks leave, any token)."""
     for rid, (drafts, toks, _) in getattr(step, "spec", {}).items():
         r = ctx.requests[rid]
         if r.asked["temperature"] == 0 or rid not in step.before:
@@ -445,7 +457,10 @@ def spec_support(ctx: checks.Ctx, step: Any) -> Iterable[str]:
         for j, t in enumerate(toks):
             keep = support(r, r.prompt + generated, generated, eos=True)
             if r.asked.get("min_tokens"):
-                keep |= support(r, r.prompt + generated, generated, eos=False)
+                without = support(r, r.prompt + generated, generated, eos=False)
+                # EOS the only token its masks allow: with min_tokens pending vLLM's row is all -inf
+                # (NaN probabilities), and what it draws there is no distribution's.
+                keep = torch.ones_like(keep) if not bool(without.any()) else keep | without
             if not bool(keep[t]):
                 kind = ("accepted draft" if j < len(drafts) and t == drafts[j] else
                         "bonus token" if j == len(drafts) else "recovered token")
