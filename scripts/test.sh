@@ -346,10 +346,9 @@ correctness_fixes() {
 # only when apply leaves the fix out alone: with fixes that require it dropped too, the mutant is any mutant.
 CONFORM_NEUTRAL="rejection-sample-fly-args@v0.26.0 rejection-sample-fly-args@v0.30.0"
 # Fixes whose feature the suite exercises, but not the case they repair: their one-fix-out mutant
-# would be named by nothing. spec-decode-sampled-rows: spec schedules draw greedy requests only
-# (sampled requests in spec schedules are issue 49's open conform item); its tests on the harness,
-# vLLM's GPU path with the kernel stand-ins and `equiv`'s speculative steps guard it.
-CONFORM_NOT_DRAWN="spec-decode-sampled-rows"
+# would be named by nothing (none now: spec-decode-sampled-rows left it when spec schedules began
+# drawing sampled requests, issue 49).
+CONFORM_NOT_DRAWN=""
 # conform_feature FIX: the features its bug shows in, as its fix.yaml's `conform:` names them.
 conform_feature() {
   sed -n 's/^conform: *\[\([^]]*\)\].*/\1/p' "fixes/$1/fix.yaml" | tr -d ','

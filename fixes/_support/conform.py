@@ -31,8 +31,11 @@ A pipeline of three parts:
 Every fifth schedule drives speculative decoding instead (conform_spec.py: vllm_gaudi's
 ``SpecHarness`` against vLLM's GPU path with its ``RejectionSampler``; 0..3 drafts per decode,
 right or wrong, decodes padded to the buckets 2, 4, 8; greedy requests with the penalties,
-min_tokens, logprobs, bad_words, allowed_token_ids and grammars): every difference such a schedule
-shows counts as ``spec_decode`` (the sentence ends with the check's own feature in brackets).
+min_tokens, logprobs, bad_words, allowed_token_ids and grammars, and about one in five sampled, with
+top_k / top_p / seeds: each emitted token in the support vLLM's GPU path draws it from, the accepted
+drafts consistent with it, a seeded request's tokens equal vLLM's with the HPU's random draws
+mirrored): every difference such a schedule shows counts as ``spec_decode`` (the sentence ends with
+the check's own feature in brackets).
 
     python conform.py --root DIR [--schedules N] [--seed S] [--first] [--replay FILE...]
                       [--no-reference] [--progress] [--jobs N]
@@ -46,7 +49,8 @@ schedule. With ``--jobs N``, N forked workers (vLLM imported once, before the fo
 schedules, handed out one number at a time, and their findings are merged back in schedule order:
 the report is the same for every N but for ``seconds``, ``jobs`` and ``schedules_per_minute``.
 
-Not covered (yet): prompt_logprobs, random sampling with speculative decoding, multi-modal inputs;
+Not covered (yet): prompt_logprobs, penalties on sampled requests with speculative decoding, multi-modal
+inputs;
 see the fix pages.
 """
 

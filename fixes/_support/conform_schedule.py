@@ -14,8 +14,9 @@ a speculative config) adds per step ``"drafts": {"r0": [null, 17]}``: the draft 
 scheduler sends with a decoding request (0..K of them; its scheduled count is 1 + their number),
 ``null`` standing for the model's own greedy continuation at that position (each engine works it
 out from the request's tokens: a right draft) and a number for that token (most likely wrong).
-Its requests are greedy (vllm_gaudi's rejection sampler is greedy) and ask no ``min_p`` or
-``logit_bias`` (vLLM does not apply them with speculative decoding); no preemptions (the
+Its requests are greedy but for about one in five (``spec_params``: temperature 0.7 or 1.0 with
+its top_k / top_p / seed, no penalties), and ask no ``min_p`` or ``logit_bias`` (vLLM does not
+apply them with speculative decoding); no preemptions (the
 generator cannot know how many drafts are accepted, so not how many tokens a request has).
 
 A plain schedule may carry ``"logprobs_mode"`` (the server's ``--logprobs-mode``; absent:
@@ -107,12 +108,28 @@ class _Progress:
         return min(self.cached, self.tokens - 1) // BLOCK * BLOCK
 
 
-def spec_params(rng: random.Random) -> dict[str, Any]:
-    """A spec-decode request's SamplingParams: greedy, without what vLLM ignores with spec decode."""
+SAMPLED = 0.3  # the chance of a spec-decode request drawn with temperature > 0 keeping it
+
+
+def spec_params(rng: random.Random, seed: int = 0, rid: str = "") -> dict[str, Any]:
+    """A spec-decode request's SamplingParams, without what vLLM ignores with spec decode (min_p,
+    logit_bias). Greedy, but where its drawn temperature is > 0 and a generator of its own (so that
+    the schedule's other draws stay those of a greedy-only generator) keeps it sampled, with
+    ``SAMPLED``'s chance: then with its drawn top_k, top_p and seed, and without the penalties
+    (the support check, ``conform_spec.spec_support``, does not work them out) and without
+    min_tokens beside top_k / top_p (vllm_gaudi masks the stop tokens after top_k / top_p there,
+    vLLM before: the known difference on spec-decode-sampled-rows' page)."""
     p = random_params(rng)
-    for k in ("seed", "min_p", "logit_bias"):
+    for k in ("min_p", "logit_bias"):
         p.pop(k, None)
     p.pop("logprob_token_ids", None)  # not drawn with speculative decoding yet
+    if p["temperature"] > 0 and random.Random(f"conform-spec-sampled {seed} {rid}").random() < SAMPLED:
+        for k in ("frequency_penalty", "presence_penalty", "repetition_penalty"):
+            p.pop(k, None)
+        if "top_k" in p or "top_p" in p:
+            p.pop("min_tokens", None)
+        return p
+    p.pop("seed", None)
     p["temperature"] = 0.0
     return p
 
@@ -165,7 +182,7 @@ def generate(seed: int, mode: str, spec: int = 0) -> dict[str, Any]:
         arrive = []
         for _ in range(rng.randint(0, min(2, MAX_REQS - len(live)))):
             rid = f"r{len(requests)}"
-            params = spec_params(rng) if spec else random_params(rng)
+            params = spec_params(rng, seed, rid) if spec else random_params(rng)
             prompt = [rng.randrange(3, VOCAB) for _ in range(rng.randint(2, 20))]
             grammar = sorted(rng.sample(range(3, VOCAB), 12) + [EOS]) if rng.random() < 0.25 else None
             prefix = prefix_hit(seed, rid)

@@ -13,10 +13,17 @@ conform_schedule.py), beside the plain ones (conform_engines.py).
   a request without drafts has only the bonus row), the grammar on every row of a structured
   request, vLLM's real ``RejectionSampler``, ``parse_output`` (a row whose chunk does not reach
   its request's end discarded), the tokens and logprobs per request as ``LogprobsLists`` slices.
-  The one stand-in: vLLM's Triton greedy kernel (``rejection_greedy_sample_kernel``) does not run
-  on CPU; ``spec_decode.greedy_rejection_sample`` (a torch loop) takes its place, held to the
-  kernel's contract by ``test_stand_in_keeps_the_kernels_contract``
-  (fixes/logitsprocs-batch-updates/test_min_tokens_spec_decode.py).
+  The stand-ins: vLLM's Triton kernels do not run on CPU. On an all-greedy step
+  ``spec_decode.greedy_rejection_sample`` (a torch loop) takes ``rejection_sample``'s place, held to
+  the greedy kernel's contract by ``test_stand_in_keeps_the_kernels_contract``
+  (fixes/logitsprocs-batch-updates/test_min_tokens_spec_decode.py); on a step with a sampled
+  request vLLM's own ``rejection_sample`` runs with ``spec_sampled``'s stand-ins for its four
+  kernels (each held to its kernel's contract by fixes/spec-decode-sampled-rows'
+  ``test_stand_in_*``). Two deliberate differences there, the two ways the HPU consumes a seeded
+  request's random stream otherwise (``mirror_hpu_draws``): the uniforms are float32 (Gaudi has no
+  float64), and each seeded request of the decode block draws one bonus row more first (vllm_gaudi's
+  runner samples the bonus rows once itself before the ``RejectionSampler`` does). A discarded
+  row's generator is put back, as ``_bookkeeping_sync`` does.
 
 A draft the schedule leaves ``null`` is the model's own greedy continuation (with the grammar
 of a structured request), worked out by each engine from its request's tokens; the model is the
@@ -24,15 +31,21 @@ one of the plain engines (a logits row is a fixed function of the context it fol
 very negative: marked with its request and position where the row is a prompt chunk's or a
 plain decode's).
 
-The check ``spec_decode`` holds, per step with drafts and per request of its decode block, the
+The check ``spec_tokens`` holds, per step with drafts and per request of its decode block, the
 tokens and the logprobs served for each (the sampled token's) against vLLM's GPU path, where the
-request's tokens before the step are the same on both sides. Every difference of a spec schedule
+request's tokens before the step are the same on both sides: a greedy or seeded request's (a
+seeded one's random draws mirrored, above); a sampled request without a seed is drawn by chance,
+so ``spec_sampled_tokens`` (1 to drafts + 1 tokens, the accepted drafts before the last, a rejected
+draft never its own replacement) and ``spec_support`` (each emitted token in the support vLLM's
+GPU path draws it from: the target after the request's own tokens, its masks, temperature, top_k
+and top_p) hold every sampled request, seeded or not. Every difference of a spec schedule
 counts as ``spec_decode`` (conform.py's ``spec_findings``; the sentence ends with the check's own
 feature in brackets).
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import sys
 import types
@@ -46,9 +59,10 @@ import conform_checks as checks
 import conform_engines as engines
 import harness
 import spec_decode
+import spec_sampled
 from conform_engines import (MARK, GpuEngine, GpuModules, HpuEngine, Recorder, StepOut, begin_step, grammar_output,
                              mark)
-from conform_schedule import VOCAB
+from conform_schedule import EOS, VOCAB
 
 FEATURE = "spec_decode"
 UNMARKED = 1.0 - MARK  # column 0 of a row of no mark (`unmark` reads no request): a draft position's, a decode's in a step with drafts
@@ -281,8 +295,19 @@ class SpecGpuEngine(GpuEngine):
             bonus_logits_indices=torch.tensor(bonus, dtype=torch.int32),
             logits_indices=torch.arange(len(rows), dtype=torch.int32))
         discarded = [i for i, rid in enumerate(order) if self.ends[rid][0] < self.ends[rid][1]]
-        with spec_decode.installed(self.real.rejection_sampler, spec_decode.greedy_rejection_sample):
-            out = self.rejection(metadata, None, torch.stack(rows), batch.sampling_metadata)
+        generators = {rid: self.requests[rid].generator for rid in order if self.requests[rid].generator is not None}
+        for rid, g in generators.items():  # the HPU runner's own bonus-row draw, mirrored (see mirror_hpu_draws)
+            if rid in block:
+                torch.empty(VOCAB).exponential_(generator=g)
+        kept = {rid: generators[rid].get_state() for i, rid in enumerate(order) if i in discarded and rid in generators}
+        if batch.sampling_metadata.all_greedy:
+            with spec_decode.installed(self.real.rejection_sampler, spec_decode.greedy_rejection_sample):
+                out = self.rejection(metadata, None, torch.stack(rows), batch.sampling_metadata)
+        else:
+            with mirror_hpu_draws(self.real.rejection_sampler):
+                out = self.rejection(metadata, None, torch.stack(rows), batch.sampling_metadata)
+        for rid, state in kept.items():  # _bookkeeping_sync: a discarded row's draw is rewound
+            generators[rid].set_state(state)
         parsed = self.rejection.parse_output(out.sampled_token_ids, VOCAB, discarded, out.logprobs_tensors)
         tokens, lists = parsed if isinstance(parsed, tuple) else (parsed, None)
         returned, logprobs, spec, rows = {}, {}, {}, {}
@@ -313,6 +338,26 @@ class SpecGpuEngine(GpuEngine):
         return split(result, block)
 
 
+@contextlib.contextmanager
+def mirror_hpu_draws(module: Any):
+    """vLLM's own ``rejection_sample`` for a batch with sampled requests, with
+    ``spec_sampled``'s torch stand-ins for its four Triton kernels (each held to its kernel's
+    contract by fixes/spec-decode-sampled-rows' ``test_stand_in_*``), its uniforms drawn in float32
+    (``spec_sampled.uniform_probs_float32``) as the HPU draws them: Gaudi has no float64. With the
+    bonus-row draw ``SpecGpuEngine.step`` adds for each seeded request of the decode block
+    (vllm_gaudi's runner samples a spec step's bonus rows once itself, ``_run_sampling``, before the
+    ``RejectionSampler`` samples them again), these are the two ways the HPU consumes a seeded
+    request's random stream otherwise than vLLM's GPU path; mirrored, a seeded request's tokens
+    are vLLM's for the same draws, token for token (``spec_tokens``)."""
+    saved = module.generate_uniform_probs
+    module.generate_uniform_probs = spec_sampled.uniform_probs_float32
+    try:
+        with spec_sampled.installed(module):
+            yield
+    finally:
+        module.generate_uniform_probs = saved
+
+
 def _asked(r: checks.Request) -> str:
     keys = [k for k in r.asked if k != "temperature"]
     return ", ".join(f"{k}={r.asked[k]}" for k in keys) or "greedy"
@@ -325,9 +370,11 @@ def spec_tokens(ctx: checks.Ctx, hpu: Any, gpu: Any, suspect: set[str]) -> Itera
     for a request the GPU path itself mishandled (`suspect`)."""
     for rid, (drafts, toks, lp) in getattr(hpu, "spec", {}).items():
         theirs = getattr(gpu, "spec", {}).get(rid)
+        r = ctx.requests[rid]
         if theirs is None or rid in suspect or hpu.before.get(rid) != gpu.before.get(rid):
             continue
-        r = ctx.requests[rid]
+        if r.asked["temperature"] > 0 and not r.seeded:
+            continue  # drawn by chance: spec_sampled_tokens and spec_support
         gdrafts, gtoks, glp = theirs
         what = (f"request {rid} ({_asked(r)}) with drafts {drafts} (vLLM's GPU path accepts "
                 f"{max(len(gtoks) - 1, 0)} of {len(gdrafts)})")
@@ -343,3 +390,82 @@ def spec_tokens(ctx: checks.Ctx, hpu: Any, gpu: Any, suspect: set[str]) -> Itera
         elif any(abs(a - b) > 1e-3 for (_, a), (_, b) in zip(lp, glp)):
             yield (f"{what} is served logprobs {[v for _, v in lp]} for {toks}; vLLM's GPU path serves "
                    f"{[v for _, v in glp]}")
+
+
+@checks.check(FEATURE, "step")
+def spec_sampled_tokens(ctx: checks.Ctx, step: Any) -> Iterable[str]:
+    """Per sampled request of a decode block with drafts (seeded or not): what a rejection step
+    may emit: 1 to (drafts + 1) tokens, every one but the last an accepted draft, and the last,
+    where it stands at a draft's position, not that draft (the draft was rejected, and an ngram
+    draft's recovered token is drawn with the draft's own probability zeroed)."""
+    for rid, (drafts, toks, _) in getattr(step, "spec", {}).items():
+        r = ctx.requests[rid]
+        if r.asked["temperature"] == 0:
+            continue
+        n, what = len(toks), f"request {rid} ({_asked(r)}, temperature={r.asked['temperature']}) with drafts {drafts}"
+        if not 1 <= n <= len(drafts) + 1:
+            yield f"{what} got {toks} back: a speculative step emits 1 to {len(drafts) + 1} tokens"
+        elif toks[:n - 1] != drafts[:n - 1]:
+            yield f"{what} got {toks} back: the tokens before its last are not the drafts it accepted"
+        elif n <= len(drafts) and toks[-1] == drafts[n - 1]:
+            yield (f"{what} got {toks} back: draft {drafts[n - 1]} was rejected, yet emitted in its place (the "
+                   "recovered token of an ngram draft is drawn with the draft's probability zeroed)")
+
+
+def support(r: checks.Request, tokens: list[int], generated: list[int], eos: bool) -> torch.Tensor:
+    """The tokens vLLM's GPU path may draw for sampled request `r` after `tokens` (its prompt and
+    `generated`), at a draft position or its bonus position alike: the model's row with its grammar,
+    allowed_token_ids and bad_words (after `generated`) masked, EOS too unless `eos`, divided by its
+    temperature, then vLLM's own top_k / top_p of the tree (``apply_top_k_top_p_pytorch``); the
+    tokens of probability > 0."""
+    from vllm.v1.sample.ops.topk_topp_sampler import apply_top_k_top_p_pytorch
+
+    a, x = r.asked, row(tokens)
+    keep = torch.ones(VOCAB, dtype=torch.bool)
+    if r.grammar is not None:  # a decode of a structured request always reaches its end: structured
+        keep &= allowed(r.grammar)
+    if a.get("allowed_token_ids"):
+        only = torch.zeros(VOCAB, dtype=torch.bool)
+        only[a["allowed_token_ids"]] = True
+        keep &= only
+    for t in checks._bad_words_want(r, generated):  # noqa: SLF001
+        keep[t] = False
+    if not eos:
+        keep[EOS] = False
+    x = (x.masked_fill(~keep, float("-inf")) / a["temperature"]).unsqueeze(0)
+    k = torch.tensor([a["top_k"]]) if "top_k" in a else None
+    p = torch.tensor([a["top_p"]], dtype=torch.float32) if "top_p" in a else None
+    if k is not None or p is not None:
+        x = apply_top_k_top_p_pytorch(x, k, p)
+    return x.softmax(dim=-1)[0] > 0
+
+
+@checks.check(FEATURE, "step")
+def spec_support(ctx: checks.Ctx, step: Any) -> Iterable[str]:
+    """Per sampled request of a decode block with drafts (seeded or not), every token it got back,
+    accepted draft, recovered or bonus token, lies in the support vLLM's GPU path draws it from
+    (``support``: the target row after the request's own tokens up to it, its masks, temperature,
+    top_k, top_p): an accepted draft the target cannot sample, or a token top_k / top_p cut, is a
+    broken HPU path (vLLM accepts a draft only where the target's probability of it is > 0). With
+    min_tokens, EOS masked or not: either set (where vLLM's min_tokens counts a draft position's
+    tokens is not this check's; where EOS is the only token its masks leave, any token)."""
+    for rid, (drafts, toks, _) in getattr(step, "spec", {}).items():
+        r = ctx.requests[rid]
+        if r.asked["temperature"] == 0 or rid not in step.before:
+            continue
+        generated = list(step.before[rid])
+        for j, t in enumerate(toks):
+            keep = support(r, r.prompt + generated, generated, eos=True)
+            if r.asked.get("min_tokens"):
+                without = support(r, r.prompt + generated, generated, eos=False)
+                # EOS the only token its masks allow: with min_tokens pending vLLM's row is all -inf
+                # (NaN probabilities), and what it draws there is no distribution's.
+                keep = torch.ones_like(keep) if not bool(without.any()) else keep | without
+            if not bool(keep[t]):
+                kind = ("accepted draft" if j < len(drafts) and t == drafts[j] else
+                        "bonus token" if j == len(drafts) else "recovered token")
+                yield (f"request {rid} ({_asked(r)}, temperature={r.asked['temperature']}) with drafts {drafts} got "
+                       f"{toks} back: token {t} ({kind} #{j + 1}) lies outside the support vLLM's GPU path draws it "
+                       f"from, {torch.nonzero(keep).flatten().tolist()}")
+                break
+            generated.append(t)
