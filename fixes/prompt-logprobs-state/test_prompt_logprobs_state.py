@@ -69,12 +69,15 @@ def _check_once(h: harness.Harness, delivered: dict, rid: str) -> None:
     ids, logprobs, ranks = prompt_logprobs.expected(h, rid, K)
     _, tensors = got[0]
     got_ids = tensors.logprob_token_ids.tolist()
+    assert len(got_ids) == len(prompt) - 1, (
+        f"request {rid} ({len(prompt)} prompt tokens) gets prompt logprobs for {len(got_ids)} positions (the user "
+        f"sees {len(got_ids) + 1} entries), where vLLM's GPU path gives {len(prompt) - 1} ({len(prompt)} entries)")
+    bad = [p for p in range(len(prompt) - 1) if got_ids[p] != ids[p]]
+    assert not bad, (
+        f"request {rid}'s prompt logprobs for positions {bad[0]}-{bad[-1]} are token ids "
+        f"{[got_ids[p][0] for p in bad]} (top-{K}: {[got_ids[p][1:] for p in bad]}) where vLLM's GPU path "
+        f"gives the prompt's {[ids[p][0] for p in bad]} (top-{K}: {[ids[p][1:] for p in bad]})")
     for q in range(len(prompt) - 1):
-        bad = [p for p in range(len(prompt) - 1) if got_ids[p] != ids[p]]
-        assert not bad, (
-            f"request {rid}'s prompt logprobs for positions {bad[0]}-{bad[-1]} are token ids "
-            f"{[got_ids[p][0] for p in bad]} (top-{K}: {[got_ids[p][1:] for p in bad]}) where vLLM's GPU path "
-            f"gives the prompt's {[ids[p][0] for p in bad]} (top-{K}: {[ids[p][1:] for p in bad]})")
         for col in range(K + 1):
             value = float(tensors.logprobs[q][col])
             assert abs(value - logprobs[q][col]) < 1e-4, (
