@@ -1,0 +1,85 @@
+"""The runner's own prompt-logprobs path on the harness (harness.py), and what vLLM's GPU path
+delivers for the same prompt.
+
+``bind(h)`` lifts ``HPUModelRunner._get_prompt_logprobs_dict`` and ``_gather_prompt_logprobs_hpu``
+out of the tree onto the harness's runner; ``step(h, scheduled)`` runs one engine step
+(``Harness.step``: the runner's ``_update_states`` and sampling) and then the runner's
+``_get_prompt_logprobs_dict`` with the hidden states ``sample_tokens`` collects for it: for every
+prefill of the step whose request is in the batch's ``num_prompt_logprobs``, the rows of its
+scheduled positions (the model's logits rows stand in for hidden states: ``compute_logits`` is the
+identity), padded as a prompt bucket pads them. Returns the step's ``prompt_logprobs_dict``.
+
+``expected(h, rid, k)``: what vLLM's GPU ``_get_prompt_logprobs_dict`` delivers for request `rid`
+once its prompt is prefilled, whatever its chunking: for each prompt position q < P - 1, the next
+prompt token with ``log_softmax`` of the model's row q at it and its rank, then the top-k tokens
+and logprobs (vLLM's ``Sampler.gather_logprobs``).
+"""
+
+from __future__ import annotations
+
+import types
+from typing import Any, Optional
+
+import numpy as np
+import torch
+
+import harness
+import lift
+import vllm_gaudi_stubs as stubs
+
+PAD = 8  # a prompt bucket's length is a multiple of this (the padding rows are zeros)
+
+
+class _Torch(types.ModuleType):
+    """``torch`` as the lifted methods see it: ``torch.hpu.synchronize()`` does nothing on CPU."""
+
+    def __init__(self) -> None:
+        super().__init__("torch")
+        self.hpu = types.SimpleNamespace(synchronize=lambda: None)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(torch, name)
+
+
+def bind(h: harness.Harness) -> None:
+    """The tree's prompt-logprobs methods on `h`'s runner."""
+    from vllm.v1.outputs import LogprobsTensors
+    from vllm.v1.sample.sampler import Sampler
+    harness.no_pinned_memory()  # LogprobsTensors.empty_cpu asks for pinned memory when it sees no GPU
+    runner = h.runner
+    namespace = {"torch": _Torch(), "np": np, "Optional": Optional, "LogprobsTensors": LogprobsTensors}
+    lift.bind(runner, h.root / stubs.RUNNER_REL,
+              ["HPUModelRunner._get_prompt_logprobs_dict", "HPUModelRunner._gather_prompt_logprobs_hpu"], namespace)
+    runner.device = torch.device("cpu")
+    runner.model = types.SimpleNamespace(compute_logits=lambda hidden: hidden)
+    h.sampler.compute_logprobs = Sampler.compute_logprobs
+
+
+def step(h: harness.Harness, scheduled: dict[str, int]) -> dict[str, Any]:
+    """One engine step, then the runner's ``_get_prompt_logprobs_dict`` (as ``sample_tokens`` calls
+    it after sampling): the step's prompt logprobs by request."""
+    done = h.step(scheduled)
+    hidden: dict[str, torch.Tensor] = {}
+    for rid in done.ns["pd_info"].prompt_req_ids:
+        if rid in h.batch.num_prompt_logprobs:  # sample_tokens collects only these
+            start = h.runner.requests[rid].num_computed_tokens
+            rows = [h.model.row(rid, start + i) for i in range(scheduled[rid])]
+            padded = -(-len(rows) // PAD) * PAD
+            rows += [torch.zeros(h.vocab)] * (padded - len(rows))
+            hidden[rid] = torch.stack(rows)
+    return h.runner._get_prompt_logprobs_dict(hidden, done.ns["scheduler_output"])
+
+
+def expected(h: harness.Harness, rid: str, k: int) -> tuple[list[list[int]], list[list[float]], list[int]]:
+    """vLLM's GPU path's prompt logprobs of `rid` (``k`` top tokens): ids, logprobs and ranks by
+    prompt position."""
+    prompt = h.scheduler.requests[rid].prompt
+    ids, logprobs, ranks = [], [], []
+    for q in range(len(prompt) - 1):
+        lp = torch.log_softmax(h.model.row(rid, q).float(), dim=-1)
+        target = prompt[q + 1]
+        top = torch.topk(lp, k)
+        ids.append([target, *top.indices.tolist()])
+        logprobs.append([float(lp[target]), *top.values.tolist()])
+        ranks.append(int((lp >= lp[target]).sum()))
+    return ids, logprobs, ranks
