@@ -322,10 +322,13 @@ def request_state(module: Any, rid: str, prompt: list[int], params: Any, compute
 class Harness:
     """vllm_gaudi's runner driven step by step (``step``), sync or async (`mode`)."""
 
-    def __init__(self, root: Path, mode: str, grammar: bool = False, vocab: int = VOCAB, plugins: tuple = ()):
+    def __init__(self, root: Path, mode: str, grammar: bool = False, vocab: int = VOCAB, plugins: tuple = (),
+                 batch: Optional[Callable[[Any, Any], Any]] = None):
         """With `grammar`, the runner's own ``apply_grammar_bitmask`` and structured-output block run
         (``step(..., grammar_output=…)``); `vocab`: the logits' width; `plugins`: logits-processor
-        classes, as ``--logits-processors`` gives them to ``build_logitsprocs``."""
+        classes, as ``--logits-processors`` gives them to ``build_logitsprocs``; `batch`: builds the
+        InputBatch from (the tree's hpu_input_batch module, the logits processors) in place of
+        ``input_batch`` (a test that builds it as the runner does)."""
         assert mode in ("sync", "async")
         self.root, self.mode, self.vocab = root, mode, vocab
         self.vllm = Vllm.get(root)
@@ -334,7 +337,7 @@ class Harness:
         config = types.SimpleNamespace(scheduler_config=types.SimpleNamespace(max_num_seqs=MAX_REQS),
                                        speculative_config=None)
         logitsprocs = loaded.build_logitsprocs(config, torch.device("cpu"), False, False, list(plugins))
-        self.batch = input_batch(self.module, vocab, logitsprocs)
+        self.batch = input_batch(self.module, vocab, logitsprocs) if batch is None else batch(self.module, logitsprocs)
         runner = self.runner = stubs.Runner(root, self.batch, reorder=True)
         self.code = engine_step.lift_step(runner, root, grammar=grammar)
         runner.max_model_len = MAX_MODEL_LEN

@@ -80,6 +80,7 @@ _STUB_NAMES = (
     "vllm.v1.pool.metadata",
     "vllm.v1.sample",
     "vllm.v1.sample.metadata",
+    "vllm.v1.sample.thinking_budget_state",
     "vllm.v1.worker",
     "vllm.v1.worker.block_table",
     "vllm_gaudi",
@@ -166,6 +167,16 @@ class _BlockTable:
 class _Placeholder:
     def __init__(self, *_: Any, **__: Any):
         pass
+
+
+def _thinking_budget_state(reasoning_config: Any, *args: Any) -> Any:
+    """As vllm.v1.sample.thinking_budget_state.maybe_create_thinking_budget_state_holder: None
+    without a reasoning config; with one, the tree's real holder (vLLM imported for real, as the
+    harness does before it builds a batch with a reasoning config)."""
+    if reasoning_config is None:
+        return None
+    from vllm.v1.sample.thinking_budget_state import maybe_create_thinking_budget_state_holder
+    return maybe_create_thinking_budget_state_holder(reasoning_config, *args)
 
 
 def _swap_dict_values(obj: dict, key1: Any, key2: Any) -> None:
@@ -316,6 +327,7 @@ def _stub_modules(root: Path, h2d: H2DRecorder) -> dict[str, types.ModuleType]:
     mods["vllm.v1.pool.metadata"].PoolingMetadata = _Placeholder
     mods["vllm.v1.pool.metadata"].PoolingStates = _Placeholder
     mods["vllm.v1.sample.metadata"].SamplingMetadata = SamplingMetadata
+    mods["vllm.v1.sample.thinking_budget_state"].maybe_create_thinking_budget_state_holder = _thinking_budget_state
     mods["vllm.v1.worker.block_table"].MultiGroupBlockTable = _BlockTable
     mods["vllm_gaudi.utils"].async_h2d_copy = h2d.async_h2d_copy
     mods["vllm_gaudi.utils"].async_h2d_update = h2d.async_h2d_update
