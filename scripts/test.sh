@@ -347,9 +347,9 @@ correctness_fixes() {
 CONFORM_NEUTRAL="rejection-sample-fly-args@v0.26.0 rejection-sample-fly-args@v0.30.0"
 # Fixes whose feature the suite exercises, but not the case they repair: their one-fix-out mutant
 # would be named by nothing. (spec-decode-sampled-rows left it when spec schedules began drawing
-# sampled requests, issue 49.) prompt-logprobs-state: the suite draws no prompt_logprobs yet (issue
-# 46); its tests on the harness (the runner's own _get_prompt_logprobs_dict) guard it.
-CONFORM_NOT_DRAWN="prompt-logprobs-state"
+# sampled requests, issue 49; prompt-logprobs-state when plain schedules began drawing
+# prompt_logprobs with gaps between chunks and preemption after the prefill, issue 46.)
+CONFORM_NOT_DRAWN=""
 # conform_feature FIX: the features its bug shows in, as its fix.yaml's `conform:` names them.
 conform_feature() {
   sed -n 's/^conform: *\[\([^]]*\)\].*/\1/p' "fixes/$1/fix.yaml" | tr -d ','

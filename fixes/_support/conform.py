@@ -8,7 +8,8 @@ A pipeline of three parts:
    anything runs: requests with their prompts and SamplingParams (greedy / temperature, top_k,
    top_p, min_p, seed, the three penalties, allowed_token_ids, logit_bias, min_tokens, logprobs
    incl. -1, logprob_token_ids (alone or beside logprobs; not with speculative decoding), bad_words
-   incl. multi-token, a grammar for about a quarter), and per step finishes,
+   incl. multi-token, a grammar for about a quarter; prompt_logprobs, its prompt sometimes left out
+   of a step between its chunks and preempted after its prefill), and per step finishes,
    preemptions (blocks freed, computed tokens back to 0; resumed later with the block-aligned
    prefix-cache hit, the rest recomputed in one or several chunks), pauses (a running request left
    out of a step), arrivals, tokens per request (prompt chunks, recompute chunks, decodes) and the
@@ -20,7 +21,9 @@ A pipeline of three parts:
    output as ``GPUModelRunner._update_states`` does (``--no-reference`` leaves it out). Both use
    vLLM's ``SamplingParams`` of the tree, the same forward pass (each logits row marked with the
    request and position it was taken for) and vLLM's own ``Sampler`` drawing, each seeded row from
-   the generator it is handed.
+   the generator it is handed. Where a request asks prompt_logprobs, after each step's sampling
+   each side's own ``_get_prompt_logprobs_dict`` (vllm_gaudi's with the hidden states its
+   ``sample_tokens`` collects, vLLM's ``GPUModelRunner``'s with the step's), its deliveries kept.
 3. **Checks** (conform_checks.py): functions in one table (``CHECKS``), from which the feature list
    comes. An exception in the HPU path is its own feature, ``raised``, with the step and the last
    frame of the traceback inside the tree; one in vLLM's GPU path is the reference's
@@ -49,9 +52,9 @@ schedule. With ``--jobs N``, N forked workers (vLLM imported once, before the fo
 schedules, handed out one number at a time, and their findings are merged back in schedule order:
 the report is the same for every N but for ``seconds``, ``jobs`` and ``schedules_per_minute``.
 
-Not covered (yet): prompt_logprobs, penalties on sampled requests with speculative decoding, multi-modal
-inputs;
-see the fix pages.
+Not covered (yet): prompt_logprobs with speculative decoding, with a ``--logprobs-mode`` of logits
+and in merged prefill batches; penalties on sampled requests with
+speculative decoding, multi-modal inputs; see the fix pages.
 """
 
 from __future__ import annotations
@@ -237,6 +240,9 @@ def run_schedule(root: Path, schedule: dict[str, Any], reference: bool) -> Findi
     gpu: Optional[GpuEngine] = ((conform_spec.SpecGpuEngine if spec else GpuEngine)(
         root, schedule, Sampler(root, ("vllm/v1/worker/gpu_model_runner.py", "GPUModelRunner"), lm))
                                 if reference else None)
+    # per request, each delivery of its prompt logprobs: (step, rows)
+    hpu_delivered: dict[str, list[tuple[int, Any]]] = {}
+    gpu_delivered: dict[str, list[tuple[int, Any]]] = {}
     for number, step in enumerate(schedule["steps"]):
         ctx.number = number
         try:
@@ -253,12 +259,18 @@ def run_schedule(root: Path, schedule: dict[str, Any], reference: bool) -> Findi
                 f.reference_errors.append(f"step {number}: vLLM's GPU path raised {type(e).__name__}: {e} "
                                           f"(at {tree_frame(e, root)})")
                 gpu = None
+        for out, into in ((h, hpu_delivered), (g, gpu_delivered)):
+            for rid, rows in getattr(out, "prompt_logprobs", {}).items():
+                into.setdefault(rid, []).append((number, rows))
         judge_step(ctx, h, g, f)
     if gpu is not None:
         for c in checks.CHECKS:
             if c.scope == "run":
                 for feature, sentence in c.fn(ctx, hpu.outputs(), gpu.outputs(), f.gpu_suspect):
                     f.add(feature, f"{schedule['mode']}: {sentence}")
+            elif c.scope == "deliveries":
+                for sentence in c.fn(ctx, hpu_delivered, gpu_delivered):
+                    f.add(c.feature, f"{schedule['mode']}: {sentence}")
     return spec_findings(f) if spec else f
 
 

@@ -10,7 +10,9 @@ Scopes:
 - ``views``: per request, what the sampler sees (``views``), HPU against vLLM's GPU path of the
   same step;
 - ``step``: what each request was handed back at the end of the step;
-- ``run``: each request's whole token stream, HPU against vLLM's GPU path.
+- ``run``: each request's whole token stream, HPU against vLLM's GPU path;
+- ``deliveries``: what each request was delivered once over the whole run (its prompt logprobs),
+  HPU against vLLM's GPU path: per request, (step, rows) for each delivery.
 
 A check returns sentences, each one difference. A new check is one function and one row.
 """
@@ -126,7 +128,7 @@ PARAM_FEATURE = {"temperature": "temperature/top_k/top_p", "top_k": "temperature
                  "presence_penalty": "penalties", "repetition_penalty": "penalties", "min_p": "min_p",
                  "logit_bias": "logit_bias", "min_tokens": "min_tokens", "logprobs": "logprobs",
                  "bad_words_token_ids": "bad_words", "allowed_token_ids": "allowed_token_ids",
-                 "logprob_token_ids": "logprob_token_ids"}
+                 "logprob_token_ids": "logprob_token_ids", "prompt_logprobs": "prompt_logprobs"}
 
 
 def asked_for(r: Request, feature: str) -> str:
@@ -677,3 +679,34 @@ def logprob_token_ids_values(ctx: Ctx, hpu: Any, gpu: Any, suspect: set[str]) ->
         if ids[:n] == gids[:n] and any(abs(a - b) > 1e-3 for a, b in zip(values[:n], gvalues[:n])):
             yield (f"request {rid} is served logprobs {values[:n]} for tokens {ids[:n]}; vLLM's GPU path serves "
                    f"{gvalues[:n]}")
+
+
+@check("prompt_logprobs", "deliveries")
+def prompt_logprobs_delivered(ctx: Ctx, hpu: dict[str, list[tuple[int, list[Any]]]],
+                              gpu: dict[str, list[tuple[int, list[Any]]]]) -> Iterable[str]:
+    """The prompt logprobs a request asking prompt_logprobs=k is delivered, against vLLM's GPU
+    path's: as many times (once, when its prompt is done), each with a row per prompt position but
+    the last: the next prompt token, its logprob and rank, then the top-k tokens with theirs. A
+    chunked prompt's earlier rows kept while it is out of a step; none delivered again after a
+    preemption. (Prompt rows do not depend on sampling: every request is compared, however drawn.)"""
+    for rid, r in ctx.requests.items():
+        k = r.asked.get("prompt_logprobs")
+        if k is None:
+            continue
+        mine, theirs = hpu.get(rid, []), gpu.get(rid, [])
+        what = f"request {rid} (prompt_logprobs={k}, {len(r.prompt)} prompt tokens)"
+        if len(mine) != len(theirs):
+            yield (f"{what} is delivered its prompt logprobs {len(mine)} times (steps {[n for n, _ in mine]}, "
+                   f"{sum(len(rows) for _, rows in mine) + len(mine)} entries); vLLM's GPU path delivers them "
+                   f"{len(theirs)} times (steps {[n for n, _ in theirs]})")
+            continue
+        for (n, h), (_, g) in zip(mine, theirs):
+            if len(h) != len(g):
+                yield f"{what} is delivered {len(h)} prompt-logprobs rows at step {n}; vLLM's GPU path {len(g)}"
+                continue
+            for q, (a, b) in enumerate(zip(h, g)):
+                if a.ids != b.ids or a.rank != b.rank or any(abs(x - y) > 1e-3 for x, y in zip(a.values, b.values)):
+                    yield (f"{what}'s prompt logprobs at position {q} (delivered at step {n}) are tokens {a.ids}, "
+                           f"logprobs {a.values}, rank {a.rank}; vLLM's GPU path gives tokens {b.ids}, logprobs "
+                           f"{b.values}, rank {b.rank}")
+                    break

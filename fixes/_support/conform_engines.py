@@ -32,6 +32,7 @@ import torch
 
 import harness
 import lift
+import prompt_logprobs
 from conform_checks import Call
 from conform_schedule import EOS, MAX_REQS, VOCAB
 
@@ -97,6 +98,18 @@ def logprob_rows(lists: Any, start: int, n: int) -> list[LogprobRow]:
                        -1 if ranks is None else int(ranks[k])) for k in range(start, start + n)]
 
 
+def asks_prompt_logprobs(schedule: dict[str, Any]) -> bool:
+    """Whether a request of `schedule` asks prompt_logprobs (only then are the runners' prompt
+    logprobs computed: without such a request both return none)."""
+    return any("prompt_logprobs" in r["params"] for r in schedule["requests"].values())
+
+
+def delivered(tensors: dict[str, Any]) -> dict[str, list[LogprobRow]]:
+    """A ``prompt_logprobs_dict`` as the user gets it, read when it is handed over (its tensors are
+    the runner's buffers)."""
+    return {rid: logprob_rows(t, 0, t.logprob_token_ids.shape[0]) for rid, t in tensors.items() if t is not None}
+
+
 @dataclasses.dataclass
 class StepOut:
     """What one step of one engine did."""
@@ -113,6 +126,9 @@ class StepOut:
     # Per request, per token it got back, the whole logprobs row it is served: the ids (the
     # sampled token, then the top-k alternatives), their logprobs and the sampled token's rank.
     logprob_rows: dict[str, list[LogprobRow]] = dataclasses.field(default_factory=dict)
+    # Per request whose prompt logprobs were delivered this step, the rows delivered (one per
+    # prompt position but the last: the next prompt token first, then the top-k).
+    prompt_logprobs: dict[str, list[LogprobRow]] = dataclasses.field(default_factory=dict)
 
     @property
     def computed(self) -> dict[str, int]:
@@ -218,6 +234,9 @@ class HpuEngine:
         self.h.model = MarkedModel(self.h.scheduler, VOCAB)
         self.recorder = self.h.runner.sampler = Recorder("HPU", sampler, self)
         self.number, self.structured, self.ends = 0, [], {}
+        self.prompt_logprobs = asks_prompt_logprobs(schedule)
+        if self.prompt_logprobs:  # the runner's own _get_prompt_logprobs_dict and its gather
+            prompt_logprobs.bind(self.h)
 
     def where(self) -> str:
         kind = "structured-output" if self.h.runner.use_structured_output else "sampler"
@@ -252,8 +271,10 @@ class HpuEngine:
                     logprobs[rid] = ([int(t) for t in served.logprob_token_ids[i]],
                                      [round(float(v), 4) for v in served.logprobs[i]])
                     rows[rid] = logprob_rows(served, i, 1)
+        # sample_tokens' _get_prompt_logprobs_dict, after sampling
+        prompt = delivered(prompt_logprobs.collect(h, out, scheduled)) if self.prompt_logprobs else {}
         return StepOut(dict(scheduled), self.ends, list(self.recorder.calls), out.returned, logprobs,
-                       bool(h.runner.use_structured_output), logprob_rows=rows)
+                       bool(h.runner.use_structured_output), logprob_rows=rows, prompt_logprobs=prompt)
 
 
 def grammar_output(ids: list[str], requests: dict[str, Any]) -> Any:
@@ -320,6 +341,9 @@ class GpuEngine:
         self.requests: dict[str, Any] = {}
         self.runner = _GpuRunner(self.batch, self.requests)
         lift_gpu_update_states(root, self.runner, m)
+        self.prompt_logprobs = asks_prompt_logprobs(schedule)
+        if self.prompt_logprobs:
+            lift_gpu_prompt_logprobs(root, self.runner, sampler.sampler, schedule.get("logprobs_mode", "raw_logprobs"))
         self.recorder = Recorder("GPU", sampler, self)
         self.number, self.ends = 0, {}
 
@@ -373,8 +397,25 @@ class GpuEngine:
                     logprobs[rid] = ([int(t) for t in lp.logprob_token_ids[i]],
                                      [round(float(v), 4) for v in lp.logprobs[i]])
                     lp_rows[rid] = logprob_rows(lp, i, 1)
+        prompt = delivered(self._prompt_logprobs(scheduled)) if self.prompt_logprobs else {}
         scheduler.update(scheduled, returned)
-        return StepOut(dict(scheduled), self.ends, list(self.recorder.calls), returned, logprobs, logprob_rows=lp_rows)
+        return StepOut(dict(scheduled), self.ends, list(self.recorder.calls), returned, logprobs, logprob_rows=lp_rows,
+                       prompt_logprobs=prompt)
+
+    def _prompt_logprobs(self, scheduled: dict[str, int]) -> dict[str, Any]:
+        """vLLM's own ``GPUModelRunner._get_prompt_logprobs_dict`` of the tree after sampling, handed
+        the step's hidden states as the model lays them out (each request's scheduled positions, in
+        batch order; ``query_start_loc`` where each begins): the rows of a request asking prompt
+        logprobs are the model's (``compute_logits`` is the identity), the others zeros (never read)."""
+        batch, runner = self.batch, self.runner
+        ids = batch.req_ids[:batch.num_reqs]
+        parts = []
+        for rid in ids:
+            start = self.requests[rid].num_computed_tokens
+            parts.append(torch.stack([self.model.row(rid, start + j) for j in range(scheduled[rid])])
+                         if rid in runner.num_prompt_logprobs else torch.zeros(scheduled[rid], VOCAB))
+        runner.query_start_loc = types.SimpleNamespace(np=np.cumsum([0] + [scheduled[rid] for rid in ids]))
+        return runner._get_prompt_logprobs_dict(torch.cat(parts), dict(scheduled))
 
     def _update_states(self, so: Any) -> None:
         """vLLM's own ``GPUModelRunner._update_states`` of the tree, lifted and bound to a stand-in
@@ -399,7 +440,7 @@ class _GpuRunner:
         self.encoder_cache: dict[str, Any] = {}
         self.uses_xdrope_dim = 0  # 0.26.0: no XD-RoPE positions
 
-    _QUIET = ("_on_request_state_removed", "_zero_block_ids", "_process_encoder_cache_scheduler_output",
+    _QUIET = ("_sync_device", "_on_request_state_removed", "_zero_block_ids", "_process_encoder_cache_scheduler_output",
               "_may_reorder_batch", "_update_streaming_request", "_init_mrope_positions")
 
     def __getattr__(self, name: str) -> Any:
@@ -414,6 +455,19 @@ def lift_gpu_update_states(root: Path, runner: _GpuRunner, m: Any) -> None:
                  "CachedRequestState": m.gib.CachedRequestState, "cast": lambda t, v: v,
                  "get_pp_group": lambda: types.SimpleNamespace(is_last_rank=True)}
     lift.bind(runner, root / GPU_RUNNER_REL, ["GPUModelRunner._update_states"], namespace)
+
+
+def lift_gpu_prompt_logprobs(root: Path, runner: _GpuRunner, sampler: Any, logprobs_mode: str) -> None:
+    """Bind vLLM's ``GPUModelRunner._get_prompt_logprobs_dict`` to `runner`, with `sampler` (vLLM's
+    ``Sampler`` the runner builds for `logprobs_mode`) and a model whose ``compute_logits`` is the
+    identity (its hidden states are logits rows)."""
+    from vllm.v1.outputs import LogprobsTensors
+    namespace = {"torch": torch, "np": np, "LogprobsTensors": LogprobsTensors,
+                 "async_tensor_h2d": lambda data, *a, **k: torch.tensor(data)}
+    lift.bind(runner, root / GPU_RUNNER_REL, ["GPUModelRunner._get_prompt_logprobs_dict"], namespace)
+    runner.sampler = sampler
+    runner.model = types.SimpleNamespace(compute_logits=lambda hidden: hidden)
+    runner.model_config = types.SimpleNamespace(logprobs_mode=logprobs_mode)
 
 
 def _parameters(fn: Any) -> set[str]:

@@ -24,6 +24,16 @@ A plain schedule may carry ``"logprobs_mode"`` (the server's ``--logprobs-mode``
 Sampler is then the one its runner's ``__init__`` builds for that mode. A request's params may ask
 ``logprob_token_ids`` (not in a speculative-decoding schedule).
 
+A plain request may ask ``prompt_logprobs`` (k of ``PROMPT_LOGPROBS_K``), drawn from generators
+of its own (the request's, and per step its gaps and preemptions), so that a schedule without
+such a request is the one the seed drew before they were drawn: not where the schedule's
+``--logprobs-mode`` is ``raw_logits`` or ``processed_logits`` (vllm_gaudi computes prompt logprobs
+whatever the mode: a known difference, not repaired yet). Such a request never reads the prefix
+cache, as vLLM's scheduler has it (``skip_reading_prefix_cache``): it arrives with no hit and is
+recomputed from position 0 when it resumes. Its prompt is sometimes left out of a step between
+two of its chunks (``GAP``), and it is preempted after its prefill more often than other requests
+(``PROMPT_PREEMPT``, until it has been once).
+
 Per step, in the order vLLM's scheduler does it: ``finish`` (its ``finished_req_ids``),
 ``preempt`` (blocks freed, ``num_computed_tokens`` back to 0; the request is left out until it is
 scheduled again, then comes back resumed with the block-aligned prefix hit), ``arrive`` (new
@@ -45,7 +55,7 @@ from __future__ import annotations
 import json
 import random
 from pathlib import Path
-from typing import Any
+from typing import Any, Optional
 
 VERSION = 1
 VOCAB = 64
@@ -97,6 +107,8 @@ class _Progress:
     def __init__(self, prompt: int):
         self.prompt, self.computed, self.output = prompt, 0, 0
         self.cached = 0  # computed when it was preempted: still in the prefix cache
+        self.reads_cache = True  # False for a prompt-logprobs request (vLLM's skip_reading_prefix_cache)
+        self.recomputes = False  # preempted once its prompt was done
         self.state = "running"  # running | paused | preempted
 
     @property
@@ -105,7 +117,27 @@ class _Progress:
 
     def hit(self) -> int:
         """The scheduler's prefix-cache hit on resumption: full cached blocks, at most all but one token."""
+        if not self.reads_cache:
+            return 0
         return min(self.cached, self.tokens - 1) // BLOCK * BLOCK
+
+
+PROMPT_LOGPROBS = 0.25  # the chance of a plain request asking prompt_logprobs
+PROMPT_LOGPROBS_K = (0, 2, 5, -1)  # -1: the whole vocabulary
+GAP = 0.4  # the chance of a prompt-logprobs request being left out of a step between its chunks
+PROMPT_PREEMPT = 0.3  # its extra chance, per step, of being preempted once its prompt is done (once)
+
+
+def prompt_logprobs(seed: int, rid: str) -> Optional[int]:
+    """The prompt_logprobs request `rid` of schedule `seed` asks (None: none), from its own generator."""
+    rng = random.Random(f"conform-prompt-logprobs {seed} {rid}")
+    return rng.choice(PROMPT_LOGPROBS_K) if rng.random() < PROMPT_LOGPROBS else None
+
+
+def prompt_logprobs_event(seed: int, rid: str, step: int, what: str, chance: float) -> bool:
+    """Whether a prompt-logprobs request's `what` (a gap, a preemption) happens at `step`, from a
+    generator of its own."""
+    return random.Random(f"conform-prompt-logprobs-{what} {seed} {rid} {step}").random() < chance
 
 
 SAMPLED = 0.3  # the chance of a spec-decode request drawn with temperature > 0 keeping it
@@ -162,14 +194,22 @@ def generate(seed: int, mode: str, spec: int = 0) -> dict[str, Any]:
     requests: dict[str, Any] = {}
     live: dict[str, _Progress] = {}
     steps: list[dict[str, Any]] = []
-    for _ in range(STEPS):
+    # the server's --logprobs-mode: a suite parameter, from its own generator (the draws below stay)
+    logprobs_mode = "raw_logprobs" if spec else random.Random(f"logprobs_mode {seed}").choice(LOGPROBS_MODES)
+    # prompt logprobs: not with spec decoding, nor where vllm_gaudi ignores the mode (module docstring)
+    draw_prompt_logprobs = not spec and logprobs_mode in ("raw_logprobs", "processed_logprobs")
+    for number in range(STEPS):
         running = [rid for rid, p in live.items() if p.state == "running"]
         finish = [rid for rid in running if live[rid].output and rng.random() < 0.15]
         for rid in finish:
             del live[rid]
         preempt = [rid for rid in running if rid in live and live[rid].computed and not spec and rng.random() < 0.08]
+        preempt += [rid for rid in running if rid in live and rid not in preempt and not live[rid].reads_cache
+                    and live[rid].computed >= live[rid].prompt and not live[rid].recomputes
+                    and prompt_logprobs_event(seed, rid, number, "preempt", PROMPT_PREEMPT)]
         for rid in preempt:
             p = live[rid]
+            p.recomputes = p.recomputes or p.computed >= p.prompt
             p.cached, p.computed, p.state = p.computed, 0, "preempted"
         for rid in running:
             if rid in live and rid not in preempt and live[rid].output and rng.random() < 0.1:
@@ -179,6 +219,9 @@ def generate(seed: int, mode: str, spec: int = 0) -> dict[str, Any]:
                 if p.state == "preempted":
                     p.computed = p.hit()
                 p.state = "running"
+        # a prompt-logprobs request's prompt left out of this step between two of its chunks
+        gap = {rid for rid in running if rid in live and live[rid].state == "running" and not live[rid].reads_cache
+               and 0 < live[rid].computed < live[rid].prompt and prompt_logprobs_event(seed, rid, number, "gap", GAP)}
         arrive = []
         for _ in range(rng.randint(0, min(2, MAX_REQS - len(live)))):
             rid = f"r{len(requests)}"
@@ -187,14 +230,19 @@ def generate(seed: int, mode: str, spec: int = 0) -> dict[str, Any]:
             grammar = sorted(rng.sample(range(3, VOCAB), 12) + [EOS]) if rng.random() < 0.25 else None
             prefix = prefix_hit(seed, rid)
             prompt = prefix + prompt  # the prefix is computed already: the chunks below are unchanged
+            k = prompt_logprobs(seed, rid) if draw_prompt_logprobs else None
+            if k is not None:
+                params["prompt_logprobs"] = k
             requests[rid] = {"prompt": prompt, "params": params, "grammar": grammar}
             live[rid] = _Progress(len(prompt))
-            if prefix:
+            if k is not None:  # it never reads the prefix cache: the whole prompt is computed
+                live[rid].reads_cache = False
+            elif prefix:
                 requests[rid]["cached"] = live[rid].computed = len(prefix)
             arrive.append(rid)
         scheduled: dict[str, int] = {}
         for rid, p in live.items():
-            if p.state == "running":
+            if p.state == "running" and rid not in gap:
                 left = p.tokens - p.computed
                 scheduled[rid] = min(left, rng.randint(1, CHUNK)) if left > 1 else 1
         completes = [rid for rid, n in scheduled.items() if live[rid].computed + n >= live[rid].tokens]
@@ -215,10 +263,8 @@ def generate(seed: int, mode: str, spec: int = 0) -> dict[str, Any]:
     out = {"version": VERSION, "seed": seed, "mode": mode, "requests": requests, "steps": steps}
     if spec:
         out["spec"] = spec
-    else:  # the server's --logprobs-mode: a suite parameter, from its own generator (the draws above stay)
-        logprobs_mode = random.Random(f"logprobs_mode {seed}").choice(LOGPROBS_MODES)
-        if logprobs_mode != "raw_logprobs":
-            out["logprobs_mode"] = logprobs_mode
+    elif logprobs_mode != "raw_logprobs":
+        out["logprobs_mode"] = logprobs_mode
     return out
 
 

@@ -142,8 +142,11 @@ class Scheduler:
 
     def hit(self, rid: str) -> int:
         """``get_computed_blocks``' hit on resumption: the full cached blocks, at most
-        ``num_tokens - 1`` tokens."""
+        ``num_tokens - 1`` tokens; none for a request that skips reading the prefix cache
+        (``SamplingParams.skip_reading_prefix_cache``: one asking prompt_logprobs)."""
         r = self.requests[rid]
+        if getattr(r.params, "skip_reading_prefix_cache", False):
+            return 0
         return min(r.cached, len(r.tokens) - 1) // BLOCK * BLOCK
 
     def finish(self, rid: str) -> None:

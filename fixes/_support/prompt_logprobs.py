@@ -4,7 +4,8 @@ delivers for the same prompt.
 ``bind(h)`` lifts ``HPUModelRunner._get_prompt_logprobs_dict`` and ``_gather_prompt_logprobs_hpu``
 out of the tree onto the harness's runner; ``step(h, scheduled)`` runs one engine step
 (``Harness.step``: the runner's ``_update_states`` and sampling) and then the runner's
-``_get_prompt_logprobs_dict`` with the hidden states ``sample_tokens`` collects for it: for every
+``_get_prompt_logprobs_dict`` (``collect(h, done, scheduled)`` after a step the caller ran) with
+the hidden states ``sample_tokens`` collects for it: for every
 prefill of the step whose request is in the batch's ``num_prompt_logprobs``, the rows of its
 scheduled positions (the model's logits rows stand in for hidden states: ``compute_logits`` is the
 identity), padded as a prompt bucket pads them. Returns the step's ``prompt_logprobs_dict``.
@@ -52,13 +53,18 @@ def bind(h: harness.Harness) -> None:
               ["HPUModelRunner._get_prompt_logprobs_dict", "HPUModelRunner._gather_prompt_logprobs_hpu"], namespace)
     runner.device = torch.device("cpu")
     runner.model = types.SimpleNamespace(compute_logits=lambda hidden: hidden)
-    h.sampler.compute_logprobs = Sampler.compute_logprobs
+    runner.sampler.compute_logprobs = Sampler.compute_logprobs  # a static method: no Sampler state
 
 
 def step(h: harness.Harness, scheduled: dict[str, int]) -> dict[str, Any]:
     """One engine step, then the runner's ``_get_prompt_logprobs_dict`` (as ``sample_tokens`` calls
     it after sampling): the step's prompt logprobs by request."""
-    done = h.step(scheduled)
+    return collect(h, h.step(scheduled), scheduled)
+
+
+def collect(h: harness.Harness, done: harness.Step, scheduled: dict[str, int]) -> dict[str, Any]:
+    """The runner's ``_get_prompt_logprobs_dict`` after step `done` (``Harness.step``), with the
+    hidden states ``sample_tokens`` collects for it: the step's prompt logprobs by request."""
     hidden: dict[str, torch.Tensor] = {}
     for rid in done.ns["pd_info"].prompt_req_ids:
         if rid in h.batch.num_prompt_logprobs:  # sample_tokens collects only these
