@@ -5,16 +5,17 @@ format and where the evidence comes from).
 - ``load_allowlist(path)``: ``op  input-dtypes  evidence`` per line, ``#`` comments; an entry's
   evidence names a gaudi-pytorch-bridge or vllm-gaudi file:line, or is ``covered-by
   <fix>/device_ops.txt:<line> ...``: that entry (same op, other input dtypes; its evidence quoted)
-  (its dtypes are not proven by it); or, where the caller allows it, ``unproven: ...`` (listed so
-  that any other op fails, named by the test). Host syncs and data-dependent shapes can never be
-  listed.
+  (its dtypes are not proven by it); or is ``unsupported: ...`` with the bridge file:line that
+  shows Gaudi does not run the op with those dtypes (kept so the audit names it: ``classify``
+  fails on it). An entry without evidence (``unproven: ...``) is refused. Host syncs and
+  data-dependent shapes can never be listed.
 - ``OpRecorder``: every aten op dispatched while it is active, with its input tensors' dtypes;
   with ``device=`` (the tensors that stand for device tensors), only the ops on the device path:
   an op with a device input, or a factory whose source line names a device (``device=``). The
   rest (index built on the host from host lists, as ``num_draft_tokens``) is kept apart in
   ``host_ops``; a host tensor copied with ``.to(device)`` is a device tensor from then on.
 - ``classify(seen, allowed, name)``: the failures of an op stream (host syncs, data-dependent
-  shapes, ops not in the allowlist).
+  shapes, ops not in the allowlist, ops listed as unsupported).
 """
 
 from __future__ import annotations
@@ -74,17 +75,20 @@ def _parse(path: Path) -> dict[tuple[str, str], AllowedOp]:
     return entries
 
 
-UNPROVEN = "unproven:"
+UNSUPPORTED = "unsupported:"
 
 
-def load_allowlist(path: Path, allow_unproven: bool = False) -> dict[tuple[str, str], AllowedOp]:
-    """`op dtypes evidence...` per line; # comments. Errors name the file and line. With
-    `allow_unproven`, an entry whose evidence starts with ``unproven:`` is kept (``unproven``
-    tells them apart): the audit lets it pass and names it."""
+def load_allowlist(path: Path) -> dict[tuple[str, str], AllowedOp]:
+    """`op dtypes evidence...` per line; # comments. Errors name the file and line. An entry
+    whose evidence starts with ``unsupported:`` (and names the bridge's file:line that says so)
+    is kept for ``classify`` to fail on."""
     entries = _parse(path)
     for (op, dtypes), entry in entries.items():
         where = f"{path.name}:{entry.line}"
-        if allow_unproven and entry.evidence.startswith(UNPROVEN):
+        if entry.evidence.startswith(UNSUPPORTED):
+            if not _EVIDENCE.search(entry.evidence):
+                raise AssertionError(f"{where}: {op} {dtypes}: `unsupported:` must name the gaudi-pytorch-bridge or "
+                                     "vllm-gaudi file:line that shows it")
             continue
         covered = _COVERED_BY.match(entry.evidence)
         if covered:
@@ -182,8 +186,9 @@ class OpRecorder(torch.utils._python_dispatch.TorchDispatchMode):
         return out
 
 
-def unproven(allowed: dict[tuple[str, str], AllowedOp]) -> list[tuple[str, str]]:
-    return sorted(k for k, e in allowed.items() if e.evidence.startswith(UNPROVEN))
+def unsupported(allowed: dict[tuple[str, str], AllowedOp]) -> list[tuple[str, str]]:
+    """The entries listed as not run by Gaudi (``unsupported:``)."""
+    return sorted(k for k, e in allowed.items() if e.evidence.startswith(UNSUPPORTED))
 
 
 def classify(seen: dict[tuple[str, str], set[str]], allowed: dict[tuple[str, str], AllowedOp],
@@ -199,4 +204,8 @@ def classify(seen: dict[tuple[str, str], set[str]], allowed: dict[tuple[str, str
             failures.append(f"{op} ({dtypes}) has a data-dependent output shape [{where}]")
         elif (op, dtypes) not in allowed:
             failures.append(f"{op} ({dtypes}) is not in {allowlist_name}: no evidence Gaudi compiles it [{where}]")
+        elif allowed[op, dtypes].evidence.startswith(UNSUPPORTED):
+            entry = allowed[op, dtypes]
+            failures.append(f"{op} ({dtypes}) is listed {allowlist_name}:{entry.line} as unsupported on Gaudi: "
+                            f"{entry.evidence.removeprefix(UNSUPPORTED).strip()} [{where}]")
     return failures
