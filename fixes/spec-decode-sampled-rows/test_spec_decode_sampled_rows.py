@@ -242,6 +242,25 @@ def test_stand_in_expand():
     assert out.tolist() == [0.5, 0.5, 1.0]
 
 
+def test_installed_expand_keeps_the_kernels_contract(root):  # noqa: F811
+    """The expand_batch_to_tokens hpu_rejection_sampler.py installs (torch ops, no Triton) gives each
+    token its request's value as the expand_kernel stand-in does: requests without tokens, a
+    replaced value, a batch of 60000 (the distribution tests' size: no [tokens, batch] temporary)."""
+    expand_batch_to_tokens = spec_decode.RealVllm.get(root).hpu_installs["expand_batch_to_tokens"]
+    generator = torch.Generator().manual_seed(0)
+    cases = [(torch.tensor([0.5, 9.0, 0.0]), torch.tensor([2, 2, 3], dtype=torch.int32))]
+    for size in [*range(1, 9), 60000]:
+        counts = torch.randint(0, 4, (size, ), generator=generator)
+        counts[-1] = 1
+        cases.append((torch.randint(0, 3, (size, ), generator=generator).float(), counts.cumsum(0).to(torch.int32)))
+    for x, cu in cases:
+        want = torch.empty(int(cu[-1]))
+        spec_sampled.expand(want, x, cu, 0, 7)
+        got = expand_batch_to_tokens(x, cu, int(cu[-1]), 0, 7)
+        assert torch.equal(got, want), (
+            f"expand_batch_to_tokens on cu_num_tokens {cu.tolist()[:8]}: {got} where vLLM's gives {want}")
+
+
 def test_stand_in_random_sample():
     cu, drafts, target = _kernel_case()  # request 0: p(draft 1) = 0.6 at position 0, p(draft 2) = 0.5 at 1
     recovered = torch.tensor([3, 0, 1], dtype=torch.int32)
