@@ -96,7 +96,11 @@ def _load_hpu_installs(root: Path, module: Any) -> dict[str, Any]:
     """What ``hpu_rejection_sampler.py`` (executed for real) sets in vLLM's rejection-sampler module
     at import: vllm_gaudi's ``rejection_sample`` (and what a fix installs beside it), by name; vLLM's
     own are put back afterwards (``installed`` swaps them in for an HPU step)."""
-    path = root / REJECTION_REL
+    return _load_hpu_installs_from(root / REJECTION_REL, module)
+
+
+def _load_hpu_installs_from(path: Path, module: Any) -> dict[str, Any]:
+    """``_load_hpu_installs`` of the file at `path` (a mutant of the tree's, for a test)."""
     saved = dict(vars(module))
     namespace: dict[str, Any] = {"__name__": "gaudi_fixes_hpu_rejection_sampler", "__file__": str(path)}
     try:

@@ -163,3 +163,58 @@ def test_min_tokens_beside_differing_draft_counts(root):  # noqa: F811
         f"min_tokens={MIN_TOKENS} request was not held back from its stop token {BANNED} with speculative decoding: "
         f"it said {said}, {BANNED} as token #{early.index(BANNED) + 1}")
     _same_as_gpu(steps, what)
+
+
+class _GatherShapes:
+    """The runner's rejection sampler, recording the shape of the target-logits gather
+    (``logits[metadata.target_logits_indices]``, vLLM's RejectionSampler) of every call, with the
+    step's decode bucket, most drafts and total drafts."""
+
+    def __init__(self, inner: Any):
+        self.inner, self.shapes = inner, []
+
+    def __call__(self, metadata: Any, draft_probs: Any, logits: torch.Tensor, sampling_metadata: Any) -> Any:
+        counts = list(metadata.num_draft_tokens)
+        self.shapes.append((len(counts), max(counts), sum(counts),
+                            tuple(logits[metadata.target_logits_indices].shape)))
+        return self.inner(metadata, draft_probs, logits, sampling_metadata)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self.inner, name)
+
+
+def test_target_gather_has_one_shape_per_bucket(root):  # noqa: F811
+    """Plain greedy requests (no per-row feature: the padded rows reach vLLM's RejectionSampler):
+    steps of one decode bucket and step width gather the target logits in one shape, whatever
+    their total draft count (HPU compiles a graph per shape), and every request's tokens are
+    those of vLLM's GPU path (the compact rows alone): the padded rows reach no request."""
+    recorder: dict[str, _GatherShapes] = {}
+    original = spec_decode.SpecHarness.__init__
+
+    def init(self, *args: Any, **kwargs: Any) -> None:
+        original(self, *args, **kwargs)
+        self.runner.rejection_sampler = recorder["r"] = _GatherShapes(self.runner.rejection_sampler)
+
+    spec_decode.SpecHarness.__init__ = init  # type: ignore[method-assign]
+    try:
+        h, steps = _run(root, {}, spec_decode.context_row, "plain greedy requests")
+    finally:
+        spec_decode.SpecHarness.__init__ = original  # type: ignore[method-assign]
+    _same_as_gpu(steps, "plain greedy requests")
+    shapes = recorder["r"].shapes
+    print(f"\n(bucket, most drafts, total drafts, gathered shape) per spec step: {shapes}")
+    by_width: dict[tuple[int, int], set[tuple[int, ...]]] = {}
+    totals: dict[tuple[int, int], set[int]] = {}
+    for bucket, most, total, shape in shapes:
+        by_width.setdefault((bucket, most), set()).add(shape)
+        totals.setdefault((bucket, most), set()).add(total)
+    assert any(len(t) > 1 for t in totals.values()), f"no two steps of one bucket differ in total drafts: {shapes}"
+    for (bucket, most), seen in sorted(by_width.items(), key=lambda kv: -len(kv[1])):
+        assert len(seen) == 1, (
+            f"speculative-decoding steps in one decode bucket ({bucket} requests, {most} drafts at most) gathered "
+            f"the target logits in {len(seen)} shapes {sorted(seen)} for total draft counts {sorted(totals[bucket, most])}:"
+            " a new HPU graph for every total draft count (padded to the bucket, as logits_indices, they are one)")
+    for (bucket, most), seen in sorted(by_width.items()):
+        assert next(iter(seen))[0] == bucket * most, (
+            f"the target gather of a {bucket}-request bucket with {most} drafts at most has shape {sorted(seen)}, "
+            f"not {bucket * most} rows (the padded layout)")

@@ -16,14 +16,20 @@ Run: ``GAUDI_FIXES_ROOT=<dir holding vllm/ and vllm_gaudi/> pytest fixes/spec-de
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
+import functools
 import types
+from pathlib import Path
 from typing import Any, Callable, Optional
 
 import pytest
 import torch
+import torch.utils._python_dispatch
+import torch.utils._pytree
 from fixtures import root  # noqa: F401  (pytest fixture)
 
+import device_ops
 import harness
 import spec_decode
 import spec_sampled
@@ -236,6 +242,25 @@ def test_stand_in_expand():
     assert out.tolist() == [0.5, 0.5, 1.0]
 
 
+def test_installed_expand_keeps_the_kernels_contract(root):  # noqa: F811
+    """The expand_batch_to_tokens hpu_rejection_sampler.py installs (torch ops, no Triton) gives each
+    token its request's value as the expand_kernel stand-in does: requests without tokens, a
+    replaced value, a batch of 60000 (the distribution tests' size: no [tokens, batch] temporary)."""
+    expand_batch_to_tokens = spec_decode.RealVllm.get(root).hpu_installs["expand_batch_to_tokens"]
+    generator = torch.Generator().manual_seed(0)
+    cases = [(torch.tensor([0.5, 9.0, 0.0]), torch.tensor([2, 2, 3], dtype=torch.int32))]
+    for size in [*range(1, 9), 60000]:
+        counts = torch.randint(0, 4, (size, ), generator=generator)
+        counts[-1] = 1
+        cases.append((torch.randint(0, 3, (size, ), generator=generator).float(), counts.cumsum(0).to(torch.int32)))
+    for x, cu in cases:
+        want = torch.empty(int(cu[-1]))
+        spec_sampled.expand(want, x, cu, 0, 7)
+        got = expand_batch_to_tokens(x, cu, int(cu[-1]), 0, 7)
+        assert torch.equal(got, want), (
+            f"expand_batch_to_tokens on cu_num_tokens {cu.tolist()[:8]}: {got} where vLLM's gives {want}")
+
+
 def test_stand_in_random_sample():
     cu, drafts, target = _kernel_case()  # request 0: p(draft 1) = 0.6 at position 0, p(draft 2) = 0.5 at 1
     recovered = torch.tensor([3, 0, 1], dtype=torch.int32)
@@ -369,3 +394,156 @@ def test_distribution_of_a_two_token_step(root):  # noqa: F811
                          f"(gate {GATE})")
     print(f"two-token step: TVD first {tvd1:.4f} over {DRAWS} draws, second {tvd2:.4f} over {second.numel()}")
 
+
+
+# --------------------------------------------------------------------------
+# On the device: the spec-decode fixes' aten ops against the allowlist (device_ops.txt)
+# --------------------------------------------------------------------------
+
+ALLOWLIST_PATH = Path(__file__).resolve().parent / "device_ops.txt"
+# What hpu_rejection_sampler.py installs in vLLM's module and runs on the device: rejection_sample
+# on a batch with sampled requests (this fix's random path, with spec-decode-request-rows'
+# re-layout of the compact rows and logitsprocs-batch-updates' min_tokens hook, statement for
+# statement those of the greedy path), expand_batch_to_tokens, and apply_sampling_constraints' own
+# statements. Not audited: vllm_gaudi's greedy rejection_sample on an all-greedy batch (vllm_gaudi's
+# own code, run on Gaudi today) and vLLM's apply_sampling_constraints inside the wrapper.
+AUDITED = ("rejection_sample", "expand_batch_to_tokens", "apply_sampling_constraints")
+# Steps of sampled and greedy requests: temperature alone, with top_k/top_p, seeded beside an
+# unseeded one, a greedy request beside sampled ones, padding rows (3 decodes in a bucket of 4)
+# and differing draft counts.
+AUDIT_RUNS = {
+    "temperature": ({"X": {"temperature": 0.7}}, {"X": 3}),
+    "top_k_top_p": ({"X": {"temperature": 0.9, "top_k": 5, "top_p": 0.8}, "Y": {"temperature": 0.7}}, {"X": 2, "Y": 3}),
+    "seeded_beside_greedy": ({"X": {"temperature": 0.7, "seed": 11}, "Y": {"temperature": 1.0}, "Z": {"temperature": 0.0}},
+                             {"X": 3, "Y": 1, "Z": 2}),
+}
+
+
+@contextlib.contextmanager
+def _recording(real: Any, source: Path, recorder_of: Callable[[], Any]):
+    """The installs in AUDITED wrapped: each call runs under a device_ops.OpRecorder whose device
+    tensors are the call's tensor arguments and the sampling metadata's (the rest of the step, host
+    index building from host lists included, is the host's)."""
+    saved = (real.hpu_rejection_sample, dict(real.hpu_installs))
+
+    def wrap(fn: Callable[..., Any]) -> Callable[..., Any]:
+        def recorded(*args: Any, **kwargs: Any) -> Any:
+            device = [a for a in torch.utils._pytree.tree_flatten((args, kwargs))[0] if isinstance(a, torch.Tensor)]
+            for a in [*args, *kwargs.values()]:
+                if dataclasses.is_dataclass(a):
+                    device += [v for v in vars(a).values() if isinstance(v, torch.Tensor)]
+            recorder = recorder_of()
+            for t in device:
+                recorder.mark(t)
+            with recorder:
+                return fn(*args, **kwargs)
+        return recorded
+
+    namespace = saved[1]["apply_sampling_constraints"].__globals__
+    unaudited = {name: namespace[name] for name in ("_vllm_apply_sampling_constraints", "_greedy_rejection_sample")}
+    try:
+        for name in AUDITED:
+            if name in real.hpu_installs:
+                real.hpu_installs[name] = wrap(saved[1][name])
+        real.hpu_rejection_sample = real.hpu_installs["rejection_sample"]
+        # vLLM's apply_sampling_constraints and the greedy path run unrecorded (the expand vLLM's
+        # calls is recorded).
+        for name, fn in unaudited.items():
+            namespace[name] = functools.partial(_unrecorded, fn)
+        yield
+    finally:
+        real.hpu_rejection_sample, real.hpu_installs = saved[0], saved[1]
+        namespace.update(unaudited)
+
+
+def _unrecorded(fn: Callable[..., Any], *args: Any, **kwargs: Any) -> Any:
+    with torch.utils._python_dispatch._disable_current_modes():
+        return fn(*args, **kwargs)
+
+
+def record_spec_ops(root: Path, source: Optional[Path] = None  # noqa: F811
+                    ) -> tuple[dict[tuple[str, str], set[str]], dict[tuple[str, str], set[str]]]:
+    """(op, input dtypes) -> the runs it was seen in, on the device path and on the host."""
+    real = spec_decode.RealVllm.get(root)
+    source = source or root / spec_decode.REJECTION_REL
+    seen: dict[tuple[str, str], set[str]] = {}
+    host: dict[tuple[str, str], set[str]] = {}
+    for name, (params, counts) in AUDIT_RUNS.items():
+        recorders: list[Any] = []
+
+        def recorder_of() -> Any:
+            recorders.append(device_ops.OpRecorder(device=(), sources=[source]))
+            return recorders[-1]
+
+        with _recording(real, source, recorder_of):
+            _spec_run(root, params, counts, f"the op audit's {name} run", steps=2)
+        assert recorders, f"{name}: the installed rejection_sample was never called"
+        for r in recorders:
+            for key in r.ops:
+                seen.setdefault(key, set()).add(name)
+            for key in r.host_ops:
+                host.setdefault(key, set()).add(name)
+    return seen, host
+
+
+def test_allowlist_entries_carry_evidence():
+    assert device_ops.load_allowlist(ALLOWLIST_PATH), f"{ALLOWLIST_PATH} lists no op"
+
+
+def test_device_path_uses_only_ops_gaudi_compiles(root):  # noqa: F811
+    """Every aten op (with input dtypes) hpu_rejection_sampler.py's installs dispatch on the device
+    in sampled and greedy spec steps is in device_ops.txt with its evidence; no host sync, no
+    data-dependent shape (the index built on the host from num_draft_tokens is the host's). An op
+    listed as `unsupported:` (the bridge says Gaudi does not run it with those dtypes) fails."""
+    allowed = device_ops.load_allowlist(ALLOWLIST_PATH)
+    seen, host = record_spec_ops(root)
+    print(f"\ndevice path: {len(seen)} (op, input dtypes) over {len(AUDIT_RUNS)} runs")
+    for op, dtypes in sorted(seen):
+        print(f"  {op:34} {dtypes}")
+    print(f"host: {sorted(host)}")
+    failures = device_ops.classify(seen, allowed, ALLOWLIST_PATH.name)
+    unsupported = [k for k in device_ops.unsupported(allowed) if k in seen]
+    print(f"UNSUPPORTED (the bridge says Gaudi does not run them): {len(unsupported)}")
+    for op, dtypes in unsupported:
+        print(f"  {op:34} {dtypes}")
+    assert not failures, "spec-decode device-path ops Gaudi may not compile:\n" + "\n".join(failures)
+
+
+# One op outside the allowlist in the random path (torch.multinomial in place of the Gumbel-max draw),
+# one host sync, one data-dependent shape: each must fail the audit.
+AUDIT_MUTANTS = {
+    "multinomial": ("recovered = (residual * q.reciprocal().unsqueeze(1)).argmax(dim=-1)",
+                    "recovered = torch.multinomial(residual.view(-1, vocab_size) + 1e-9, 1).view(batch_size, -1)"),
+    "host_sync": ("kept = (accepted | ~own).to(torch.int32).cumprod(dim=-1).bool()",
+                  "kept = (accepted | ~own).to(torch.int32).cumprod(dim=-1).bool() | bool(accepted.any()) & False"),
+    "data_dependent_shape": ("kept = (accepted | ~own).to(torch.int32).cumprod(dim=-1).bool()",
+                             "kept = (accepted | ~own).to(torch.int32).cumprod(dim=-1).bool()\n"
+                             "    kept = kept | (accepted.nonzero().shape[0] < 0)"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(AUDIT_MUTANTS))
+def test_audit_rejects_ops_gaudi_may_not_compile(root, name, tmp_path):  # noqa: F811
+    """The audit fails on a random path that uses an op outside device_ops.txt, syncs with the
+    host or has a data-dependent shape (the mutant source executed in place of the tree's)."""
+    old, new = AUDIT_MUTANTS[name]
+    real = spec_decode.RealVllm.get(root)
+    source = root / spec_decode.REJECTION_REL
+    text = source.read_text()
+    assert text.count(old) == 1, f"{name}: the mutated line is not in {source} once"
+    mutant = tmp_path / "hpu_rejection_sampler.py"
+    mutant.write_text(text.replace(old, new))
+    saved = (real.hpu_rejection_sample, real.hpu_installs)
+    installs = spec_decode._load_hpu_installs_from(mutant, real.rejection_sampler)  # noqa: SLF001
+    real.hpu_rejection_sample, real.hpu_installs = installs["rejection_sample"], installs
+    try:
+        seen, _ = record_spec_ops(root, source=mutant)
+    finally:
+        real.hpu_rejection_sample, real.hpu_installs = saved
+    allowed = device_ops.load_allowlist(ALLOWLIST_PATH)
+    # The tree's own failures (ops listed `unsupported:`) are left out: the mutant must add one.
+    unsupported = set(device_ops.unsupported(allowed))
+    failures = device_ops.classify({k: v for k, v in seen.items() if k not in unsupported}, allowed,
+                                   ALLOWLIST_PATH.name)
+    print(f"\n{name}: {failures[:2]}")
+    assert failures, f"audit mutant {name} passed the audit"

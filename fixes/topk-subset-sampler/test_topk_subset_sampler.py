@@ -37,7 +37,6 @@ import ast
 import functools
 import json
 import os
-import re
 import types
 import zlib
 from contextlib import contextmanager
@@ -47,8 +46,7 @@ from pathlib import Path
 import numpy as np
 import pytest
 import torch
-import torch.utils._python_dispatch
-import torch.utils._pytree
+import device_ops
 from vllm_gaudi_stubs import load_sampler_source as load_sampler
 
 ROOT_ENV = "GAUDI_FIXES_ROOT"
@@ -1110,68 +1108,15 @@ def test_mutant_is_rejected(name):
 # --------------------------------------------------------------------------
 
 ALLOWLIST_PATH = FIX_DIR / "device_ops.txt"
-# Read a device value on the host (a sync on every decode step): refused even if listed.
-HOST_SYNC_OPS = frozenset({"aten._local_scalar_dense", "aten.is_nonzero", "aten.item", "aten.equal"})
-# Output shape depends on the data (no static graph): refused even if listed.
-DATA_DEPENDENT_OPS = frozenset({
-    "aten.nonzero", "aten.argwhere", "aten.masked_select", "aten.unique", "aten._unique", "aten._unique2",
-    "aten.unique_dim", "aten.unique_consecutive", "aten.unique_dim_consecutive", "aten.repeat_interleave",
-    "aten.bincount", "aten.histc",
-})
-# An allowlist entry's evidence names the bridge's or vllm-gaudi's file and line.
-_EVIDENCE = re.compile(r"(HabanaAI/gaudi-pytorch-bridge|vllm-project/vllm-gaudi)\S* \S+:\d+")
-
-
-@dataclass(frozen=True)
-class AllowedOp:
-    op: str  # e.g. aten.topk.default
-    dtypes: str  # input tensor dtypes, comma-separated; "->T" for an op without tensor inputs
-    evidence: str
-    line: int
+# The allowlist's loader and the op recorder are shared with the spec-decode fixes' audit
+# (_support/device_ops.py).
+HOST_SYNC_OPS, DATA_DEPENDENT_OPS = device_ops.HOST_SYNC_OPS, device_ops.DATA_DEPENDENT_OPS
+AllowedOp, _OpRecorder = device_ops.AllowedOp, device_ops.OpRecorder
 
 
 def load_allowlist(path: Path = ALLOWLIST_PATH) -> dict[tuple[str, str], AllowedOp]:
     """`op dtypes evidence...` per line; # comments. Errors name the file and line."""
-    entries: dict[tuple[str, str], AllowedOp] = {}
-    for number, raw in enumerate(path.read_text().splitlines(), 1):
-        line = raw.strip()
-        if not line or line.startswith("#"):
-            continue
-        fields = line.split(None, 2)
-        where = f"{path.name}:{number}"
-        if len(fields) < 3:
-            raise AssertionError(f"{where}: want `op dtypes evidence`, got {raw!r}")
-        op, dtypes, evidence = fields
-        packet = op.rsplit(".", 1)[0]
-        if packet in HOST_SYNC_OPS or packet in DATA_DEPENDENT_OPS:
-            raise AssertionError(f"{where}: {op} syncs with the host or has a data-dependent shape; it cannot be allowed")
-        if not _EVIDENCE.search(evidence):
-            raise AssertionError(f"{where}: {op} {dtypes}: evidence must name a gaudi-pytorch-bridge or vllm-gaudi file:line")
-        if (op, dtypes) in entries:
-            raise AssertionError(f"{where}: {op} {dtypes} listed twice (first at line {entries[op, dtypes].line})")
-        entries[op, dtypes] = AllowedOp(op, dtypes, evidence, number)
-    return entries
-
-
-class _OpRecorder(torch.utils._python_dispatch.TorchDispatchMode):
-    """Every aten op dispatched, with its input tensors' dtypes (for an op without tensor
-    inputs, a factory: `->` its outputs' dtypes)."""
-
-    def __init__(self):
-        super().__init__()
-        self.ops: dict[tuple[str, str], int] = {}
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        kwargs = kwargs or {}
-        out = func(*args, **kwargs)
-        flat = torch.utils._pytree.tree_flatten((args, kwargs))[0]
-        dtypes = [str(a.dtype).removeprefix("torch.") for a in flat if isinstance(a, torch.Tensor)]
-        if not dtypes:
-            outs = torch.utils._pytree.tree_flatten(out)[0]
-            dtypes = ["->" + ",".join(str(o.dtype).removeprefix("torch.") for o in outs if isinstance(o, torch.Tensor))]
-        key = (str(func), ",".join(dtypes))
-        self.ops[key] = self.ops.get(key, 0) + 1
-        return out
+    return device_ops.load_allowlist(path)
 
 
 @dataclass
@@ -1227,15 +1172,7 @@ def audit(mod, allowed: dict[tuple[str, str], AllowedOp]) -> tuple[list[str], di
             failures.append(f"{batch.name}: took {taken}, want ['subset'] (the audit covers the fast path)")
         for key in ops:
             seen.setdefault(key, set()).add(batch.name)
-    for (op, dtypes), batches in sorted(seen.items()):
-        packet = op.rsplit(".", 1)[0]
-        where = ", ".join(sorted(batches))
-        if packet in HOST_SYNC_OPS:
-            failures.append(f"{op} ({dtypes}) reads a device value on the host: a sync on every step [{where}]")
-        elif packet in DATA_DEPENDENT_OPS:
-            failures.append(f"{op} ({dtypes}) has a data-dependent output shape [{where}]")
-        elif (op, dtypes) not in allowed:
-            failures.append(f"{op} ({dtypes}) is not in {ALLOWLIST_PATH.name}: no evidence Gaudi compiles it [{where}]")
+    failures += device_ops.classify(seen, allowed, ALLOWLIST_PATH.name)
     return failures, seen
 
 
