@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import argparse
 import collections
+import importlib.util
 import re
 import shutil
 import sys
@@ -27,6 +28,10 @@ from pathlib import Path
 
 SUPPORT = Path(__file__).resolve().parent.parent / "fixes" / "_support"
 SAMPLER = "vllm_gaudi/v1/sample/hpu_rejection_sampler.py"
+# conform-mutants.py's runner of the suite over a plan (its file name is no module name).
+_spec = importlib.util.spec_from_file_location("conform_mutants", Path(__file__).with_name("conform-mutants.py"))
+_plain = importlib.util.module_from_spec(_spec)
+_spec.loader.exec_module(_plain)
 
 # (name, statement as in the tree, its replacement)
 MUTANTS = [
@@ -75,12 +80,7 @@ def findings(conform, root: Path, plan: list) -> set:
     real = spec_decode.RealVllm.get(root)
     real.hpu_installs = spec_decode._load_hpu_installs(root, real.rejection_sampler)  # noqa: SLF001
     real.hpu_rejection_sample = real.hpu_installs["rejection_sample"]
-    out = set()
-    for schedule in plan:
-        f = conform.run_schedule(root, schedule, True)
-        sys.modules.update(conform.GpuModules.get(root).saved)
-        out |= {(schedule["seed"], feature, sentence) for feature, sentence in f.found}
-    return out
+    return _plain.findings(conform, root, plan)
 
 
 def main() -> int:
