@@ -239,6 +239,10 @@ def views(ctx: Ctx, call: Call) -> dict[str, dict[str, Any]]:
         if p.error is None:
             got = p.random[i] if a["temperature"] > 0 else p.greedy[i]
             v["min_tokens"] = bool(got[EOS] == NEG_INF)
+            if chance and "min_tokens" in a and v["min_tokens"] == (len(call.generated[rid]) < a["min_tokens"]):
+                # A sampled spec step emits 1 to drafts + 1 tokens by chance: how many this request
+                # has generated differs by side (the call check ``min_tokens`` holds each side).
+                v["min_tokens"] = "as its own output asks"
             v["logit_bias"] = tuple(round(float(got[t] - call.probe[i][t]), 3) for t in sorted(logit_bias(r))
                                     if torch.isfinite(got[t]))
             keep = torch.ones(VOCAB, dtype=torch.bool)
