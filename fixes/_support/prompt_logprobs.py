@@ -5,10 +5,10 @@ delivers for the same prompt.
 out of the tree onto the harness's runner; ``step(h, scheduled)`` runs one engine step
 (``Harness.step``: the runner's ``_update_states`` and sampling) and then the runner's
 ``_get_prompt_logprobs_dict`` (``collect(h, done, scheduled)`` after a step the caller ran) with
-the hidden states ``sample_tokens`` collects for it: for every
-prefill of the step whose request is in the batch's ``num_prompt_logprobs``, the rows of its
-scheduled positions (the model's logits rows stand in for hidden states: ``compute_logits`` is the
-identity), padded as a prompt bucket pads them. Returns the step's ``prompt_logprobs_dict``.
+the hidden states ``sample_tokens`` collects for it, by its own statement, from a prefill batch of
+the step's prompts (the model's logits rows stand in for hidden states: ``compute_logits`` is the
+identity), padded as a prompt bucket pads them, or merged into one row as ``VLLM_MERGED_PREFILL``
+lays them out. Returns the step's ``prompt_logprobs_dict``.
 
 ``expected(h, rid, k)``: what vLLM's GPU ``_get_prompt_logprobs_dict`` delivers for request `rid`
 once its prompt is prefilled, whatever its chunking: for each prompt position q < P - 1, the next
@@ -18,6 +18,7 @@ and logprobs (vLLM's ``Sampler.gather_logprobs``).
 
 from __future__ import annotations
 
+import ast
 import types
 from typing import Any, Optional
 
@@ -56,23 +57,37 @@ def bind(h: harness.Harness) -> None:
     runner.sampler.compute_logprobs = Sampler.compute_logprobs  # a static method: no Sampler state
 
 
-def step(h: harness.Harness, scheduled: dict[str, int]) -> dict[str, Any]:
+def step(h: harness.Harness, scheduled: dict[str, int], merged: bool = False) -> dict[str, Any]:
     """One engine step, then the runner's ``_get_prompt_logprobs_dict`` (as ``sample_tokens`` calls
-    it after sampling): the step's prompt logprobs by request."""
-    return collect(h, h.step(scheduled), scheduled)
+    it after sampling): the step's prompt logprobs by request (`merged`: ``collect``'s)."""
+    return collect(h, h.step(scheduled), scheduled, merged)
 
 
-def collect(h: harness.Harness, done: harness.Step, scheduled: dict[str, int]) -> dict[str, Any]:
+def collect(h: harness.Harness, done: harness.Step, scheduled: dict[str, int], merged: bool = False) -> dict[str, Any]:
     """The runner's ``_get_prompt_logprobs_dict`` after step `done` (``Harness.step``), with the
-    hidden states ``sample_tokens`` collects for it: the step's prompt logprobs by request."""
+    hidden states its ``sample_tokens`` collects for it, by the tree's own statement (``for i, rid
+    in enumerate(req_id)`` over a prefill batch): the step's prefills as one prefill batch, each
+    request's rows (its scheduled positions) in a row of ``[requests, bucket, vocab]``, or, with
+    `merged` (``VLLM_MERGED_PREFILL``), one after another in the one row of ``[1, bucket, vocab]``
+    the merged layout makes. Returns the step's prompt logprobs by request."""
+    ids = list(done.ns["pd_info"].prompt_req_ids)
     hidden: dict[str, torch.Tensor] = {}
-    for rid in done.ns["pd_info"].prompt_req_ids:
-        if rid in h.batch.num_prompt_logprobs:  # sample_tokens collects only these
-            start = h.runner.requests[rid].num_computed_tokens
-            rows = [h.model.row(rid, start + i) for i in range(scheduled[rid])]
-            padded = -(-len(rows) // PAD) * PAD
-            rows += [torch.zeros(h.vocab)] * (padded - len(rows))
-            hidden[rid] = torch.stack(rows)
+    if not ids:  # no prefill this step: nothing collected
+        return h.runner._get_prompt_logprobs_dict(hidden, done.ns["scheduler_output"])
+    chunks = []
+    for rid in ids:
+        start = h.runner.requests[rid].num_computed_tokens
+        chunks.append([h.model.row(rid, start + i) for i in range(scheduled[rid])])
+    if merged:
+        chunks = [[row for rows in chunks for row in rows]]
+    width = -(-max((len(rows) for rows in chunks), default=0) // PAD) * PAD
+    padded = [torch.stack(rows + [torch.zeros(h.vocab)] * (width - len(rows))) for rows in chunks]
+    h.runner.use_merged_prefill = merged
+    path = h.root / stubs.RUNNER_REL
+    loop = lift.statement(path, "HPUModelRunner.sample_tokens", ast.For, "prefill_hidden_states_for_logprobs[")
+    lift.run_statement(loop, path, {"self": h.runner, "req_id": ids, "non_flattened_hidden_states": torch.stack(padded),
+                                    "prefill_hidden_states_for_logprobs": hidden,
+                                    "scheduler_output": done.ns["scheduler_output"]})
     return h.runner._get_prompt_logprobs_dict(hidden, done.ns["scheduler_output"])
 
 
