@@ -248,7 +248,9 @@ def run_schedule(root: Path, schedule: dict[str, Any], reference: bool) -> Findi
         try:
             h = hpu.step(number, step)
         except Exception as e:  # noqa: BLE001 - the HPU path raised: EngineCore ends, every request fails
-            f.found.append((checks.RAISED, f"step {number} ({schedule['mode']}): the HPU path raised "
+            # counted under the feature whose path raised where an engine says so (prompt logprobs)
+            f.found.append((getattr(e, "conform_feature", checks.RAISED),
+                            f"step {number} ({schedule['mode']}): the HPU path raised "
                             f"{type(e).__name__}: {e} (at {tree_frame(e, root)})"))
             return spec_findings(f) if spec else f
         g = None

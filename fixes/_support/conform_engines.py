@@ -272,7 +272,12 @@ class HpuEngine:
                                      [round(float(v), 4) for v in served.logprobs[i]])
                     rows[rid] = logprob_rows(served, i, 1)
         # sample_tokens' _get_prompt_logprobs_dict, after sampling
-        prompt = delivered(prompt_logprobs.collect(h, out, scheduled)) if self.prompt_logprobs else {}
+        merged = bool(self.schedule.get("merged_prefill"))  # VLLM_MERGED_PREFILL (conform_schedule.py)
+        try:
+            prompt = delivered(prompt_logprobs.collect(h, out, scheduled, merged)) if self.prompt_logprobs else {}
+        except Exception as e:  # noqa: BLE001 - it ends EngineCore; what raised is the prompt-logprobs path
+            e.conform_feature = "prompt_logprobs"  # type: ignore[attr-defined]
+            raise
         return StepOut(dict(scheduled), self.ends, list(self.recorder.calls), out.returned, logprobs,
                        bool(h.runner.use_structured_output), logprob_rows=rows, prompt_logprobs=prompt)
 

@@ -32,7 +32,10 @@ whatever the mode: a known difference, not repaired yet). Such a request never r
 cache, as vLLM's scheduler has it (``skip_reading_prefix_cache``): it arrives with no hit and is
 recomputed from position 0 when it resumes. Its prompt is sometimes left out of a step between
 two of its chunks (``GAP``), and it is preempted after its prefill more often than other requests
-(``PROMPT_PREEMPT``, until it has been once).
+(``PROMPT_PREEMPT``, until it has been once). A schedule with such a request may carry
+``"merged_prefill": true`` (``MERGED``, its own generator): the HPU side runs as under
+``VLLM_MERGED_PREFILL=true``, each step's prompts one after another in one row of its prefill batch
+where ``sample_tokens`` collects their hidden states for prompt logprobs (prompt_logprobs.collect).
 
 Per step, in the order vLLM's scheduler does it: ``finish`` (its ``finished_req_ids``),
 ``preempt`` (blocks freed, ``num_computed_tokens`` back to 0; the request is left out until it is
@@ -126,6 +129,7 @@ PROMPT_LOGPROBS = 0.25  # the chance of a plain request asking prompt_logprobs
 PROMPT_LOGPROBS_K = (0, 2, 5, -1)  # -1: the whole vocabulary
 GAP = 0.4  # the chance of a prompt-logprobs request being left out of a step between its chunks
 PROMPT_PREEMPT = 0.3  # its extra chance, per step, of being preempted once its prompt is done (once)
+MERGED = 0.5  # the chance of a schedule with a prompt-logprobs request running with VLLM_MERGED_PREFILL
 
 
 def prompt_logprobs(seed: int, rid: str) -> Optional[int]:
@@ -265,6 +269,9 @@ def generate(seed: int, mode: str, spec: int = 0) -> dict[str, Any]:
         out["spec"] = spec
     elif logprobs_mode != "raw_logprobs":
         out["logprobs_mode"] = logprobs_mode
+    if any("prompt_logprobs" in r["params"] for r in requests.values()) and \
+            random.Random(f"conform-merged-prefill {seed}").random() < MERGED:
+        out["merged_prefill"] = True
     return out
 
 
