@@ -69,27 +69,6 @@ def bind(obj: Any, path: Path, qualnames: Iterable[str], namespace: dict[str, An
         setattr(obj, name or fn.__name__, types.MethodType(fn, obj))
 
 
-def statement(path: Path, qualname: str, kind: type, contains: str) -> ast.stmt:
-    """The one statement of type `kind` (``ast.For``, ``ast.If``, …) inside `qualname` of `path`
-    whose source contains `contains` and holds no other such statement that does (the innermost),
-    found however conditions or lines around it change; a ``LookupError`` naming the file, the
-    method and the text when there is none or more than one."""
-    fn = definition(path, qualname)
-    found = [n for n in ast.walk(fn) if isinstance(n, kind) and contains in ast.unparse(n)]
-    inner = [n for n in found if not any(m is not n and m in found for m in ast.walk(n))]
-    if len(inner) != 1:
-        raise LookupError(f"{path}: {qualname} has {len(inner)} {kind.__name__} statements containing "
-                          f"{contains!r}, not one (upstream changed it; update the harness)")
-    return inner[0]
-
-
-def run_statement(node: ast.stmt, path: Path, namespace: dict[str, Any]) -> dict[str, Any]:
-    """Execute one statement read from `path` with `namespace` as its globals and locals (the
-    names it reads and assigns). Returns the namespace."""
-    exec(compile(ast.Module([node], []), str(path), "exec", dont_inherit=True), namespace)
-    return namespace
-
-
 def self_calls(nodes: list[ast.AST]) -> set[str]:
     """Names of the `self.NAME(...)` calls in `nodes`."""
     return {
