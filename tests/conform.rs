@@ -533,8 +533,9 @@ fn a_schedule_count_past_the_maximum_is_refused_before_the_suite_runs() {
     conform(&d, "clean", &["conform", "--schedules", "100000"], 0);
 }
 
-/// `--shrink` on a pristine tree's first failing schedule prints a smaller schedule that still
-/// differs in the same feature, and `--replay` of it says so again.
+/// `--shrink` on a pristine tree's first failing schedule prints a smaller schedule (fewer requests,
+/// and fewer prompt tokens than the requests it keeps had) that still differs in the same feature,
+/// and `--replay` of it says so again.
 #[test]
 fn shrink_prints_a_smaller_schedule_that_still_differs_on_replay() {
     let Some((python, root)) = real_paths() else { return };
@@ -551,6 +552,15 @@ fn shrink_prints_a_smaller_schedule_that_still_differs_on_replay() {
     let (before, after) = (&shrunk["before"], &shrunk["after"]);
     let size = |v: &serde_json::Value| (v["requests"].as_u64().unwrap(), v["steps"].as_u64().unwrap());
     assert!(size(after).0 < size(before).0 && size(after).1 <= size(before).1, "{shrunk}");
+    // Prompt tokens too: the requests left keep only the prompt the difference needs.
+    let prompt = |v: &serde_json::Value| v["prompt_tokens"].as_u64().unwrap();
+    let kept: u64 = shrunk["schedule"]["requests"]
+        .as_object()
+        .unwrap()
+        .keys()
+        .map(|rid| first["failing_schedule"]["requests"][rid]["prompt"].as_array().unwrap().len() as u64)
+        .sum();
+    assert!(prompt(after) < kept && kept <= prompt(before), "{shrunk}");
     d.write("small.json", shrunk["schedule"].to_string());
     let small = d.path().join("small.json");
     let replayed = gf(&["--replay", small.to_str().unwrap()], 1);

@@ -7,7 +7,8 @@ FILE is a schedule (``--first``'s ``failing_schedule``, or a corpus file). The f
 first one it differs in, or ``--feature``. Reductions, each kept only when the smaller schedule is
 still one a scheduler can send (``valid``) and still differs in that feature, tried until none
 helps: the steps after the difference, whole requests, steps, a request from one step's
-structured-output list, drafts, sampling parameters, grammars. Progress and the result's first
+structured-output list, drafts, prompt tokens (the last, with one of the request's chunks one
+token shorter), sampling parameters, grammars. Progress and the result's first
 sentence go to stderr; stdout's last line is one JSON object: ``{"schedule": …, "feature": …,
 "first": …, "before": {...sizes}, "after": {...sizes}, "runs": n}`` (``--replay`` takes the
 schedule), or ``{"error": …}`` with exit 3 when FILE does not differ in the feature.
@@ -101,6 +102,7 @@ def sizes(schedule: Schedule) -> dict[str, int]:
     steps = schedule["steps"]
     return {"requests": len(schedule["requests"]), "steps": len(steps),
             "parameters": sum(len(r["params"]) for r in schedule["requests"].values()),
+            "prompt_tokens": sum(len(r["prompt"]) for r in schedule["requests"].values()),
             "scheduled_tokens": sum(sum(s["scheduled"].values()) for s in steps),
             "drafts": sum(len(d) for s in steps for d in s.get("drafts", {}).values())}
 
@@ -154,6 +156,18 @@ def candidates(s: Schedule) -> Iterator[tuple[str, Schedule]]:
                 t["steps"][i]["drafts"][rid] = step["drafts"][rid][:-1]
                 t["steps"][i]["scheduled"][rid] -= 1
                 yield f"step {i} with one draft less for {rid}", t
+    for rid, r in s["requests"].items():
+        if len(r["prompt"]) > 1:  # its prompt one token shorter, one of its chunks with it
+            for i, step in enumerate(s["steps"]):
+                if rid in step["scheduled"]:
+                    t = copy.deepcopy(s)
+                    t["requests"][rid]["prompt"] = r["prompt"][:-1]
+                    left = t["steps"][i]
+                    left["scheduled"][rid] -= 1
+                    if left["scheduled"][rid] - len(left.get("drafts", {}).get(rid, [])) < 1:
+                        del left["scheduled"][rid]
+                        left["structured"] = [x for x in left["structured"] if x != rid]
+                    yield f"{rid}'s prompt one token shorter (step {i} schedules one less)", t
     for rid, r in s["requests"].items():
         for key in [k for k in r["params"] if k != "temperature"]:
             t = copy.deepcopy(s)

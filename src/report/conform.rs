@@ -292,7 +292,7 @@ pub fn setup(out: &mut dyn Write, format: Format, s: &SetupShown<'_>) -> Result<
 /// under `shrunk`.
 pub fn shrunk(out: &mut dyn Write, format: Format, s: &Shrunk) -> Result<()> {
     let sizes = |v: &serde_json::Value| {
-        ["requests", "steps", "parameters", "scheduled_tokens", "drafts"]
+        ["requests", "steps", "parameters", "prompt_tokens", "scheduled_tokens", "drafts"]
             .iter()
             .map(|k| format!("{} {}", v.get(*k).and_then(serde_json::Value::as_u64).unwrap_or(0), k.replace('_', " ")))
             .collect::<Vec<_>>()
