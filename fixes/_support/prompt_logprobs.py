@@ -13,7 +13,8 @@ lays them out. Returns the step's ``prompt_logprobs_dict``.
 ``expected(h, rid, k)``: what vLLM's GPU ``_get_prompt_logprobs_dict`` delivers for request `rid`
 once its prompt is prefilled, whatever its chunking: for each prompt position q < P - 1, the next
 prompt token with ``log_softmax`` of the model's row q at it and its rank, then the top-k tokens
-and logprobs (vLLM's ``Sampler.gather_logprobs``).
+and logprobs (vLLM's ``Sampler.gather_logprobs``); ``check_once`` asserts a request's deliveries
+against it.
 """
 
 from __future__ import annotations
@@ -117,3 +118,35 @@ def expected(h: harness.Harness, rid: str, k: int) -> tuple[list[list[int]], lis
         logprobs.append([float(lp[target]), *top.values.tolist()])
         ranks.append(int((lp >= lp[target]).sum()))
     return ids, logprobs, ranks
+
+
+def check_once(h: harness.Harness, delivered: dict, rid: str, k: int) -> None:
+    """`rid`'s prompt logprobs (``k`` asked) came once (`delivered`: per request, (step, tensors)
+    per delivery), as vLLM's GPU path gives them (``expected``): the assertion says how not."""
+    prompt = h.scheduler.requests[rid].prompt
+    got = delivered.get(rid, [])
+    rows = sum(t.logprob_token_ids.shape[0] for _, t in got)
+    assert len(got) == 1, (
+        f"request {rid} ({len(prompt)} prompt tokens, prompt_logprobs={k}) gets its prompt logprobs "
+        f"{len(got)} times (steps {[n for n, _ in got]}; the user sees {rows + 1 if got else 0} entries), where "
+        f"vLLM's GPU path delivers them once ({len(prompt)} entries)")
+    ids, logprobs, ranks = expected(h, rid, k)
+    _, tensors = got[0]
+    got_ids = tensors.logprob_token_ids.tolist()
+    assert len(got_ids) == len(prompt) - 1, (
+        f"request {rid} ({len(prompt)} prompt tokens) gets prompt logprobs for {len(got_ids)} positions (the user "
+        f"sees {len(got_ids) + 1} entries), where vLLM's GPU path gives {len(prompt) - 1} ({len(prompt)} entries)")
+    bad = [p for p in range(len(prompt) - 1) if got_ids[p] != ids[p]]
+    assert not bad, (
+        f"request {rid}'s prompt logprobs for positions {bad[0]}-{bad[-1]} are token ids "
+        f"{[got_ids[p][0] for p in bad]} (top-{k}: {[got_ids[p][1:] for p in bad]}) where vLLM's GPU path "
+        f"gives the prompt's {[ids[p][0] for p in bad]} (top-{k}: {[ids[p][1:] for p in bad]})")
+    for q in range(len(prompt) - 1):
+        for col in range(k + 1):
+            value = float(tensors.logprobs[q][col])
+            assert abs(value - logprobs[q][col]) < 1e-4, (
+                f"request {rid}'s prompt logprob of token {ids[q][col]} at position {q} is {value}, vLLM's GPU "
+                f"path gives {logprobs[q][col]}")
+        assert int(tensors.selected_token_ranks[q]) == ranks[q], (
+            f"request {rid}'s prompt token {ids[q][0]} at position {q} has rank "
+            f"{int(tensors.selected_token_ranks[q])}, vLLM's GPU path gives {ranks[q]}")

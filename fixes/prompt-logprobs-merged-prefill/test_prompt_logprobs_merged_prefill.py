@@ -50,31 +50,6 @@ def _run(h: harness.Harness, plan: list[dict[str, int]], merged: bool) -> dict[s
     return delivered
 
 
-def _check(h: harness.Harness, delivered: dict, rid: str) -> None:
-    """`rid`'s prompt logprobs came once, as vLLM's GPU path gives them."""
-    prompt = h.scheduler.requests[rid].prompt
-    got = delivered.get(rid, [])
-    assert len(got) == 1, (
-        f"request {rid} ({len(prompt)} prompt tokens, prompt_logprobs={K}) gets its prompt logprobs {len(got)} "
-        "times where vLLM's GPU path delivers them once")
-    ids, logprobs, ranks = prompt_logprobs.expected(h, rid, K)
-    tensors = got[0][1]
-    got_ids = tensors.logprob_token_ids.tolist()
-    bad = [q for q in range(len(prompt) - 1) if got_ids[q] != ids[q]]
-    assert not bad, (
-        f"request {rid}'s prompt logprobs for positions {bad} are token ids {[got_ids[q] for q in bad]} where "
-        f"vLLM's GPU path gives {[ids[q] for q in bad]} (the next prompt token, then the top {K})")
-    for q in range(len(prompt) - 1):
-        for col in range(K + 1):
-            value = float(tensors.logprobs[q][col])
-            assert abs(value - logprobs[q][col]) < 1e-4, (
-                f"request {rid}'s prompt logprob of token {ids[q][col]} at position {q} is {value}, vLLM's GPU "
-                f"path gives {logprobs[q][col]}")
-        assert int(tensors.selected_token_ranks[q]) == ranks[q], (
-            f"request {rid}'s prompt token {ids[q][0]} at position {q} has rank "
-            f"{int(tensors.selected_token_ranks[q])}, vLLM's GPU path gives {ranks[q]}")
-
-
 def _harness(root, mode) -> harness.Harness:  # noqa: F811
     h = harness.Harness(root, mode)
     prompt_logprobs.bind(h)
@@ -89,8 +64,8 @@ def test_every_request_of_a_merged_prefill(root, mode):  # noqa: F811
     h.add("B", harness.prompt(9, 1), temperature=0.0, max_tokens=8)
     h.add("C", harness.prompt(5, 2), temperature=0.0, max_tokens=8, prompt_logprobs=K)
     delivered = _run(h, [{"A": 7, "B": 9, "C": 5}, {"A": 1, "B": 1, "C": 1}], merged=True)
-    _check(h, delivered, "A")
-    _check(h, delivered, "C")
+    prompt_logprobs.check_once(h, delivered, "A", K)
+    prompt_logprobs.check_once(h, delivered, "C", K)
 
 
 def test_chunked_prompt_in_merged_prefills(root, mode):  # noqa: F811
@@ -100,7 +75,7 @@ def test_chunked_prompt_in_merged_prefills(root, mode):  # noqa: F811
     h.add("B", harness.prompt(12, 1), temperature=0.0, max_tokens=8, prompt_logprobs=K)
     h.add("C", harness.prompt(4, 2), temperature=0.0, max_tokens=8)
     delivered = _run(h, [{"A": 6, "B": 5}, {"A": 1, "C": 4, "B": 7}, {"A": 1, "B": 1, "C": 1}], merged=True)
-    _check(h, delivered, "B")
+    prompt_logprobs.check_once(h, delivered, "B", K)
 
 
 def test_unmerged_prefill_batch_unchanged(root, mode):  # noqa: F811
@@ -110,5 +85,5 @@ def test_unmerged_prefill_batch_unchanged(root, mode):  # noqa: F811
     h.add("A", harness.prompt(7, 0), temperature=0.0, max_tokens=8, prompt_logprobs=K)
     h.add("B", harness.prompt(9, 1), temperature=0.0, max_tokens=8, prompt_logprobs=K)
     delivered = _run(h, [{"A": 7, "B": 9}, {"A": 1, "B": 1}], merged=False)
-    _check(h, delivered, "A")
-    _check(h, delivered, "B")
+    prompt_logprobs.check_once(h, delivered, "A", K)
+    prompt_logprobs.check_once(h, delivered, "B", K)

@@ -57,44 +57,13 @@ def _run(h: harness.Harness, plan: list[Any]) -> dict[str, list[tuple[int, Any]]
     return delivered
 
 
-def _check_once(h: harness.Harness, delivered: dict, rid: str) -> None:
-    """`rid`'s prompt logprobs came once, as vLLM's GPU path gives them."""
-    prompt = h.scheduler.requests[rid].prompt
-    got = delivered.get(rid, [])
-    rows = sum(t.logprob_token_ids.shape[0] for _, t in got)
-    assert len(got) == 1, (
-        f"request {rid} ({len(prompt)} prompt tokens, prompt_logprobs={K}) gets its prompt logprobs "
-        f"{len(got)} times (steps {[n for n, _ in got]}; the user sees {rows + 1 if got else 0} entries), where "
-        f"vLLM's GPU path delivers them once ({len(prompt)} entries)")
-    ids, logprobs, ranks = prompt_logprobs.expected(h, rid, K)
-    _, tensors = got[0]
-    got_ids = tensors.logprob_token_ids.tolist()
-    assert len(got_ids) == len(prompt) - 1, (
-        f"request {rid} ({len(prompt)} prompt tokens) gets prompt logprobs for {len(got_ids)} positions (the user "
-        f"sees {len(got_ids) + 1} entries), where vLLM's GPU path gives {len(prompt) - 1} ({len(prompt)} entries)")
-    bad = [p for p in range(len(prompt) - 1) if got_ids[p] != ids[p]]
-    assert not bad, (
-        f"request {rid}'s prompt logprobs for positions {bad[0]}-{bad[-1]} are token ids "
-        f"{[got_ids[p][0] for p in bad]} (top-{K}: {[got_ids[p][1:] for p in bad]}) where vLLM's GPU path "
-        f"gives the prompt's {[ids[p][0] for p in bad]} (top-{K}: {[ids[p][1:] for p in bad]})")
-    for q in range(len(prompt) - 1):
-        for col in range(K + 1):
-            value = float(tensors.logprobs[q][col])
-            assert abs(value - logprobs[q][col]) < 1e-4, (
-                f"request {rid}'s prompt logprob of token {ids[q][col]} at position {q} is {value}, vLLM's GPU "
-                f"path gives {logprobs[q][col]}")
-        assert int(tensors.selected_token_ranks[q]) == ranks[q], (
-            f"request {rid}'s prompt token {ids[q][0]} at position {q} has rank "
-            f"{int(tensors.selected_token_ranks[q])}, vLLM's GPU path gives {ranks[q]}")
-
-
 def test_chunk_left_out_between_chunks(root, mode):  # noqa: F811
     """A's 12-token prompt in chunks of 5 and 7; the step between them schedules only B."""
     h = _harness(root, mode)
     h.add("A", harness.prompt(12, 0), temperature=0.0, max_tokens=8, prompt_logprobs=K)
     h.add("B", harness.prompt(6, 1), temperature=0.0, max_tokens=8)
     delivered = _run(h, [{"A": 5, "B": 6}, {"B": 1}, {"A": 7, "B": 1}, {"A": 1, "B": 1}])
-    _check_once(h, delivered, "A")
+    prompt_logprobs.check_once(h, delivered, "A", K)
 
 
 def test_preempted_after_prefill(root, mode):  # noqa: F811
@@ -116,7 +85,7 @@ def test_preempted_after_prefill(root, mode):  # noqa: F811
     more = _run(h, [resume(h), {"A": 1, "B": 1}])
     for rid, got in more.items():
         delivered.setdefault(rid, []).extend(got)
-    _check_once(h, delivered, "A")
+    prompt_logprobs.check_once(h, delivered, "A", K)
 
 
 def test_same_id_resubmitted_mid_prefill(root, mode):  # noqa: F811
@@ -131,4 +100,4 @@ def test_same_id_resubmitted_mid_prefill(root, mode):  # noqa: F811
         h.add("A", harness.prompt(10, 3), temperature=0.0, max_tokens=8, prompt_logprobs=K)
 
     delivered = _run(h, [resubmit, {"A": 10}, {"A": 1}])
-    _check_once(h, delivered, "A")
+    prompt_logprobs.check_once(h, delivered, "A", K)
