@@ -110,6 +110,14 @@ MUTANTS = [
 KEPT = [125]
 
 
+def scratch_tree(source: Path, tmp: str) -> Path:
+    """A copy of `source`'s vllm_gaudi/ (to mutate) beside a link to its vllm/."""
+    root = Path(tmp) / "tree"
+    shutil.copytree(source / "vllm_gaudi", root / "vllm_gaudi")
+    (root / "vllm").symlink_to((source / "vllm").resolve())
+    return root
+
+
 def findings(conform, root: Path, plan: list) -> set:
     out = set()
     for schedule in plan:
@@ -131,9 +139,7 @@ def main() -> int:
     chosen = [m for m in MUTANTS if not only or m[0] in only]
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="conform-mutants-") as tmp:
-        root = Path(tmp) / "tree"
-        shutil.copytree(args.root / "vllm_gaudi", root / "vllm_gaudi")
-        (root / "vllm").symlink_to((args.root / "vllm").resolve())
+        root = scratch_tree(args.root, tmp)
         missing = [f"{name}: {rel} has no `{old}` exactly once" for name, rel, old, _, _ in chosen
                    if (root / rel).read_text().count(old) != 1]
         if missing:

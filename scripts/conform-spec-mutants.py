@@ -20,7 +20,6 @@ import argparse
 import collections
 import importlib.util
 import re
-import shutil
 import sys
 import tempfile
 import time
@@ -96,9 +95,7 @@ def main() -> int:
     chosen = [m for m in MUTANTS if not only or m[0] in only]
     started = time.monotonic()
     with tempfile.TemporaryDirectory(prefix="conform-spec-mutants-") as tmp:
-        root = Path(tmp) / "tree"
-        shutil.copytree(args.root / "vllm_gaudi", root / "vllm_gaudi")
-        (root / "vllm").symlink_to((args.root / "vllm").resolve())
+        root = _plain.scratch_tree(args.root, tmp)
         missing = [f"{name}: {SAMPLER} has no `{old}` exactly once" for name, old, _ in chosen
                    if (root / SAMPLER).read_text().count(old) != 1]
         if missing:
