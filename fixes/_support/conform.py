@@ -14,7 +14,10 @@ A pipeline of three parts:
    prefix-cache hit, the rest recomputed in one or several chunks), pauses (a running request left
    out of a step), arrivals, tokens per request (prompt chunks, recompute chunks, decodes) and the
    structured-output requests; sync or async scheduling; a plain schedule's ``--logprobs-mode``
-   (``logprobs_mode``, from a generator of its own: each side's Sampler as its runner builds it).
+   (``logprobs_mode``, from a generator of its own: each side's Sampler as its runner builds it);
+   a plain schedule's reasoning config (``reasoning``, from a generator of its own: both batches
+   built with it, the HPU one by the runner's own statement), whose requests may ask
+   ``thinking_token_budget`` (thinking_budget.py).
 2. **Engines** (conform_engines.py): the HPU side is the harness (harness.py): vllm_gaudi's real
    ``_update_states`` fed by vLLM's real ``SchedulerOutput``, its ``InputBatch``, ``sample_tokens``'
    blocks; the GPU side is vLLM's ``gpu_input_batch.InputBatch`` updated from the same scheduler
@@ -232,7 +235,7 @@ def run_schedule(root: Path, schedule: dict[str, Any], reference: bool) -> Findi
     torch.manual_seed(schedule["seed"])  # unseeded draws: the same on a replay, whatever ran before
     requests = {rid: checks.Request(rid, r["params"], r["grammar"], r["prompt"])
                 for rid, r in schedule["requests"].items()}
-    ctx = checks.Ctx(requests, stubs_bad_words(root), schedule["mode"])
+    ctx = checks.Ctx(requests, stubs_bad_words(root), schedule["mode"], think=schedule.get("reasoning"))
     spec = bool(schedule.get("spec"))
     lm = schedule.get("logprobs_mode")  # each side's Sampler as its runner builds it for that mode
     hpu = (conform_spec.SpecHpuEngine if spec else HpuEngine)(

@@ -67,6 +67,7 @@ class Call:
     tokens: Optional[list[int]] = None  # sampled per row
     logprobs: Any = None
     error: Optional[str] = None
+    forced: list[int] = dataclasses.field(default_factory=list)  # rows whose end-of-think token was forced
 
     def discarded(self, rid: str) -> bool:
         """Whether request `rid`'s first row is one whose token is dropped (its chunk does not
@@ -94,6 +95,8 @@ class Ctx:
     # Requests vLLM's GPU path itself mishandled (its own checks disagreed with the request): their
     # history there is not the reference's.
     suspect: set[str] = dataclasses.field(default_factory=set)
+    # The schedule's reasoning config (think_start, think_end token ids; thinking_budget.py), or None.
+    think: Optional[dict[str, int]] = None
 
 
 @dataclasses.dataclass
@@ -128,7 +131,8 @@ PARAM_FEATURE = {"temperature": "temperature/top_k/top_p", "top_k": "temperature
                  "presence_penalty": "penalties", "repetition_penalty": "penalties", "min_p": "min_p",
                  "logit_bias": "logit_bias", "min_tokens": "min_tokens", "logprobs": "logprobs",
                  "bad_words_token_ids": "bad_words", "allowed_token_ids": "allowed_token_ids",
-                 "logprob_token_ids": "logprob_token_ids", "prompt_logprobs": "prompt_logprobs"}
+                 "logprob_token_ids": "logprob_token_ids", "prompt_logprobs": "prompt_logprobs",
+                 "thinking_token_budget": "thinking_token_budget"}
 
 
 def asked_for(r: Request, feature: str) -> str:
@@ -489,6 +493,17 @@ def _bad_words_want(r: Request, generated: list[int]) -> set[int]:
     return {w[-1] for w in r.asked.get("bad_words_token_ids", []) if len(w) == 1 or generated[-(len(w) - 1):] == w[:-1]}
 
 
+@check("thinking_token_budget", "call")
+def thinking_forced_rows(ctx: Ctx, call: Call) -> Iterable[str]:
+    """The sampler forces the end-of-think token only on the rows of requests that asked a
+    ``thinking_token_budget`` (the batch's thinking-budget state follows each request's row)."""
+    for i in call.forced:
+        rid = call.rows[i]
+        if rid is not None and "thinking_token_budget" not in ctx.requests[rid].asked:
+            yield (f"request {rid} asked no thinking_token_budget; the {call.side} sampler forced the end-of-think "
+                   f"token on its row")
+
+
 @check("structured_output", "call")
 def grammar_rows(ctx: Ctx, call: Call) -> Iterable[str]:
     """The grammar bitmask went on each structured request's own row, and on no other."""
@@ -632,6 +647,41 @@ def logprob_ranks_and_alternatives(ctx: Ctx, hpu: Any, gpu: Any, suspect: set[st
                        f"(token, logprob); vLLM's GPU path serves {ga[at - 1]}")
 
 
+@check("thinking_token_budget", "pair_step")
+def thinking_ended(ctx: Ctx, hpu: Any, gpu: Any, suspect: set[str]) -> Iterable[str]:
+    """A request whose prompt opens the thinking, with ``thinking_token_budget``, gets the
+    end-of-think token once its budget is spent (its prompt's thinking tokens counted), as vLLM's
+    GPU path forces it (``ThinkingBudgetStateHolder``), unless it ended its thinking before: held
+    on each side's own tokens, at the step the token is due (a schedule the HPU path raised in
+    later is judged up to there), so a request drawn by chance is judged too. Where vLLM's GPU
+    path itself does not, the sentence is the reference's (``GpuDisagrees``) and HPU is not judged."""
+    if ctx.think is None:
+        return
+    import thinking_budget
+    start, end = ctx.think["think_start"], ctx.think["think_end"]
+    for rid, r in ctx.requests.items():
+        budget = r.asked.get("thinking_token_budget")
+        at = None if budget is None else thinking_budget.due(r.prompt, budget, start, end)
+        if at is None:
+            continue
+        for side, step in (("GPU", gpu), ("HPU", hpu)):
+            got = step.returned.get(rid) if step is not None and step.calls else None
+            if not got:
+                continue
+            out = step.calls[0].generated[rid] + got  # its tokens so far, this step's last
+            if len(out) != at + 1 or end in out:
+                continue
+            thinking = len(r.prompt) - 1 - max(i for i, t in enumerate(r.prompt) if t == start)
+            sentence = (f"request {rid} with thinking_token_budget={budget} (its prompt opens the thinking, "
+                        f"{thinking} thinking token{'s' * (thinking != 1)} in it) is still thinking after "
+                        f"{len(out)} tokens ({out}); vLLM's GPU path ends thinking after the budget: the "
+                        f"end-of-think token {end} as its token {at + 1}")
+            if side == "GPU":
+                yield GpuDisagrees(sentence)
+                break
+            yield sentence
+
+
 @check("seeded_tokens", "run")
 def seeded_tokens(ctx: Ctx, hpu: dict[str, list[int]], gpu: dict[str, list[int]],
                   suspect: set[str]) -> Iterable[tuple[str, str]]:
@@ -646,7 +696,10 @@ def seeded_tokens(ctx: Ctx, hpu: dict[str, list[int]], gpu: dict[str, list[int]]
         if hpu[rid][:n] != gpu[rid][:n] or len(hpu[rid]) != len(gpu[rid]):
             at = next((k for k in range(n) if hpu[rid][k] != gpu[rid][k]), n)
             asked = f"seed={r.asked['seed']}" if r.seeded else "temperature=0"
-            yield ("seeded_tokens" if r.seeded else "returned_tokens",
+            # where one side has the end-of-think token, a thinking_token_budget difference
+            thinks = ("thinking_token_budget" in r.asked and ctx.think is not None
+                      and ctx.think["think_end"] in (hpu[rid][at:at + 1] + gpu[rid][at:at + 1]))
+            yield ("thinking_token_budget" if thinks else "seeded_tokens" if r.seeded else "returned_tokens",
                    f"request {rid} ({asked}) got {hpu[rid]} where vLLM's GPU path gives it {gpu[rid]} "
                    f"(first difference at token {at})")
 

@@ -33,6 +33,7 @@ import torch
 import harness
 import lift
 import prompt_logprobs
+import thinking_budget
 from conform_checks import Call
 from conform_schedule import EOS, MAX_REQS, VOCAB
 
@@ -217,7 +218,8 @@ class Recorder:
     def __call__(self, logits: torch.Tensor, sampling_metadata: Any, **_: Any) -> Any:
         call = self.record(logits, sampling_metadata)
         self.calls.append(call)
-        out = self.sampler(logits, sampling_metadata)
+        with thinking_budget.recording(sampling_metadata, call):  # the rows its holder forces
+            out = self.sampler(logits, sampling_metadata)
         call.tokens = out.sampled_token_ids.flatten().tolist()
         call.logprobs = out.logprobs_tensors
         return out
@@ -230,7 +232,9 @@ class HpuEngine:
 
     def __init__(self, root: Path, schedule: dict[str, Any], sampler: Any):
         self.schedule, self.mode = schedule, schedule["mode"]
-        self.h = harness.Harness(root, self.mode, grammar=True, vocab=VOCAB)
+        think = schedule.get("reasoning")  # the runner builds its batch with the reasoning config
+        batch = thinking_budget.runner_batch(root, thinking_budget.reasoning_config(think), VOCAB) if think else None
+        self.h = harness.Harness(root, self.mode, grammar=True, vocab=VOCAB, batch=batch)
         self.h.model = MarkedModel(self.h.scheduler, VOCAB)
         self.recorder = self.h.runner.sampler = Recorder("HPU", sampler, self)
         self.number, self.structured, self.ends = 0, [], {}
@@ -342,6 +346,8 @@ class GpuEngine:
             kw["kernel_block_sizes"] = [harness.BLOCK]
         if "pin_memory" in _parameters(m.gib.InputBatch.__init__):
             kw["pin_memory"] = False
+        if schedule.get("reasoning"):  # as GPUModelRunner builds it: vllm_config.reasoning_config
+            kw["reasoning_config"] = thinking_budget.reasoning_config(schedule["reasoning"])
         self.batch = m.gib.InputBatch(**kw)
         self.requests: dict[str, Any] = {}
         self.runner = _GpuRunner(self.batch, self.requests)

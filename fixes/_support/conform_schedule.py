@@ -24,6 +24,10 @@ A plain schedule may carry ``"logprobs_mode"`` (the server's ``--logprobs-mode``
 Sampler is then the one its runner's ``__init__`` builds for that mode. A request's params may ask
 ``logprob_token_ids`` (not in a speculative-decoding schedule).
 
+A plain schedule may carry ``"reasoning"`` (``{"think_start": S, "think_end": E}``: the server runs
+with a reasoning config, ``--reasoning-parser``), drawn from a generator of its own; a request of
+it may ask ``thinking_token_budget`` (its prompt then opens the thinking: thinking_budget.py).
+
 A plain request may ask ``prompt_logprobs`` (k of ``PROMPT_LOGPROBS_K``), drawn from generators
 of its own (the request's, and per step its gaps and preemptions), so that a schedule without
 such a request is the one the seed drew before they were drawn: not where the schedule's
@@ -59,6 +63,8 @@ import json
 import random
 from pathlib import Path
 from typing import Any, Optional
+
+import thinking_budget
 
 VERSION = 1
 VOCAB = 64
@@ -202,6 +208,8 @@ def generate(seed: int, mode: str, spec: int = 0) -> dict[str, Any]:
     logprobs_mode = "raw_logprobs" if spec else random.Random(f"logprobs_mode {seed}").choice(LOGPROBS_MODES)
     # prompt logprobs: not with spec decoding, nor where vllm_gaudi ignores the mode (module docstring)
     draw_prompt_logprobs = not spec and logprobs_mode in ("raw_logprobs", "processed_logprobs")
+    # a reasoning config and thinking_token_budget: plain schedules, from generators of their own
+    think = None if spec else thinking_budget.reasoning(seed, VOCAB)
     for number in range(STEPS):
         running = [rid for rid, p in live.items() if p.state == "running"]
         finish = [rid for rid in running if live[rid].output and rng.random() < 0.15]
@@ -237,6 +245,10 @@ def generate(seed: int, mode: str, spec: int = 0) -> dict[str, Any]:
             k = prompt_logprobs(seed, rid) if draw_prompt_logprobs else None
             if k is not None:
                 params["prompt_logprobs"] = k
+            b = thinking_budget.budget(seed, rid) if think else None
+            if b is not None:  # its prompt opens the thinking (the same length: its chunks stay)
+                params["thinking_token_budget"] = b[0]
+                prompt = thinking_budget.opens_thinking(prompt, b[1], think["think_start"], think["think_end"])
             requests[rid] = {"prompt": prompt, "params": params, "grammar": grammar}
             live[rid] = _Progress(len(prompt))
             if k is not None:  # it never reads the prefix cache: the whole prompt is computed
@@ -272,6 +284,8 @@ def generate(seed: int, mode: str, spec: int = 0) -> dict[str, Any]:
     if any("prompt_logprobs" in r["params"] for r in requests.values()) and \
             random.Random(f"conform-merged-prefill {seed}").random() < MERGED:
         out["merged_prefill"] = True
+    if think:
+        out["reasoning"] = think
     return out
 
 

@@ -36,7 +36,7 @@ import enum
 import logging
 import sys
 import types
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, Iterable, Mapping, NamedTuple, Optional, Union
 
@@ -175,8 +175,20 @@ def _thinking_budget_state(reasoning_config: Any, *args: Any) -> Any:
     harness does before it builds a batch with a reasoning config)."""
     if reasoning_config is None:
         return None
-    from vllm.v1.sample.thinking_budget_state import maybe_create_thinking_budget_state_holder
-    return maybe_create_thinking_budget_state_holder(reasoning_config, *args)
+    import vllm.v1.sample.thinking_budget_state as real
+    holder = real.maybe_create_thinking_budget_state_holder(reasoning_config, *args)
+    sync_batch = holder.sync_batch
+
+    def sync(batch_update: Any) -> None:
+        # The batch's moves carry the MoveDirectionality of the logits-processor package loaded
+        # here; the holder compares them with vLLM's own (else a swap reads as a one-way move).
+        if batch_update:
+            batch_update = replace(batch_update, moved=[
+                (i, j, real.MoveDirectionality[d.name]) for i, j, d in batch_update.moved])
+        sync_batch(batch_update)
+
+    holder.sync_batch = sync
+    return holder
 
 
 def _swap_dict_values(obj: dict, key1: Any, key2: Any) -> None:
