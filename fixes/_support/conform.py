@@ -55,9 +55,8 @@ schedule. With ``--jobs N``, N forked workers (vLLM imported once, before the fo
 schedules, handed out one number at a time, and their findings are merged back in schedule order:
 the report is the same for every N but for ``seconds``, ``jobs`` and ``schedules_per_minute``.
 
-Not covered (yet): prompt_logprobs with speculative decoding, with a ``--logprobs-mode`` of logits
-and in merged prefill batches; penalties on sampled requests with
-speculative decoding, multi-modal inputs; see the fix pages.
+Not covered (yet): prompt_logprobs with speculative decoding and in merged prefill batches;
+penalties on sampled requests with speculative decoding, multi-modal inputs; see the fix pages.
 """
 
 from __future__ import annotations

@@ -239,8 +239,8 @@ class HpuEngine:
         self.recorder = self.h.runner.sampler = Recorder("HPU", sampler, self)
         self.number, self.structured, self.ends = 0, [], {}
         self.prompt_logprobs = asks_prompt_logprobs(schedule)
-        if self.prompt_logprobs:  # the runner's own _get_prompt_logprobs_dict and its gather
-            prompt_logprobs.bind(self.h)
+        if self.prompt_logprobs:  # the runner's own _get_prompt_logprobs_dict and its gather, for the mode
+            prompt_logprobs.bind(self.h, schedule.get("logprobs_mode", "raw_logprobs"))
 
     def where(self) -> str:
         kind = "structured-output" if self.h.runner.use_structured_output else "sampler"

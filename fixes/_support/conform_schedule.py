@@ -30,9 +30,9 @@ it may ask ``thinking_token_budget`` (its prompt then opens the thinking: thinki
 
 A plain request may ask ``prompt_logprobs`` (k of ``PROMPT_LOGPROBS_K``), drawn from generators
 of its own (the request's, and per step its gaps and preemptions), so that a schedule without
-such a request is the one the seed drew before they were drawn: not where the schedule's
-``--logprobs-mode`` is ``raw_logits`` or ``processed_logits`` (vllm_gaudi computes prompt logprobs
-whatever the mode: a known difference, not repaired yet). Such a request never reads the prefix
+such a request is the one the seed drew before they were drawn; in every ``--logprobs-mode`` of
+the schedule (``raw_logits`` and ``processed_logits`` too, since the fix prompt-logprobs-mode: the
+prompt tokens' scores are then logits). Such a request never reads the prefix
 cache, as vLLM's scheduler has it (``skip_reading_prefix_cache``): it arrives with no hit and is
 recomputed from position 0 when it resumes. Its prompt is sometimes left out of a step between
 two of its chunks (``GAP``), and it is preempted after its prefill more often than other requests
@@ -206,8 +206,8 @@ def generate(seed: int, mode: str, spec: int = 0) -> dict[str, Any]:
     steps: list[dict[str, Any]] = []
     # the server's --logprobs-mode: a suite parameter, from its own generator (the draws below stay)
     logprobs_mode = "raw_logprobs" if spec else random.Random(f"logprobs_mode {seed}").choice(LOGPROBS_MODES)
-    # prompt logprobs: not with spec decoding, nor where vllm_gaudi ignores the mode (module docstring)
-    draw_prompt_logprobs = not spec and logprobs_mode in ("raw_logprobs", "processed_logprobs")
+    # prompt logprobs: not with spec decoding (module docstring); in every --logprobs-mode
+    draw_prompt_logprobs = not spec
     # a reasoning config and thinking_token_budget: plain schedules, from generators of their own
     think = None if spec else thinking_budget.reasoning(seed, VOCAB)
     for number in range(STEPS):

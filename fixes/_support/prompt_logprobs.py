@@ -15,6 +15,10 @@ once its prompt is prefilled, whatever its chunking: for each prompt position q 
 prompt token with ``log_softmax`` of the model's row q at it and its rank, then the top-k tokens
 and logprobs (vLLM's ``Sampler.gather_logprobs``); ``check_once`` asserts a request's deliveries
 against it.
+
+``gpu_expected(h, rid, k, logprobs_mode)``: the same as vLLM's own GPU runner computes it (its
+``_get_prompt_logprobs_dict`` of the tree, lifted) for the server's ``--logprobs-mode``: logits in
+the logits modes. ``bind(h, logprobs_mode)`` gives the HPU runner's model config that mode.
 """
 
 from __future__ import annotations
@@ -30,6 +34,7 @@ import harness
 import lift
 import vllm_gaudi_stubs as stubs
 
+GPU_RUNNER_REL = "vllm/v1/worker/gpu_model_runner.py"
 PAD = 8  # a prompt bucket's length is a multiple of this (the padding rows are zeros)
 
 
@@ -44,8 +49,9 @@ class _Torch(types.ModuleType):
         return getattr(torch, name)
 
 
-def bind(h: harness.Harness) -> None:
-    """The tree's prompt-logprobs methods on `h`'s runner."""
+def bind(h: harness.Harness, logprobs_mode: str = "raw_logprobs") -> None:
+    """The tree's prompt-logprobs methods on `h`'s runner, its model config asking `logprobs_mode`
+    (the server's ``--logprobs-mode``)."""
     from vllm.v1.outputs import LogprobsTensors
     from vllm.v1.sample.sampler import Sampler
     harness.no_pinned_memory()  # LogprobsTensors.empty_cpu asks for pinned memory when it sees no GPU
@@ -56,6 +62,9 @@ def bind(h: harness.Harness) -> None:
     runner.device = torch.device("cpu")
     runner.model = types.SimpleNamespace(compute_logits=lambda hidden: hidden)
     runner.sampler.compute_logprobs = Sampler.compute_logprobs  # a static method: no Sampler state
+    if getattr(runner, "model_config", None) is None:
+        runner.model_config = types.SimpleNamespace()
+    runner.model_config.logprobs_mode = logprobs_mode
 
 
 def step(h: harness.Harness, scheduled: dict[str, int], merged: bool = False) -> dict[str, Any]:
@@ -150,3 +159,31 @@ def check_once(h: harness.Harness, delivered: dict, rid: str, k: int) -> None:
         assert int(tensors.selected_token_ranks[q]) == ranks[q], (
             f"request {rid}'s prompt token {ids[q][0]} at position {q} has rank "
             f"{int(tensors.selected_token_ranks[q])}, vLLM's GPU path gives {ranks[q]}")
+
+
+def gpu_expected(h: harness.Harness, rid: str, k: int,
+                 logprobs_mode: str) -> tuple[list[list[int]], list[list[float]], list[int]]:
+    """vLLM's own ``GPUModelRunner._get_prompt_logprobs_dict`` of the tree (lifted onto a stand-in
+    runner holding `rid` alone, its whole prompt in one step, the model's rows as its hidden states,
+    the ``Sampler`` and model config the GPU runner builds for the server's `logprobs_mode`): `rid`'s
+    prompt logprobs (``k`` top tokens): ids, scores and ranks by prompt position."""
+    from vllm.v1.outputs import LogprobsTensors
+    from vllm.v1.sample.sampler import Sampler
+    harness.no_pinned_memory()
+    prompt = list(h.scheduler.requests[rid].prompt)
+    gpu = types.SimpleNamespace(
+        num_prompt_logprobs={rid: k}, device=torch.device("cpu"),
+        requests={rid: types.SimpleNamespace(prompt_token_ids=prompt, in_progress_prompt_logprobs_cpu=None,
+                                             num_computed_tokens=0)},
+        input_batch=types.SimpleNamespace(req_id_to_index={rid: 0}),
+        query_start_loc=types.SimpleNamespace(np=np.array([0, len(prompt)])),
+        model=types.SimpleNamespace(compute_logits=lambda hidden: hidden),
+        model_config=types.SimpleNamespace(logprobs_mode=logprobs_mode),
+        sampler=Sampler(logprobs_mode=logprobs_mode), _sync_device=lambda: None)
+    namespace = {"torch": torch, "np": np, "LogprobsTensors": LogprobsTensors,
+                 "async_tensor_h2d": lambda data, *a, **kw: torch.tensor(data)}
+    lift.bind(gpu, h.root / GPU_RUNNER_REL, ["GPUModelRunner._get_prompt_logprobs_dict"], namespace)
+    hidden = torch.stack([h.model.row(rid, q) for q in range(len(prompt))])
+    tensors = gpu._get_prompt_logprobs_dict(hidden, {rid: len(prompt)})[rid]
+    return (tensors.logprob_token_ids.tolist(), tensors.logprobs.tolist(),
+            tensors.selected_token_ranks.tolist())
