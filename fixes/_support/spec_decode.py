@@ -16,8 +16,9 @@ What runs (``SpecHarness``, an additive extension of ``harness.Harness``):
   inside ``if num_decodes > 0:``), lifted as they are, with the one device string ``"hpu"``
   read as ``"cpu"``;
 - vLLM's **real** ``Sampler`` and ``RejectionSampler``, with vllm_gaudi's ``rejection_sample``
-  (``hpu_rejection_sampler.py``, executed for real) installed in vLLM's module for the HPU step
-  only, as vllm_gaudi installs it at import.
+  (``hpu_rejection_sampler.py``, executed for real) installed in vLLM's module, and any method it
+  sets on ``RejectionSampler`` on that class, for the HPU step only, as vllm_gaudi installs them at
+  import.
 
 ``gpu_step`` is vLLM's GPU path for the same step: the compact layout of
 ``GPUModelRunner._calc_spec_decode_metadata`` (request i's drafts at rows ``cu[i-1]..cu[i]-1``,
@@ -100,18 +101,23 @@ def _load_hpu_installs(root: Path, module: Any) -> dict[str, Any]:
 
 
 def _load_hpu_installs_from(path: Path, module: Any) -> dict[str, Any]:
-    """``_load_hpu_installs`` of the file at `path` (a mutant of the tree's, for a test)."""
-    saved = dict(vars(module))
+    """``_load_hpu_installs`` of the file at `path` (a mutant of the tree's, for a test). A method it
+    sets on vLLM's ``RejectionSampler`` is one too, named ``RejectionSampler.<name>``."""
+    cls = module.RejectionSampler
+    saved, saved_cls = dict(vars(module)), dict(vars(cls))
     namespace: dict[str, Any] = {"__name__": "gaudi_fixes_hpu_rejection_sampler", "__file__": str(path)}
     try:
         exec(compile(path.read_text(), str(path), "exec"), namespace)
     finally:
         installs = {k: v for k, v in vars(module).items() if k not in saved or saved[k] is not v}
-        for k in installs:
-            if k in saved:
-                setattr(module, k, saved[k])
-            else:
-                delattr(module, k)
+        methods = {k: v for k, v in vars(cls).items() if k not in saved_cls or saved_cls[k] is not v}
+        for owner, changed, before in ((module, installs, saved), (cls, methods, saved_cls)):
+            for k in changed:
+                if k in before:
+                    setattr(owner, k, before[k])
+                else:
+                    delattr(owner, k)
+    installs.update({f"RejectionSampler.{k}": v for k, v in methods.items()})
     installs["rejection_sample"] = namespace["rejection_sample"]
     return installs
 
@@ -119,16 +125,21 @@ def _load_hpu_installs_from(path: Path, module: Any) -> dict[str, Any]:
 @contextlib.contextmanager
 def installed(module: Any, fn: Callable[..., torch.Tensor], also: Optional[dict[str, Any]] = None):
     """``fn`` as ``module.rejection_sample`` (what ``RejectionSampler.forward`` calls), and `also`'s
-    attributes by name, while the block runs."""
+    attributes by name (``RejectionSampler.<name>``: a method of vLLM's class), while the block runs."""
     values = {**(also or {}), "rejection_sample": fn}
-    saved = {k: getattr(module, k) for k in values}
+
+    def owner(key: str) -> tuple[Any, str]:
+        head, _, name = key.rpartition(".")
+        return (getattr(module, head) if head else module), name
+
+    saved = {k: getattr(*owner(k)) for k in values}
     for k, v in values.items():
-        setattr(module, k, v)
+        setattr(*owner(k), v)
     try:
         yield
     finally:
         for k, v in saved.items():
-            setattr(module, k, v)
+            setattr(*owner(k), v)
 
 
 def greedy_rejection_sample(draft_token_ids: torch.Tensor, num_draft_tokens: list[int], max_spec_len: int,

@@ -183,11 +183,13 @@ class _GatherShapes:
         return getattr(self.inner, name)
 
 
-def test_target_gather_has_one_shape_per_bucket(root):  # noqa: F811
-    """Plain greedy requests (no per-row feature: the padded rows reach vLLM's RejectionSampler):
-    steps of one decode bucket and step width gather the target logits in one shape, whatever
-    their total draft count (HPU compiles a graph per shape), and every request's tokens are
-    those of vLLM's GPU path (the compact rows alone): the padded rows reach no request."""
+Shapes = list[tuple[int, int, int, tuple[int, ...]]]  # (bucket, most drafts, total drafts, gathered shape)
+
+
+def _gather_shapes(root, params: dict[str, dict[str, Any]], model: Callable[[list[int]], torch.Tensor], what: str,
+                   drafter: Optional[Callable[[Any, int], list[int]]] = None) -> Shapes:  # noqa: F811
+    """``_run`` with the runner's rejection sampler recording its target gathers; every request's
+    tokens held against vLLM's GPU path (the compact rows alone): the padded rows reach no request."""
     recorder: dict[str, _GatherShapes] = {}
     original = spec_decode.SpecHarness.__init__
 
@@ -197,12 +199,15 @@ def test_target_gather_has_one_shape_per_bucket(root):  # noqa: F811
 
     spec_decode.SpecHarness.__init__ = init  # type: ignore[method-assign]
     try:
-        h, steps = _run(root, {}, spec_decode.context_row, "plain greedy requests")
+        h, steps = _run(root, params, model, what, drafter)
     finally:
         spec_decode.SpecHarness.__init__ = original  # type: ignore[method-assign]
-    _same_as_gpu(steps, "plain greedy requests")
-    shapes = recorder["r"].shapes
-    print(f"\n(bucket, most drafts, total drafts, gathered shape) per spec step: {shapes}")
+    _same_as_gpu(steps, what)
+    return recorder["r"].shapes
+
+
+def _one_shape_per_bucket(shapes: Shapes, what: str) -> None:
+    print(f"\n{what}: (bucket, most drafts, total drafts, gathered shape) per spec step: {shapes}")
     by_width: dict[tuple[int, int], set[tuple[int, ...]]] = {}
     totals: dict[tuple[int, int], set[int]] = {}
     for bucket, most, total, shape in shapes:
@@ -211,10 +216,42 @@ def test_target_gather_has_one_shape_per_bucket(root):  # noqa: F811
     assert any(len(t) > 1 for t in totals.values()), f"no two steps of one bucket differ in total drafts: {shapes}"
     for (bucket, most), seen in sorted(by_width.items(), key=lambda kv: -len(kv[1])):
         assert len(seen) == 1, (
-            f"speculative-decoding steps in one decode bucket ({bucket} requests, {most} drafts at most) gathered "
-            f"the target logits in {len(seen)} shapes {sorted(seen)} for total draft counts {sorted(totals[bucket, most])}:"
-            " a new HPU graph for every total draft count (padded to the bucket, as logits_indices, they are one)")
+            f"speculative-decoding steps with {what} in one decode bucket ({bucket} requests, {most} drafts at most) "
+            f"gathered the target logits in {len(seen)} shapes {sorted(seen)} for total draft counts "
+            f"{sorted(totals[bucket, most])}: a new HPU graph for every total draft count (padded to the bucket, as "
+            "logits_indices, they are one)")
     for (bucket, most), seen in sorted(by_width.items()):
         assert next(iter(seen))[0] == bucket * most, (
-            f"the target gather of a {bucket}-request bucket with {most} drafts at most has shape {sorted(seen)}, "
-            f"not {bucket * most} rows (the padded layout)")
+            f"the target gather of a {bucket}-request bucket with {most} drafts at most ({what}) has shape "
+            f"{sorted(seen)}, not {bucket * most} rows (the padded layout)")
+
+
+def test_target_gather_has_one_shape_per_bucket(root):  # noqa: F811
+    """Plain greedy requests (no per-row feature): steps of one decode bucket and step width gather
+    the target logits in one shape, whatever their total draft count (HPU compiles a graph per
+    shape), and every request's tokens are those of vLLM's GPU path (the compact rows alone): the
+    padded rows reach no request."""
+    what = "plain greedy requests"
+    _one_shape_per_bucket(_gather_shapes(root, {}, spec_decode.context_row, what), what)
+
+
+# The features vLLM's RejectionSampler counts the target rows for by num_draft_tokens (and
+# spec_token_ids): the padded rows reach it with them too (hpu_rejection_sampler's
+# apply_logits_processors counts the padding rows as the last request's).
+PER_ROW_FEATURES: dict[str, tuple[dict[str, dict[str, Any]], Callable[[list[int]], torch.Tensor], Any]] = {
+    "penalties": (PENALTIES, penalties_model, penalized_greedy),
+    "allowed_token_ids": ({rid: {"allowed_token_ids": ids} for rid, ids in ALLOWED.items()}, spec_decode.context_row,
+                          None),
+    "bad_words": ({"Y": {"bad_words": ["nine"], "bad_words_ids": [[BANNED]]},
+                   "Z": {"bad_words": ["five six"], "bad_words_ids": [WORD]}}, bad_words_model, None),
+    "min_tokens": ({"Y": {"min_tokens": MIN_TOKENS, "stop_token_ids": [BANNED]}}, bad_words_model, None),
+    "logprobs": ({"X": {"logprobs": 3}, "Z": {"logprobs": 3}}, spec_decode.context_row, None),
+}
+
+
+@pytest.mark.parametrize("feature", list(PER_ROW_FEATURES))
+def test_target_gather_has_one_shape_per_bucket_with_per_row_features(root, feature):  # noqa: F811
+    """As above, with a feature vLLM's RejectionSampler counts the target rows for: one gather
+    shape per decode bucket and step width, every request's tokens those of vLLM's GPU path."""
+    params, model, drafter = PER_ROW_FEATURES[feature]
+    _one_shape_per_bucket(_gather_shapes(root, params, model, feature, drafter), feature)
