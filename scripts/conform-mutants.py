@@ -74,6 +74,15 @@ MUTANTS = [
      "self.input_batch.token_ids_cpu[req_idx, start_idx:end_idx] = sampled_ids",
      "self.input_batch.token_ids_cpu[req_idx, start_idx - 1:end_idx - 1] = sampled_ids", False),
     ("async-placeholder-missing", RUNNER, "req_state.output_token_ids.append(-1)", "pass", False),
+    # a logits-processor plugin that reads the generated tokens (not only their number, as vLLM's
+    # built-ins do) is not counted among what reads them: under async scheduling it sees -1
+    # placeholders where the previous step's tokens belong
+    ("plugin-reads-placeholders", RUNNER,
+     "plugins = any(type(p).__module__ != builtin for p in batch.logitsprocs.all)", "plugins = False", False),
+    # a plugin's state cannot be seen from the batch (vLLM's built-ins keep theirs on the host):
+    # taken for idle, it is never run
+    ("plugin-taken-for-idle", BATCH, "            return not getattr(logitsproc, attr)\n    return False",
+     "            return not getattr(logitsproc, attr)\n    return True", False),
     # the input batch
     ("temperature-ignored", BATCH, "self.temperature_cpu[req_index] = sampling_params.temperature",
      "self.temperature_cpu[req_index] = 1.0", False),
@@ -107,7 +116,9 @@ MUTANTS = [
 # Schedules run besides the first N: each names a mutant the first 12 miss. 125 (async):
 # async-resume-not-recovered, named in schedule 7 until the prompt_logprobs draws (e0f8d21) changed
 # schedules 0-11; over schedules 0-199 the suite still names it (25 differences, 10 before), first at 125.
-KEPT = [125]
+# 17 (async, the server loads the logits-processor plugins): plugin-reads-placeholders, which over the
+# plain schedules 0-299 only 15, 17 and 247 name (every one with the plugins loaded).
+KEPT = [125, 17]
 
 
 def scratch_tree(source: Path, tmp: str) -> Path:

@@ -234,7 +234,8 @@ def run_schedule(root: Path, schedule: dict[str, Any], reference: bool) -> Findi
     torch.manual_seed(schedule["seed"])  # unseeded draws: the same on a replay, whatever ran before
     requests = {rid: checks.Request(rid, r["params"], r["grammar"], r["prompt"])
                 for rid, r in schedule["requests"].items()}
-    ctx = checks.Ctx(requests, stubs_bad_words(root), schedule["mode"], think=schedule.get("reasoning"))
+    ctx = checks.Ctx(requests, stubs_bad_words(root), schedule["mode"], think=schedule.get("reasoning"),
+                     server=frozenset(k for k in ("logits_processors",) if schedule.get(k)))
     spec = bool(schedule.get("spec"))
     lm = schedule.get("logprobs_mode")  # each side's Sampler as its runner builds it for that mode
     hpu = (conform_spec.SpecHpuEngine if spec else HpuEngine)(

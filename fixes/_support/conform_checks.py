@@ -24,6 +24,7 @@ from typing import Any, Callable, Iterable, Optional
 
 import torch
 
+import logits_plugins
 from conform_schedule import EOS, VOCAB
 
 NEG_INF = float("-inf")
@@ -68,6 +69,8 @@ class Call:
     logprobs: Any = None
     error: Optional[str] = None
     forced: list[int] = dataclasses.field(default_factory=list)  # rows whose end-of-think token was forced
+    # per row, what the logits-processor plugins ban on the probe when the call is made (None: none loaded)
+    plugin_bans: Optional[list[set[int]]] = None
 
     def discarded(self, rid: str) -> bool:
         """Whether request `rid`'s first row is one whose token is dropped (its chunk does not
@@ -97,6 +100,8 @@ class Ctx:
     suspect: set[str] = dataclasses.field(default_factory=set)
     # The schedule's reasoning config (think_start, think_end token ids; thinking_budget.py), or None.
     think: Optional[dict[str, int]] = None
+    # The server's options the checks read: "logits_processors" when it loads the plugins.
+    server: frozenset[str] = frozenset()
 
 
 @dataclasses.dataclass
@@ -132,7 +137,7 @@ PARAM_FEATURE = {"temperature": "temperature/top_k/top_p", "top_k": "temperature
                  "logit_bias": "logit_bias", "min_tokens": "min_tokens", "logprobs": "logprobs",
                  "bad_words_token_ids": "bad_words", "allowed_token_ids": "allowed_token_ids",
                  "logprob_token_ids": "logprob_token_ids", "prompt_logprobs": "prompt_logprobs",
-                 "thinking_token_budget": "thinking_token_budget"}
+                 "thinking_token_budget": "thinking_token_budget", "extra_args": "logits_plugins"}
 
 
 def asked_for(r: Request, feature: str) -> str:
@@ -172,8 +177,11 @@ def processed(ctx: Ctx, call: Call) -> Processed:
     error = bad_words_error = None
     try:
         out = probe.clone()
-        for proc in md.logitsprocs.non_argmax_invariant:
+        # the plugins as they stood when the call was made (their state moves on with the batch)
+        for proc in logits_plugins.without(md.logitsprocs.non_argmax_invariant):
             out = proc.apply(out)
+        for i, tokens in enumerate(plugin_rows(call)):
+            out[i, list(tokens)] = NEG_INF
         greedy = out.clone()
         for proc in md.logitsprocs.argmax_invariant:
             out = proc.apply(out)
@@ -187,6 +195,12 @@ def processed(ctx: Ctx, call: Call) -> Processed:
     except Exception as e:  # noqa: BLE001
         bad_words_error, banned = f"{type(e).__name__}: {e}", None
     return Processed(greedy, random, banned, error, bad_words_error)
+
+
+def plugin_rows(call: Call) -> list[set[int]]:
+    """Per row of the call, the tokens the logits-processor plugins ban (``Call.plugin_bans``,
+    read when the call was made); none where they raised (min_p's check names that)."""
+    return call.plugin_bans or [set() for _ in range(call.probe.shape[0])]
 
 
 def _cached(call: Call, ctx: Ctx) -> Processed:
@@ -251,7 +265,21 @@ def views(ctx: Ctx, call: Call) -> dict[str, dict[str, Any]]:
                                     if torch.isfinite(got[t]))
             keep = torch.ones(VOCAB, dtype=torch.bool)
             keep[EOS] = False
+            own = plugin_rows(call)[i]  # what the plugins ban in the row: compared on its own below
+            keep[list(own)] = False
             v["min_p"] = tuple(int(t) for t in torch.nonzero(torch.isinf(got[:VOCAB]) & keep).flatten())
+            if chance and (a.get("extra_args") or {}).get("no_repeat"):
+                # no_repeat bans the last token of a history drawn by chance (EOS, a biased token, the
+                # most likely one min_p cuts against): where the row is what the request's own
+                # output asks (the call checks hold that per side), it is compared as such
+                x = _expected(ctx, call, i, rid)[:VOCAB]
+                if torch.equal(torch.isinf(got[:VOCAB]), torch.isinf(x)):
+                    for feature in ("min_tokens", "logit_bias", "min_p"):
+                        v[feature] = "as its own output asks"
+            if "logits_processors" in ctx.server:
+                v["logits_plugins"] = sorted(own)
+                if chance and own == logits_plugins.bans(a, call.generated[rid]):
+                    v["logits_plugins"] = "as its own output asks"  # no_repeat of a token drawn by chance
         out[rid] = v
     return out
 
@@ -406,7 +434,8 @@ def allowed_token_ids(ctx: Ctx, call: Call) -> Iterable[str]:
 
 
 def _expected(ctx: Ctx, call: Call, i: int, rid: str) -> torch.Tensor:
-    """Row `i` as request `rid`'s own parameters would process it: logit_bias, min_tokens, min_p."""
+    """Row `i` as request `rid`'s own parameters would process it: logit_bias, min_tokens, min_p,
+    its logits-processor plugins' bans."""
     r = ctx.requests[rid]
     a = r.asked
     x = call.probe[i].clone()
@@ -414,6 +443,8 @@ def _expected(ctx: Ctx, call: Call, i: int, rid: str) -> torch.Tensor:
         x[tok] += b
     if len(call.generated[rid]) < a.get("min_tokens", 0):
         x[EOS] = NEG_INF
+    for tok in logits_plugins.bans(a, call.generated[rid]):  # its plugins' (logits_plugins' check)
+        x[tok] = NEG_INF
     if "min_p" in a and a["temperature"] > 0:
         p = torch.softmax(x, -1)
         x = x.masked_fill(p < a["min_p"] * p.max(), NEG_INF)
@@ -443,9 +474,10 @@ def min_p(ctx: Ctx, call: Call) -> Iterable[str]:
         if "min_p" in a and not torch.equal(torch.isinf(got)[keep], torch.isinf(x)[keep]):
             applied = "none" if not torch.isinf(got).any() else "another mask"
             yield f"{r.describe('min_p')}; the {call.side} sampler applied {applied}"
-        if "min_p" not in a and not a.get("min_tokens") and bool(torch.isinf(got).any()):
+        extra = torch.isinf(got) & ~torch.isinf(x)  # what its own plugins ban is theirs (below)
+        if "min_p" not in a and not a.get("min_tokens") and bool(extra.any()):
             yield (f"request {rid} asked no min_p and no min_tokens; the {call.side} sampler masked "
-                   f"{int(torch.isinf(got).sum())} tokens")
+                   f"{int(extra.sum())} tokens")
 
 
 @check("logit_bias", "call")
@@ -502,6 +534,22 @@ def thinking_forced_rows(ctx: Ctx, call: Call) -> Iterable[str]:
         if rid is not None and "thinking_token_budget" not in ctx.requests[rid].asked:
             yield (f"request {rid} asked no thinking_token_budget; the {call.side} sampler forced the end-of-think "
                    f"token on its row")
+
+
+@check("logits_plugins", "call")
+def logits_plugins_bans(ctx: Ctx, call: Call) -> Iterable[str]:
+    """A request's row is banned what it asked its plugins (``extra_args``) and nothing else: its
+    ``ban_tokens``, and under ``no_repeat`` its last generated token (as the scheduler knows it)."""
+    if "logits_processors" not in ctx.server:
+        return
+    rows = plugin_rows(call)
+    for i, rid in call.first_rows():
+        want = logits_plugins.bans(ctx.requests[rid].asked, call.generated[rid])
+        if rows[i] != want:
+            asked = ctx.requests[rid].asked.get("extra_args") or "nothing"
+            yield (f"request {rid} asked the logits-processor plugins {asked} and has generated "
+                   f"{call.generated[rid][-3:]} last; the {call.side} sampler's plugins banned "
+                   f"{sorted(rows[i]) or 'nothing'} (want {sorted(want) or 'nothing'})")
 
 
 @check("structured_output", "call")

@@ -32,6 +32,7 @@ import torch
 
 import harness
 import lift
+import logits_plugins
 import prompt_logprobs
 import thinking_budget
 from conform_checks import Call
@@ -211,9 +212,15 @@ class Recorder:
         md = copy.copy(sampling_metadata)
         if getattr(md, "output_token_ids", None) is not None:
             md.output_token_ids = [list(ids) for ids in md.output_token_ids]
-        return Call(self.side, e.where(), list(rows), list(positions), logits.clone(), probe(rows, positions), md,
+        call = Call(self.side, e.where(), list(rows), list(positions), logits.clone(), probe(rows, positions), md,
                     dict(e.states()), {rid: list(o) for rid, o in e.outputs().items()},
                     e.structured_ids(), dict(e.ends))
+        if getattr(e, "schedule", {}).get("logits_processors") and getattr(md, "logitsprocs", None) is not None:
+            try:  # the plugins' state moves on with the batch: what they ban is read now
+                call.plugin_bans = logits_plugins.banned_rows(md.logitsprocs, call.probe, VOCAB)
+            except Exception:  # noqa: BLE001 - the sampler raises it: min_p's check names it
+                pass
+        return call
 
     def __call__(self, logits: torch.Tensor, sampling_metadata: Any, **_: Any) -> Any:
         call = self.record(logits, sampling_metadata)
@@ -234,7 +241,10 @@ class HpuEngine:
         self.schedule, self.mode = schedule, schedule["mode"]
         think = schedule.get("reasoning")  # the runner builds its batch with the reasoning config
         batch = thinking_budget.runner_batch(root, thinking_budget.reasoning_config(think), VOCAB) if think else None
-        self.h = harness.Harness(root, self.mode, grammar=True, vocab=VOCAB, batch=batch)
+        plugins = (logits_plugins.classes(harness.logitsprocs_package(root).interface,
+                                          harness.logitsprocs_package(root).builtin)
+                   if schedule.get("logits_processors") else ())  # the server's --logits-processors
+        self.h = harness.Harness(root, self.mode, grammar=True, vocab=VOCAB, batch=batch, plugins=plugins)
         self.h.model = MarkedModel(self.h.scheduler, VOCAB)
         self.recorder = self.h.runner.sampler = Recorder("HPU", sampler, self)
         self.number, self.structured, self.ends = 0, [], {}
@@ -325,6 +335,15 @@ class GpuModules:
         return cls._loaded[root]
 
 
+def gpu_plugins(schedule: dict[str, Any]) -> tuple[type, ...]:
+    """The schedule's --logits-processors as vLLM's GPU runner hands them to build_logitsprocs:
+    written against vLLM's own logits-processor package."""
+    if not schedule.get("logits_processors"):
+        return ()
+    from vllm.v1.sample import logits_processor as lp
+    return logits_plugins.classes(lp.interface, lp.builtin)
+
+
 class GpuEngine:
     """vLLM's GPU path of the tree fed the same schedule (sync: the reference)."""
 
@@ -341,7 +360,8 @@ class GpuEngine:
                                   max_num_batched_tokens=256, device=torch.device("cpu"), vocab_size=VOCAB,
                                   block_sizes=[harness.BLOCK],
                                   max_num_blocks_per_req=[harness.MAX_MODEL_LEN // harness.BLOCK],
-                                  logitsprocs=m.build_logitsprocs(config, torch.device("cpu"), False, False, ()))
+                                  logitsprocs=m.build_logitsprocs(config, torch.device("cpu"), False, False,
+                                                                  gpu_plugins(schedule)))
         if "kernel_block_sizes" in _parameters(m.gib.InputBatch.__init__):
             kw["kernel_block_sizes"] = [harness.BLOCK]
         if "pin_memory" in _parameters(m.gib.InputBatch.__init__):

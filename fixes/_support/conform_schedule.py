@@ -53,6 +53,10 @@ A request with ``"cached": N`` (absent: 0) arrives with a prefix-cache hit: its 
 has ``num_computed_tokens`` N (its prompt's first N tokens, full blocks another request computed),
 as vLLM's scheduler sends a new request whose prompt starts like one it has seen.
 
+A plain schedule may carry ``"logits_processors": ["ban_tokens", "no_repeat"]`` (the server's
+``--logits-processors``: logits_plugins.py), drawn from a generator of its own; a request of it may
+then ask ``extra_args`` of them (``{"ban_tokens": [...], "no_repeat": true}``).
+
 The generator keeps each request's progress (prompt, tokens computed, tokens of output so far) but
 never a token value: those are the engines'.
 """
@@ -64,6 +68,7 @@ import random
 from pathlib import Path
 from typing import Any, Optional
 
+import logits_plugins
 import thinking_budget
 
 VERSION = 1
@@ -210,6 +215,9 @@ def generate(seed: int, mode: str, spec: int = 0) -> dict[str, Any]:
     draw_prompt_logprobs = not spec
     # a reasoning config and thinking_token_budget: plain schedules, from generators of their own
     think = None if spec else thinking_budget.reasoning(seed, VOCAB)
+    # logits-processor plugins (--logits-processors): plain schedules (vLLM refuses them with
+    # speculative decoding), from generators of their own
+    plugins = not spec and logits_plugins.server(seed)
     for number in range(STEPS):
         running = [rid for rid, p in live.items() if p.state == "running"]
         finish = [rid for rid in running if live[rid].output and rng.random() < 0.15]
@@ -249,6 +257,10 @@ def generate(seed: int, mode: str, spec: int = 0) -> dict[str, Any]:
             if b is not None:  # its prompt opens the thinking (the same length: its chunks stay)
                 params["thinking_token_budget"] = b[0]
                 prompt = thinking_budget.opens_thinking(prompt, b[1], think["think_start"], think["think_end"])
+            args = logits_plugins.extra_args(seed, rid, params, grammar, VOCAB, set(think.values()) if think else
+                                             set()) if plugins else None
+            if args is not None:
+                params["extra_args"] = args
             requests[rid] = {"prompt": prompt, "params": params, "grammar": grammar}
             live[rid] = _Progress(len(prompt))
             if k is not None:  # it never reads the prefix cache: the whole prompt is computed
@@ -286,6 +298,8 @@ def generate(seed: int, mode: str, spec: int = 0) -> dict[str, Any]:
         out["merged_prefill"] = True
     if think:
         out["reasoning"] = think
+    if plugins:
+        out["logits_processors"] = list(logits_plugins.PLUGINS)
     return out
 
 
