@@ -333,6 +333,16 @@ mod tests {
                     assert!(edited.contains("b = a * 3\n    return b\n    # fix-b\n"), "{edited}");
                 }
             }
+            if want == FixState::Applied {
+                // A revert goes the other way: fix-a is judged again on the text fix-b's revert
+                // leaves (which the forward chain never held), so that its edits are undone
+                // where they are then. At most twice each.
+                let before = judgements();
+                let plan = plan(&catalog, &both, &trees, &TreeFilter::all(), &Recorded::new(), Op::Revert).unwrap();
+                let judged = judgements() - before;
+                assert_eq!(std::str::from_utf8(&plan.edits[0].new).unwrap(), PRISTINE);
+                assert!(judged <= 2 * both.len(), "revert: 2 fixes judged {judged} times");
+            }
         }
     }
 
