@@ -219,6 +219,30 @@ mod layers {
         assert!(found.is_empty(), "stderr written with a macro that panics on EPIPE:\n{}", found.join("\n"));
     }
 
+    /// Only `report/` (and `main.rs`) writes to the terminal: below it and in `commands/` no
+    /// line goes to stdout or stderr by itself (`report::stderr_line`, a `print!` macro, a
+    /// handle on the process's own stdout). Commands hand `report/` data, and `report/`
+    /// writes the words; a writer handed in (`report::emit`'s) is `report/`'s own.
+    #[test]
+    fn nothing_prints_outside_report_and_main() {
+        let needles = [
+            ["stderr", "_line("].concat(),
+            ["print", "ln!"].concat(),
+            ["print", "!("].concat(),
+            ["io::std", "out()"].concat(),
+            ["stderr()", ".lock()"].concat(),
+        ];
+        let mut found = Vec::new();
+        for (rel, room, text) in sources().iter().filter(|(rel, room, _)| room != "report" && rel != "main.rs") {
+            for (n, code) in code_lines(text) {
+                if needles.iter().any(|s| code.contains(s.as_str())) {
+                    found.push(format!("src/{rel}:{n}: {room}: {}", code.trim()));
+                }
+            }
+        }
+        assert!(found.is_empty(), "printed outside report/ (give report/ the data):\n{}", found.join("\n"));
+    }
+
     /// The house's rule: no function over 100 lines (from its `fn` line to its closing brace, as
     /// rustfmt lays it out) outside `reference/`.
     #[test]

@@ -134,6 +134,7 @@ fn a_fix_made_on_top_of_one_neither_applied_nor_selected_is_refused_with_a_comma
     let v: serde_json::Value = serde_json::from_str(&json).unwrap();
     let fix_c = v["fixes"].as_array().unwrap().iter().find(|f| f["name"] == "fix-c").unwrap();
     assert_eq!(fix_c["advice"], serde_json::json!([{"do": "apply", "fixes": ["fix-a", "fix-c"]}]), "{json}");
+    assert_eq!(fix_c["basis"], serde_json::json!({"code": "predecessors-not-selected", "fixes": ["fix-a"]}), "{json}");
     d.cmd().args(&words[1..]).expect(0);
     assert_eq!(states(&d)[2], ("fix-c".to_string(), "applied".to_string()));
 }
@@ -273,6 +274,16 @@ fn a_fix_whose_required_fix_was_undone_by_hand_reads_one_way_and_apply_or_revert
         assert_eq!(state("fix-c"), Some("applied".into()), "{command:?}: {out}");
         if command[0] != "list" {
             assert!(out.contains(said), "{command:?}: {out}");
+            // And as data: how the verdict was reached, naming the fix undone.
+            let basis = |name: &str| {
+                v["fixes"].as_array().unwrap().iter().find(|f| f["name"] == name).unwrap()["basis"].clone()
+            };
+            assert_eq!(
+                basis("fix-c"),
+                serde_json::json!({"code": "on-undone", "fixes": ["fix-a"]}),
+                "{command:?}: {out}"
+            );
+            assert_eq!(basis("fix-a"), serde_json::json!({"code": "on-chain"}), "{command:?}: {out}");
         }
     }
     let (check, _) = d.cmd().args(with_fixture(&["apply", "--check"])).expect(1);
@@ -288,6 +299,16 @@ fn a_fix_whose_required_fix_was_undone_by_hand_reads_one_way_and_apply_or_revert
     assert!(!out.contains("locally modified") && !out.contains("drifted"), "{out}");
     assert_eq!(d.read_string("root/vllm/mod.py"), PRISTINE, "{out}");
     d.write("root/vllm/mod.py", &undone["vllm/mod.py"]);
-    d.cmd().args(with_fixture(&["revert", "fix-c"])).expect(0);
+    let (out, _) = d.cmd().args(with_fixture(&["revert", "fix-c", "--format", "json"])).expect(0);
     assert_eq!(d.read_string("root/vllm/mod.py"), PRISTINE);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    let c = v["fixes"].as_array().unwrap().iter().find(|f| f["name"] == "fix-c").unwrap();
+    assert_eq!(c["basis"], serde_json::json!({"code": "reverted-over", "fixes": ["fix-a"]}), "{out}");
+    assert!(
+        c["message"]
+            .as_str()
+            .unwrap()
+            .starts_with("applied on top of fix-a, which is not applied in the tree: reverted over it"),
+        "{out}"
+    );
 }

@@ -83,6 +83,10 @@ fn one_line_edit_inside_a_hunk_is_drift_with_a_diff_and_apply_refuses() {
     assert!(out.contains("nothing to do: already in the requested state: 1 fix (1 not applied)"), "{out}");
     let (out, _) = d.cmd().args(with_fixture(&["-v", "revert", "fix-a"])).expect(0);
     assert!(out.contains("there is nothing of it to revert"), "{out}");
+    let (out, _) = d.cmd().args(with_fixture(&["revert", "fix-a", "--format", "json"])).expect(0);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["fixes"][0]["state"], "not-applied", "{out}");
+    assert_eq!(v["fixes"][0]["basis"], serde_json::json!({"code": "never-applied"}), "{out}");
     // Plain revert undoes what apply did, which was nothing here.
     let (out, _) = d.cmd().args(with_fixture(&["revert"])).expect(0);
     assert!(out.contains("nothing to revert"), "{out}");

@@ -219,6 +219,13 @@ fn one_file_under_two_names_is_one_edit_stream() {
     d.write("cat/fixes/fix-s/v0.26.0/p.patch", pc);
     let (out, _) = d.cmd().args(gf(&["apply"])).expect(2);
     assert!(out.contains("conflict: vllm/alias.py is also patched by `fix-r` (as vllm/real.py)"), "{out}");
+    let (out, _) = d.cmd().args(gf(&["apply", "--format", "json"])).expect(2);
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(
+        v["fixes"][1]["basis"],
+        serde_json::json!({"code": "conflict", "file": "vllm/alias.py", "with": [{"fix": "fix-r", "path": "vllm/real.py"}]}),
+        "{out}"
+    );
     assert_eq!(d.read_string("root/vllm/real.py"), pristine);
 }
 

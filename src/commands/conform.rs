@@ -23,7 +23,7 @@ use super::session::{Access, Session};
 use crate::catalog::{conform_key, Catalog, SUPPORT_DIR};
 use crate::discover;
 use crate::exit_status::ExitStatus;
-use crate::report::conform::{self as conform_report, Conformance, SetupShown, Shown};
+use crate::report::conform::{self as conform_report, Conformance, SetupShown, SetupStep, Shown};
 use crate::report::progress::Progress;
 use crate::settings::{ConformArgs, Settings};
 use crate::upkeep::conform::{self as suite, Environment, LayeredVenv, SuiteArgs};
@@ -200,16 +200,12 @@ fn setup(global: &Settings, python: &str, text: &str, pins: &[suite::Pin]) -> Re
     let file = suite::write_requirements(text)?;
     let venv = LayeredVenv::of(python)?;
     if !global.quiet {
-        crate::report::stderr_line(format_args!(
-            "conform --setup: conform's own venv {}, on {python}'s packages",
-            venv.dir.display()
-        ));
+        conform_report::setup_step(&SetupStep::Venv { dir: &venv.dir, python });
     }
     venv.make(python)?;
     let words = suite::pip_words(python, &file, &venv.site);
-    let pip = words.join(" ");
     if !global.quiet {
-        crate::report::stderr_line(format_args!("conform --setup: running {pip}"));
+        conform_report::setup_step(&SetupStep::Pip { words: &words });
     }
     suite::run_pip(&words)?;
     let venv_python = venv.python().context("the venv made has no bin/python")?;
@@ -224,7 +220,7 @@ fn setup(global: &Settings, python: &str, text: &str, pins: &[suite::Pin]) -> Re
     let shown = SetupShown {
         python,
         file: &file,
-        pip: &pip,
+        pip: &words.join(" "),
         torch: env.torch.as_deref(),
         pinned: env.pinned,
         missing,

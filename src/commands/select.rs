@@ -114,15 +114,8 @@ pub fn run_select(global: &Settings, args: &SelectArgs, op: Op, command: &'stati
         refusal: None,
     };
     report::emit(global.quiet, |out| report::outcome::render(out, global.format, &outcome))?;
-    if global.quiet && status == ExitStatus::Error {
-        // `-q` prints no report, but errors still print (on stderr): a fix that cannot be judged.
-        for r in outcome.reports.iter().filter(|r| r.state == FixState::Error) {
-            report::stderr_line(format_args!(
-                "gaudi-fixes: error: {}: {}",
-                r.name,
-                r.message.as_deref().unwrap_or("it cannot be judged")
-            ));
-        }
+    if global.quiet {
+        report::outcome::quiet_errors(&outcome);
     }
     Ok(status)
 }

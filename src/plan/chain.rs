@@ -12,8 +12,11 @@
 //! left its files alone; `apply`'s own simulation) costs nothing: [`Chain::evaluate`] is the
 //! one judge every verdict of a run comes from.
 //!
-//! Every command reads its states from [`Chain::judge`]; `apply` and `revert` then only plan
-//! the edits (in `super::plan`), with these states as the verdicts.
+//! Every command reads its states from [`Chain::judge`], each with its [`Basis`] (which of
+//! these judgements gave it, as data); `apply` and `revert` then only plan the edits (in
+//! `super::plan`), with these states as the verdicts, deciding by the basis. The tree as it is
+//! is judged only where the chain's verdict leaves a question, so where the chain reads every
+//! fix clean a run judges each fix once (a test counts it).
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, HashMap};
@@ -22,20 +25,12 @@ use std::hash::{Hash, Hasher};
 use anyhow::Result;
 
 use super::evaluate::{edit_variant, evaluate};
-use super::verdict::{Advice, FixReport, FixState, Recorded};
+use super::verdict::{Advice, Basis, FixReport, FixState, Recorded};
 use super::workspace::{OnTrees, Workspace};
 use crate::catalog::chain::forward;
 use crate::catalog::{Catalog, Fix, Variant};
 use crate::discover::Trees;
 use crate::tree::{TreeFilter, TreeName};
-
-/// How the message of a fix applied on top of fixes not applied in the tree begins.
-const ON_UNDONE: &str = "applied on top of ";
-
-/// Whether `report` is of a fix applied on top of fixes not applied in the tree (undone since).
-pub(super) fn on_undone(report: &FixReport) -> bool {
-    report.message.as_deref().is_some_and(|m| m.starts_with(ON_UNDONE))
-}
 
 /// A verdict with the variant to edit when it is clean.
 pub(super) type Judged<'f> = (FixReport, Option<&'f Variant>);
@@ -122,7 +117,9 @@ impl<'c> Chain<'c> {
                 // A fix it does not come after edited its files in the pass (or one it comes
                 // after is judged apart): its chain is its own.
                 apart.push(name);
-                return Ok(((name, self.own_chain(fix, &before, base)?), None));
+                let ((mut judged, chosen), missing) = self.own_chain(fix, &before, base)?;
+                judged.basis = Basis::OwnChain;
+                return Ok(((name, ((judged, chosen), missing)), None));
             }
             let missing = simulated.iter().copied().filter(|n| before.iter().any(|b| b == n)).collect();
             let judged = self.evaluate(fix, source.ws)?;
@@ -165,7 +162,9 @@ impl<'c> Chain<'c> {
 
     /// The verdict on the chain (`on_chain`, with the predecessors it had applied in memory,
     /// `missing`) when it is clean; the tree as it is when that does not give a clean state;
-    /// under the fixes made on top of it; drifted (as the chain sees it) when none does.
+    /// under the fixes made on top of it; drifted (as the chain sees it) when none does. The
+    /// tree as it is is judged only when the chain's verdict leaves a question (drifted there,
+    /// or applied over predecessors simulated), so a clean chain judges each fix once.
     fn settle(
         &mut self,
         fix: &'c Fix,
@@ -173,35 +172,38 @@ impl<'c> Chain<'c> {
         missing: &[&str],
         base: &mut Workspace,
     ) -> Result<Judged<'c>> {
-        // The tree as it is: the same verdict as on the chain whenever nothing was simulated
-        // under it (then a memo hit).
-        let alone = self.evaluate(fix, base)?;
+        let mut on_chain = on_chain;
         if on_chain.0.state != FixState::Drifted {
-            let mut on_chain = on_chain;
             // Its edits are in the tree, but made on top of fixes that are not (undone since):
             // say so, and what mends it (`revert` undoes it over them, in memory; `super::plan`).
-            if on_chain.0.state == FixState::Applied && alone.0.state != FixState::Applied && !missing.is_empty() {
-                on_chain.0.message = Some(format!(
-                    "{ON_UNDONE}{}, which {} not applied in the tree (undone since?): `{{0}}` applies {} under it",
-                    missing.join(", "),
-                    if missing.len() == 1 { "is" } else { "are" },
-                    if missing.len() == 1 { "it" } else { "them" },
-                ));
+            if on_chain.0.state == FixState::Applied
+                && !missing.is_empty()
+                && self.evaluate(fix, base)?.0.state != FixState::Applied
+            {
+                on_chain.0.basis = Basis::OnUndone { fixes: missing.iter().map(|m| m.to_string()).collect() };
+                on_chain.0.message = None;
                 on_chain.0.advice = vec![Advice::Apply { fixes: Vec::new() }];
             }
             return Ok(on_chain);
         }
+        let mut alone = self.evaluate(fix, base)?;
         if alone.0.state != FixState::Drifted {
+            alone.0.basis = Basis::AsItIs;
             return Ok(alone);
         }
-        let under = self.under_applied_successors(fix, base)?;
-        Ok(if under.0.state != FixState::Drifted { under } else { on_chain })
+        let (mut under, reverted) = self.under_applied_successors(fix, base)?;
+        if under.0.state != FixState::Drifted {
+            under.0.basis = Basis::UnderSuccessors { fixes: reverted };
+            return Ok(under);
+        }
+        Ok(on_chain)
     }
 
     /// The fix judged once the fixes made on top of it (those it comes before) that are applied
     /// are reverted in memory, latest first: a later fix may edit lines of this one's post-image
     /// (its context), and then this one reads applied only underneath it, as `revert` finds it.
-    fn under_applied_successors(&mut self, fix: &'c Fix, base: &Workspace) -> Result<Judged<'c>> {
+    /// With the successors it reverted, in the order reverted.
+    fn under_applied_successors(&mut self, fix: &'c Fix, base: &Workspace) -> Result<(Judged<'c>, Vec<String>)> {
         let name = &fix.manifest.name;
         let mut later = Vec::new();
         for other in self.catalog.fixes.iter().filter(|f| f.manifest.name != *name) {
@@ -210,13 +212,15 @@ impl<'c> Chain<'c> {
             }
         }
         let mut ws = base.clone();
+        let mut reverted = Vec::new();
         for successor in self.catalog.order(&later)?.into_iter().rev() {
             let (report, chosen) = self.evaluate(successor, &mut ws)?;
             if let (FixState::Applied, Some(variant)) = (report.state, chosen) {
                 edit_variant(variant, self.trees, self.only, &mut ws, false, &successor.manifest.name)?;
+                reverted.push(successor.manifest.name.clone());
             }
         }
-        self.evaluate(fix, &mut ws)
+        Ok((self.evaluate(fix, &mut ws)?, reverted))
     }
 }
 
@@ -261,7 +265,123 @@ pub(super) fn judgements() -> usize {
 mod tests {
     use super::*;
     use crate::discover::Tree;
-    use crate::plan::{plan, Op};
+    use crate::plan::{plan, Action, Basis, Op};
+
+    const PRISTINE: &str =
+        "def sample(x):\n    a = x + 1\n    b = a * 2\n    return b\n\n\ndef other():\n    return 2\n";
+    const FIX_A: &str = "--- a/vllm/mod.py\n+++ b/vllm/mod.py\n@@ -2,3 +2,3 @@ def sample(x):\n     a = x + 1\n-    b = a * 2\n+    b = a * 3\n     return b\n";
+    /// Made on top of fix-a (its context is fix-a's line), so judged alone on a pristine
+    /// file it would read drifted.
+    const FIX_B: &str = "--- a/vllm/mod.py\n+++ b/vllm/mod.py\n@@ -3,4 +3,5 @@ def sample(x):\n     b = a * 3\n     return b\n+    # fix-b\n \n \n";
+
+    /// A catalogue of fix-a and fix-b (after fix-a, on the same file) and a tree holding
+    /// `text` as that file.
+    fn two_fixes(text: &str) -> (tempfile::TempDir, Catalog, Trees) {
+        fixes_a_b(FIX_B, text)
+    }
+
+    /// fix-a and, after it, fix-b with `fix_b` as its patch; `text` as the tree's file.
+    fn fixes_a_b(fix_b: &str, text: &str) -> (tempfile::TempDir, Catalog, Trees) {
+        let d = tempfile::tempdir().unwrap();
+        let sha = crate::hash::sha256_hex(PRISTINE.as_bytes());
+        for (name, after, patch) in [("fix-a", "", FIX_A), ("fix-b", "after: [fix-a]\n", fix_b)] {
+            let dir = d.path().join("cat/fixes").join(name);
+            std::fs::create_dir_all(dir.join("v0.26.0")).unwrap();
+            std::fs::write(dir.join("v0.26.0/mod.patch"), patch).unwrap();
+            std::fs::write(
+                dir.join("fix.yaml"),
+                format!(
+                    "name: {name}\nsummary: s\nkind: correctness\nupstream: {{status: not-filed}}\n{after}releases:\n  v0.26.0:\n    patches:\n      - tree: vllm\n        file: vllm/mod.py\n        patch: v0.26.0/mod.patch\n        pristine_sha256: {sha}\n"
+                ),
+            )
+            .unwrap();
+        }
+        std::fs::create_dir_all(d.path().join("cat/profiles")).unwrap();
+        std::fs::write(d.path().join("cat/profiles/default.yaml"), "name: default\ndescription: d\nfixes: [fix-a]\n")
+            .unwrap();
+        std::fs::create_dir_all(d.path().join("root/vllm")).unwrap();
+        std::fs::write(d.path().join("root/vllm/mod.py"), text).unwrap();
+        let catalog = Catalog::load(Some(&d.path().join("cat"))).unwrap();
+        let tree = Tree {
+            name: TreeName::Vllm,
+            root: d.path().join("root"),
+            found_by: "test".into(),
+            version: Some("0.26.0".into()),
+            outside_site_packages: false,
+        };
+        (d, catalog, Trees { vllm: Some(tree), vllm_gaudi: None, notes: Vec::new() })
+    }
+
+    /// One verdict per fix: on a tree where the chain reads every fix clean (pristine: both
+    /// not applied, fix-b only on top of fix-a in memory; both applied), `status`, `--check`
+    /// and `apply` judge each fix once, the chain's pass giving the verdicts and the edits.
+    #[test]
+    fn a_clean_chain_judges_each_fix_once_per_run() {
+        let applied = PRISTINE.replace("    b = a * 2\n    return b\n", "    b = a * 3\n    return b\n    # fix-b\n");
+        for (text, want) in [(PRISTINE.to_string(), FixState::NotApplied), (applied, FixState::Applied)] {
+            let (_d, catalog, trees) = two_fixes(&text);
+            let both: Vec<&Fix> = catalog.fixes.iter().collect();
+            for op in [Op::Status, Op::Check, Op::Apply] {
+                let before = judgements();
+                let plan = plan(&catalog, &both, &trees, &TreeFilter::all(), &Recorded::new(), op).unwrap();
+                let judged = judgements() - before;
+                let states: Vec<FixState> = plan.reports.iter().map(|r| r.state).collect();
+                assert_eq!(states, [want, want], "{op:?} on {text:?}: {:#?}", plan.reports);
+                assert_eq!(judged, both.len(), "{op:?} on {text:?}: 2 fixes judged {judged} times");
+                if op == Op::Apply && want == FixState::NotApplied {
+                    let edited = std::str::from_utf8(&plan.edits[0].new).unwrap().to_string();
+                    assert!(edited.contains("b = a * 3\n    return b\n    # fix-b\n"), "{edited}");
+                }
+            }
+            if want == FixState::Applied {
+                // A revert goes the other way: fix-a is judged again on the text fix-b's revert
+                // leaves (which the forward chain never held), so that its edits are undone
+                // where they are then. At most twice each.
+                let before = judgements();
+                let plan = plan(&catalog, &both, &trees, &TreeFilter::all(), &Recorded::new(), Op::Revert).unwrap();
+                let judged = judgements() - before;
+                assert_eq!(std::str::from_utf8(&plan.edits[0].new).unwrap(), PRISTINE);
+                assert!(judged <= 2 * both.len(), "revert: 2 fixes judged {judged} times");
+            }
+        }
+    }
+
+    /// fix-b's line inserted between fix-a's and fix-a's context below it: applied, fix-a
+    /// reads applied only once fix-b is reverted (in memory).
+    const FIX_B_INSIDE: &str = "--- a/vllm/mod.py\n+++ b/vllm/mod.py\n@@ -3,2 +3,3 @@ def sample(x):\n     b = a * 3\n+    # fix-b\n     return b\n";
+
+    fn bases(plan: &crate::plan::Plan) -> Vec<(FixState, Basis)> {
+        plan.reports.iter().map(|r| (r.state, r.basis.clone())).collect()
+    }
+
+    /// The basis says how the verdict was reached, and `plan` decides by it: a fix applied
+    /// under one made on top of it reads so; reverted alone, that is drift the run names.
+    #[test]
+    fn a_fix_under_its_successor_reads_applied_with_the_basis_that_says_so() {
+        let applied = PRISTINE.replace("    b = a * 2\n", "    b = a * 3\n    # fix-b\n");
+        let (_d, catalog, trees) = fixes_a_b(FIX_B_INSIDE, &applied);
+        let both: Vec<&Fix> = catalog.fixes.iter().collect();
+        let run = |fixes: &[&Fix], op| plan(&catalog, fixes, &trees, &TreeFilter::all(), &Recorded::new(), op).unwrap();
+        let under = Basis::UnderSuccessors { fixes: vec!["fix-b".into()] };
+        assert_eq!(bases(&run(&both, Op::Status)), [(FixState::Applied, under), (FixState::Applied, Basis::OnChain)]);
+        let reverted = run(&both, Op::Revert);
+        assert_eq!(reverted.reports.iter().map(|r| r.action).collect::<Vec<_>>(), [Some(Action::Revert); 2]);
+        assert_eq!(std::str::from_utf8(&reverted.edits[0].new).unwrap(), PRISTINE);
+        assert_eq!(bases(&run(&both[..1], Op::Revert)), [(FixState::Drifted, Basis::UnderUnselected)]);
+    }
+
+    /// A revert of a fix whose tree was not found, nothing of it in the trees found: not
+    /// applied, on that basis (not an error that refuses the others).
+    #[test]
+    fn a_revert_of_a_fix_absent_from_the_trees_found_has_nothing_to_do_on_that_basis() {
+        let (_d, catalog, mut trees) = two_fixes(PRISTINE);
+        trees.vllm_gaudi = trees.vllm.take().map(|t| Tree { name: TreeName::VllmGaudi, ..t });
+        let both: Vec<&Fix> = catalog.fixes.iter().collect();
+        let plan = plan(&catalog, &both, &trees, &TreeFilter::all(), &Recorded::new(), Op::Revert).unwrap();
+        let absent = (FixState::NotApplied, Basis::AbsentFromFoundTrees);
+        assert_eq!(bases(&plan), [absent.clone(), absent]);
+        assert!(plan.reports[0].message.as_deref().unwrap().starts_with("needs the vllm tree"), "{:?}", plan.reports);
+    }
 
     /// `status` over the built-in catalogue on a tree holding none of its files (every fix
     /// drifted, the costliest walk: on the chain, alone, and under what is made on top of it),

@@ -75,6 +75,7 @@ fn evaluate_found<'f>(
         message: None,
         reason: None,
         files: Vec::new(),
+        basis: Basis::OnChain,
         advice: Vec::new(),
     };
     let needed = needed_trees(fix, only);
@@ -414,29 +415,24 @@ fn second_variant_applied(
 }
 
 /// When a drifted fix patches a file an earlier fix of this run already edited (under this
-/// name or another), the two conflict: say so, naming both.
+/// name or another), the two conflict: [`Basis::Conflict`], naming both.
 pub(super) fn shared_file_conflict(
     fix: &Fix,
     report: &FixReport,
     trees: &Trees,
     ws: &mut Workspace,
-) -> Result<Option<String>> {
+) -> Result<Option<Basis>> {
     for file in report.files.iter().filter(|f| f.state == FileOutcome::Drifted) {
         let Some(tree) = trees.get(file.tree) else { continue };
         let Some(loaded) = ws.get(tree, &file.path)? else { continue };
-        let others: Vec<String> = loaded
+        let with: Vec<Editor> = loaded
             .edited_by
             .iter()
             .filter(|(name, _)| *name != fix.manifest.name)
-            .map(|(name, rel)| if *rel == file.path { format!("`{name}`") } else { format!("`{name}` (as {rel})") })
+            .map(|(name, rel)| Editor { fix: name.clone(), path: rel.clone() })
             .collect();
-        if !others.is_empty() {
-            return Ok(Some(format!(
-                "conflict: {} is also patched by {}, applied before `{}` in after: order, and its hunks do not apply on top of that; select one of them, or make one patch the other's result",
-                file.path,
-                others.join(" and "),
-                fix.manifest.name
-            )));
+        if !with.is_empty() {
+            return Ok(Some(Basis::Conflict { file: file.path.clone(), with }));
         }
     }
     Ok(None)

@@ -65,9 +65,10 @@ pub fn plan(
             continue;
         }
         let (mut report, chosen) = chain.evaluate(fix, &mut ws)?;
-        if report.state == FixState::Applied && settled.state == FixState::Applied && chain::on_undone(settled) {
-            // What the chain found (applied on top of fixes undone since) holds here too.
-            report.message = settled.message.clone();
+        if report.state == settled.state {
+            // The run agrees with the chain: how the chain reached the verdict (applied on top
+            // of fixes undone since, say) holds here too, with what it advises.
+            report.basis = settled.basis.clone();
             report.advice = settled.advice.clone();
         }
         if op == Op::Revert && report.state == FixState::Drifted && settled.state == FixState::Applied {
@@ -78,7 +79,8 @@ pub fn plan(
         }
         if report.state == FixState::Drifted {
             if let Some(conflict) = shared_file_conflict(fix, &report, trees, &mut ws)? {
-                report.message = Some(conflict);
+                report.basis = conflict;
+                report.message = None;
             } else if settled.state != FixState::Drifted {
                 report = unreachable_in_run(catalog, &mut chain, fix, settled, op)?;
             }
@@ -126,18 +128,15 @@ pub fn plan(
 /// trees found read not applied, saying why, so that neither refuses the revert of the others.
 fn nothing_to_revert(settled: &FixReport, recorded: &Recorded) -> FixReport {
     let mut report = settled.clone();
-    report.message = Some(if report.never_applied(recorded) {
-        "drifted, but no hunk of it reads applied and no provenance record says gaudi-fixes applied it: \
-         there is nothing of it to revert"
-            .to_string()
+    if report.never_applied(recorded) {
+        report.basis = Basis::NeverApplied;
+        report.message = None;
     } else if report.absent_from_found_trees() {
-        format!(
-            "{}; nothing of it is applied in the trees found, so there is nothing to revert",
-            report.message.as_deref().unwrap_or("a tree it needs was not found")
-        )
+        // `message` (which tree is missing) stays: `report/` says the rest after it.
+        report.basis = Basis::AbsentFromFoundTrees;
     } else {
         return report;
-    });
+    }
     report.state = FixState::NotApplied;
     report
 }
@@ -172,13 +171,8 @@ fn revert_over_missing<'c>(
         edit_variant(variant, trees, only, &mut trial, false, &earlier.manifest.name)?;
     }
     report.action = Some(Action::Revert);
-    report.message = Some(format!(
-        "applied on top of {}, which {} not applied in the tree: reverted over {} (in memory), which stay{} not applied",
-        under.iter().map(|f| f.manifest.name.as_str()).collect::<Vec<_>>().join(", "),
-        if under.len() == 1 { "is" } else { "are" },
-        if under.len() == 1 { "it" } else { "them" },
-        if under.len() == 1 { "s" } else { "" },
-    ));
+    report.basis = Basis::RevertedOver { fixes: under.iter().map(|f| f.manifest.name.clone()).collect() };
+    report.message = None;
     *ws = trial;
     Ok(Some(report))
 }
@@ -202,18 +196,15 @@ fn unreachable_in_run(
             let mut names = before.clone();
             names.push(fix.manifest.name.clone());
             report.state = FixState::Error;
-            report.message = Some(format!(
-                "its patch is made on top of the fixes it comes after ({}), and those not applied yet are not selected: its context is not there; apply them together: {{0}}",
-                before.join(", "),
-            ));
+            report.basis = Basis::PredecessorsNotSelected { fixes: before };
+            report.message = None;
             let together = catalog.order(&names)?.iter().map(|f| f.manifest.name.clone()).collect();
             report.advice = vec![Advice::Apply { fixes: together }];
         }
         (Op::Revert, FixState::Applied) => {
             report.state = FixState::Drifted;
-            report.message = Some(
-                "applied, but a fix outside this selection was applied on top of it; revert that one with it".into(),
-            );
+            report.basis = Basis::UnderUnselected;
+            report.message = None;
             report.advice.clear();
         }
         _ => {}

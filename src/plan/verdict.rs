@@ -1,5 +1,5 @@
-//! The vocabulary of a plan: a fix's verdict ([`FixState`], [`FixReport`] with its files and
-//! [`Reason`]), what the run does about it ([`Action`], [`Op`]) and the edits it makes
+//! The vocabulary of a plan: a fix's verdict ([`FixState`], [`FixReport`] with its files,
+//! [`Reason`] and [`Basis`]), what the run does about it ([`Action`], [`Op`]) and the edits it makes
 //! ([`Edit`], [`Plan`]). Data only; judging lives in `evaluate.rs` and `reason.rs`.
 
 use std::path::PathBuf;
@@ -160,6 +160,8 @@ pub struct FixReport {
     /// Why, with the next step: unsupported release, locally modified, unverified release, …
     pub reason: Option<Reason>,
     pub files: Vec<FileReport>,
+    /// How the verdict was reached, as data (see [`Basis`]); `report/` writes its words.
+    pub basis: Basis,
     /// The commands `message` suggests (its `{0}`, `{1}`, … in order), as data: `report/`
     /// writes each in the sentence as a command line of the run's own invocation.
     #[serde(skip_serializing_if = "Vec::is_empty")]
@@ -167,6 +169,53 @@ pub struct FixReport {
 }
 
 pub use crate::advice::Advice;
+
+/// How a fix's verdict was reached: which judgement of the chain (`chain.rs`) gave it, or what
+/// this run found that overrides it. Data, in JSON as `basis` (`{"code": "on-chain"}`, with the
+/// fixes or file it names); the sentence for the cases that have one is written in `report/`
+/// (then `message`), and `super::plan` decides by it, never by a sentence.
+#[derive(Debug, Clone, Default, PartialEq, Eq, Serialize)]
+#[serde(tag = "code", rename_all = "kebab-case")]
+pub enum Basis {
+    /// Judged on the tree as the fixes it comes after leave it (those not applied applied in
+    /// memory first); for a fix that comes after none, the tree as it is.
+    #[default]
+    OnChain,
+    /// Judged on its own chain: a fix it does not come after edits its files.
+    OwnChain,
+    /// The chain reads it drifted; the tree as it is gives its state.
+    AsItIs,
+    /// It reads so once the fixes made on top of it that are applied (`fixes`) are reverted
+    /// in memory.
+    UnderSuccessors { fixes: Vec<String> },
+    /// Applied, but on top of fixes it comes after that are not applied in the tree (undone
+    /// since): `fixes`. Its advice applies them under it.
+    OnUndone { fixes: Vec<String> },
+    /// Revert: applied on top of `fixes`, not applied in the tree; reverted over them (applied
+    /// under it in memory), which stay not applied.
+    RevertedOver { fixes: Vec<String> },
+    /// Revert: drifted, but no hunk of it reads applied and no provenance record says it was
+    /// applied: nothing to revert (its state then reads not applied).
+    NeverApplied,
+    /// Revert: a tree it needs is missing and nothing of it is applied in the trees found:
+    /// nothing to revert (its state then reads not applied; `message` says which tree).
+    AbsentFromFoundTrees,
+    /// Drifted on `file`, which fixes applied before it in this run (`with`) patch too.
+    Conflict { file: String, with: Vec<Editor> },
+    /// Apply: its patch is made on top of `fixes` (those it comes after), and those not applied
+    /// yet are not selected: an error; its advice applies them together.
+    PredecessorsNotSelected { fixes: Vec<String> },
+    /// Revert: applied, but a fix outside the selection was applied on top of it: drifted.
+    UnderUnselected,
+}
+
+/// A fix that edited a file in this run, under the path it patches (another name of the same
+/// file, through a link, when not the one the conflicting fix patches).
+#[derive(Debug, Clone, PartialEq, Eq, Serialize)]
+pub struct Editor {
+    pub fix: String,
+    pub path: String,
+}
 
 impl FixReport {
     /// An error only because a tree it needs was not found, while every file of it in the

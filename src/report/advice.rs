@@ -104,10 +104,14 @@ pub fn error_advice(err: &anyhow::Error) -> Vec<Advice> {
     err.chain().filter_map(advised).flat_map(|a| a.advice.iter().cloned()).collect()
 }
 
-/// `reports` with every message and next step written out for a run invoked as `invocation`.
+/// `reports` with every message and next step written out for a run invoked as `invocation`:
+/// the sentence of each fix's basis (see [`super::basis`]) in its message, and the commands.
 pub fn written_out(reports: &[FixReport], invocation: &Invocation) -> Vec<FixReport> {
     let mut out = reports.to_vec();
     for report in &mut out {
+        if let Some(sentence) = super::basis::sentence(report) {
+            report.message = Some(sentence);
+        }
         if let Some(message) = &mut report.message {
             *message = fill(message, &report.advice, invocation);
         }

@@ -225,6 +225,25 @@ pub fn requirements(out: &mut dyn Write, format: Format, text: &str, pins: &[Str
     Ok(())
 }
 
+/// A step `conform --setup` is about to take, said on stderr as it starts (pip is slow).
+pub enum SetupStep<'a> {
+    /// Making conform's own venv in `dir`, layered on `python`'s packages.
+    Venv { dir: &'a std::path::Path, python: &'a str },
+    /// Running pip with these words.
+    Pip { words: &'a [String] },
+}
+
+/// Say `step` on stderr.
+pub fn setup_step(step: &SetupStep<'_>) {
+    match step {
+        SetupStep::Venv { dir, python } => super::stderr_line(format_args!(
+            "conform --setup: conform's own venv {}, on {python}'s packages",
+            dir.display()
+        )),
+        SetupStep::Pip { words } => super::stderr_line(format_args!("conform --setup: running {}", words.join(" "))),
+    }
+}
+
 /// What `conform --setup` did and found afterwards.
 pub struct SetupShown<'a> {
     pub python: &'a str,

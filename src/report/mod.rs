@@ -2,6 +2,7 @@
 //! annotations. Other modules return data.
 
 pub mod advice;
+pub mod basis;
 #[cfg(feature = "reference")]
 pub mod bench;
 pub mod conform;

@@ -43,6 +43,22 @@ pub struct RunOutcome {
     pub refusal: Option<String>,
 }
 
+/// What `-q` still says, on stderr, of a run that ended in error: each fix that cannot be
+/// judged, with why (its sentence written out, as every format writes it).
+pub fn quiet_errors(outcome: &RunOutcome) {
+    if outcome.status != ExitStatus::Error {
+        return;
+    }
+    let written = super::advice::written_out(&outcome.reports, &outcome.invocation);
+    for r in written.iter().filter(|r| r.state == FixState::Error) {
+        super::stderr_line(format_args!(
+            "gaudi-fixes: error: {}: {}",
+            r.name,
+            r.message.as_deref().unwrap_or("it cannot be judged")
+        ));
+    }
+}
+
 /// Render `outcome` in `format`, its advice written out (see [`super::advice`]).
 pub fn render(out: &mut dyn Write, format: Format, outcome: &RunOutcome) -> Result<()> {
     let outcome = &RunOutcome {
