@@ -10,6 +10,7 @@ patched sampler gets the window hint that vllm_gaudi's input batch attaches.
     python scripts/bench-topk-subset.py --stock-root STOCK --patched-root PATCHED \\
         [--baseline-root [NAME=]OLD ...]   # other patched trees (e.g. the fix's v1), timed alongside
         [--first-shape-only] [--repeats N]
+    python scripts/bench-topk-subset.py --top-p --stock-root STOCK --patched-root PATCHED [--repeats N]
 
 Speed: the first shape is the issue's (B=256, V=151936, top_k=50, top_p=0.9); the others
 have top_k uniform in [1, 1024] and top_p uniform in (0.5, 1). Beside the samplers it times
@@ -140,6 +141,55 @@ def bench(args) -> None:
     print(f"load average after {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
+# Issue 47: Llama's (T 0.6, top_p 0.9) and DeepSeek's (top_p 0.95) defaults without top_k,
+# and top_k 50 + top_p 0.9, all at temperature 0.6 (logits randn * 3.0 / 0.6).
+TOP_P_SHAPES = ((256, 151936, 50, 0.9), (256, 151936, None, 0.9), (256, 151936, None, 0.95))
+NUCLEUS_ATTR = "_gaudi_fixes_nucleus_window"
+
+
+def bench_top_p(args) -> None:
+    """Stock vs the patched sampler on TOP_P_SHAPES (rows without top_k: k is None, as
+    vllm_gaudi passes it when no request sets top_k, and p carries the nucleus hint),
+    beside a bare topk(1024) and amax, interleaved."""
+    stock = load_sampler(args.stock_root, "bench_topp_stock").TopKTopPSampler()
+    patched_mod = load_sampler(args.patched_root, "bench_topp_patched")
+    if not hasattr(patched_mod, "_topk_subset_nucleus_sample"):
+        sys.exit(f"bench-topk-subset: {args.patched_root / SAMPLER_REL} has no top-p path (issue 47)")
+    patched = patched_mod.TopKTopPSampler()
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, median of {args.repeats} calls, interleaved; "
+          f"temperature 0.6; load average before {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"{'B':>4} {'V':>7} {'top_k':>6} {'top_p':>6} {'path':>8} {'stock s':>9} {'fix s':>8} {'topk1024 s':>10} "
+          f"{'amax s':>8} {'stock/fix':>10} {'fix/topk':>9}")
+    gen = torch.Generator().manual_seed(args.seed)
+    for batch, vocab, top_k, top_p in TOP_P_SHAPES:
+        logits = torch.randn(batch, vocab, generator=gen) * 3.0 / 0.6
+        p = torch.full((batch,), top_p)
+        hp = p.clone()
+        if top_k is None:
+            k = hk = None
+            setattr(hp, NUCLEUS_ATTR, 0)
+        else:
+            k = torch.full((batch,), top_k, dtype=torch.int32)
+            hk = hinted(k)
+        path = []
+        spy_n, spy_s = patched_mod._topk_subset_nucleus_sample, patched_mod._topk_subset_sample
+        patched_mod._topk_subset_nucleus_sample = lambda *a, **kw: (path.append("pivot"), spy_n(*a, **kw))[1]
+        patched_mod._topk_subset_sample = lambda *a, **kw: (path.append("window"), spy_s(*a, **kw))[1]
+        tokens, _ = patched.forward_native(logits.clone(), {}, hk, hp)
+        patched_mod._topk_subset_nucleus_sample, patched_mod._topk_subset_sample = spy_n, spy_s
+        # Every drawn token must be one stock keeps.
+        kept = patched_mod.apply_top_k_top_p_pytorch(logits.clone(), k, p.clone()) > -float("inf")
+        if not bool(kept.gather(1, tokens.unsqueeze(1)).all()):
+            sys.exit("bench-topk-subset: the patched sampler drew a token stock does not keep")
+        fns = [lambda x: stock.forward_native(x, {}, k, p), lambda x: patched.forward_native(x, {}, hk, hp),
+               lambda x: x.topk(1024, dim=-1), lambda x: x.amax(dim=-1)]
+        secs = median_seconds(fns, logits, args.repeats)
+        print(f"{batch:>4} {vocab:>7} {top_k or '-':>6} {top_p:>6} {path[0] if path else 'stock':>8} "
+              f"{secs[0]:>9.3f} {secs[1]:>8.3f} {secs[2]:>10.3f} {secs[3]:>8.4f} "
+              f"{secs[0] / secs[1]:>9.1f}x {secs[1] / secs[2]:>8.2f}x")
+    print(f"load average after {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+
+
 def load_input_batch_helper(root: Path):
     """The patched hpu_input_batch.py's window helper and the constants it reads."""
     import numpy as np
@@ -206,6 +256,8 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=5, help="timed calls per sampler and shape")
     parser.add_argument("--first-shape-only", action="store_true", help="time only B=256, V=151936, top_k 50, top_p 0.9")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--top-p", action="store_true",
+                        help="time issue 47's shapes: top_p 0.9 / 0.95 without top_k and top_k 50 + top_p 0.9, T 0.6")
     parser.add_argument("--reach", action="store_true", help="measure the fast path's reach instead of timing")
     parser.add_argument("--reach-top-k", type=int, default=20)
     parser.add_argument("--reach-batches", type=int, nargs="+", default=[32, 128])
@@ -218,7 +270,7 @@ def main() -> int:
     else:
         if not args.stock_root:
             parser.error("--stock-root is required for timing")
-        bench(args)
+        bench_top_p(args) if args.top_p else bench(args)
     return 0
 
 
