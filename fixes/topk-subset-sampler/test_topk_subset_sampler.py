@@ -1783,3 +1783,78 @@ def test_nucleus_mutant_is_rejected(name):
         failures = [f"raised {type(exc).__name__}: {exc}"]
     print(f"\n{name}: rejected by: {failures[:1]}")
     assert failures, f"nucleus mutant {name} passed every check"
+
+
+def check_input_batch_nucleus(source: str) -> list[str]:
+    """The input batch attaches the nucleus window (the window of the sampled top_k rows,
+    0 with none) to top_p when every sampled row has top_k <= 1024 or none, in both
+    SamplingMetadata builders."""
+    path = ROOT / INPUT_BATCH_REL
+    tree = ast.parse(source)
+    wanted = {"_SAMPLING_EPS", "_GAUDI_FIXES_TOPK_WINDOWS", "_GAUDI_FIXES_NUCLEUS_WINDOW_ATTR",
+              "_gaudi_fixes_with_nucleus_window"}
+    nodes = [
+        n for n in tree.body
+        if (isinstance(n, ast.FunctionDef) and n.name in wanted)
+        or (isinstance(n, ast.Assign) and getattr(n.targets[0], "id", None) in wanted)
+    ]
+    if len(nodes) != len(wanted):
+        return [f"{path}: no nucleus window (issue 47; missing {sorted(wanted)})"]
+    namespace = {"np": np, "torch": torch, "Optional": __import__("typing").Optional}
+    exec(compile(ast.Module(nodes, []), str(path), "exec"), namespace)
+    failures = []
+    if namespace["_GAUDI_FIXES_NUCLEUS_WINDOW_ATTR"] != NUCLEUS_ATTR:
+        failures.append(f"{path}: nucleus attribute differs from the sampler's")
+    attach = namespace["_gaudi_fixes_with_nucleus_window"]
+    V = 151936
+    greedy, sampled = -1.0, 0.7
+    expectations = [
+        ([V] * 4, [sampled] * 4, 0),  # top_p only (Llama, DeepSeek)
+        ([V, 20, V, V], [sampled] * 4, 64),  # mixed
+        ([V, 300], [sampled, sampled], 512),
+        ([V, 2000], [sampled, sampled], None),  # a sampled top_k above 1024: stock
+        ([V, 2000], [sampled, greedy], 0),  # ... unless that row is greedy
+        ([V, 20], [sampled, 1e-6], 0),
+    ]
+    for top_k, temperature, want in expectations:
+        top_k_cpu = np.array(top_k, dtype=np.int32)
+        p = torch.full((len(top_k),), 0.9)
+        got = getattr(attach(p, top_k_cpu, np.array(temperature, dtype=np.float32), V), NUCLEUS_ATTR, None)
+        if got != want or (got is not None and type(got) is not int):
+            failures.append(f"{path}: top_k {top_k}, temperature {temperature}: nucleus window {got!r}, want {want}")
+    if attach(None, np.array([V]), np.array([1.0]), V) is not None:
+        failures.append(f"{path}: top_p None must stay None")
+    metadata_top_p = [
+        kw.value
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "SamplingMetadata"
+        for kw in n.keywords
+        if kw.arg == "top_p"
+    ]
+    if len(metadata_top_p) != 2:
+        failures.append(f"{path}: {len(metadata_top_p)} SamplingMetadata(top_p=...) calls, want 2")
+    for value in metadata_top_p:
+        text = ast.unparse(value)
+        ok = isinstance(value, ast.Call) and getattr(value.func, "id", None) == "_gaudi_fixes_with_nucleus_window"
+        if not ok or "self.top_k_cpu[" not in text or "self.temperature_cpu[" not in text:
+            failures.append(f"{path}:{value.lineno}: top_p passed without the nucleus hint: {text}")
+    return failures
+
+
+def test_input_batch_attaches_nucleus_window():
+    assert check_input_batch_nucleus(_gaudi_source(INPUT_BATCH_REL)) == []
+
+
+NUCLEUS_GAUDI_MUTANTS = {
+    "greedy_rows_counted": ("sampled = top_k_cpu[_SAMPLING_EPS <= temperature_cpu]", "sampled = top_k_cpu"),
+    "vocab_rows_counted": ("limited = sampled[sampled < vocab_size]", "limited = sampled"),
+    "no_hint_without_top_k": ("setattr(top_p, _GAUDI_FIXES_NUCLEUS_WINDOW_ATTR, 0)\n", "pass\n"),
+}
+
+
+@pytest.mark.parametrize("name", sorted(NUCLEUS_GAUDI_MUTANTS))
+def test_input_batch_nucleus_mutant_is_rejected(name):
+    source = _gaudi_source(INPUT_BATCH_REL)
+    old, new = NUCLEUS_GAUDI_MUTANTS[name]
+    assert source.count(old) == 1, f"{old!r} found {source.count(old)} times"
+    assert check_input_batch_nucleus(source.replace(old, new)) != []
