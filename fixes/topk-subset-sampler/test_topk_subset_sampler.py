@@ -1858,3 +1858,40 @@ def test_input_batch_nucleus_mutant_is_rejected(name):
     old, new = NUCLEUS_GAUDI_MUTANTS[name]
     assert source.count(old) == 1, f"{old!r} found {source.count(old)} times"
     assert check_input_batch_nucleus(source.replace(old, new)) != []
+
+
+def test_compile_nucleus_one_graph_per_hint():
+    """Under torch.compile (aot_eager), 18 top-p batches with nucleus hints 0, 64 and 128
+    (rows without top_k mixed with top_k rows) compile one graph per hint, none with a
+    symbolic-int input and no graph break; every token is one stock keeps."""
+    mod = base()
+    sampler = mod.TopKTopPSampler()
+    graphs: list[list[str]] = []
+
+    def backend(gm, example_inputs):
+        graphs.append([type(x).__name__ for x in example_inputs if not isinstance(x, torch.Tensor)])
+        return torch._dynamo.backends.debugging.aot_eager(gm, example_inputs)
+
+    torch._dynamo.reset()
+    torch._dynamo.utils.counters.clear()
+    compiled = torch.compile(sampler.forward_native, backend=backend)
+    g = torch.Generator().manual_seed(47)
+    B, V = 8, 4096
+    for i in range(18):
+        logits = llm_like_logits(g, B, V)
+        p = random_p(g, B)
+        hint = (0, 64, 128)[i % 3]
+        setattr(p, NUCLEUS_ATTR, hint)
+        k = None
+        if hint:
+            k = random_k(g, B, 1, hint)
+            k[torch.rand(B, generator=g) < 0.5] = V
+        kept = mod.apply_top_k_top_p_pytorch(logits.clone(), None if k is None else k.clone(), p.clone())
+        tokens, _ = compiled(logits.clone(), {}, k, p)
+        assert bool((kept.gather(1, tokens.unsqueeze(1)) > -float("inf")).all()), f"batch {i}: token stock drops"
+    breaks = dict(torch._dynamo.utils.counters["graph_break"])
+    torch._dynamo.reset()
+    print(f"\n{len(graphs)} graphs for nucleus hints 0, 64, 128; graph breaks {breaks}")
+    assert len(graphs) <= 3, graphs
+    assert not any(graphs), f"symbolic graph inputs: {graphs}"
+    assert not breaks, breaks
