@@ -10,6 +10,8 @@ patched sampler gets the window hint that vllm_gaudi's input batch attaches.
     python scripts/bench-topk-subset.py --stock-root STOCK --patched-root PATCHED \\
         [--baseline-root [NAME=]OLD ...]   # other patched trees (e.g. the fix's v1), timed alongside
         [--first-shape-only] [--repeats N]
+    python scripts/bench-topk-subset.py --top-p --stock-root STOCK --patched-root PATCHED [--repeats N] \\
+        [--baseline-root [NAME=]OLD ...]
 
 Speed: the first shape is the issue's (B=256, V=151936, top_k=50, top_p=0.9); the others
 have top_k uniform in [1, 1024] and top_p uniform in (0.5, 1). Beside the samplers it times
@@ -24,6 +26,17 @@ request top_k 20 (--reach-top-k), a share greedy (stored by vllm_gaudi as top_k 
 temperature -1) and a share seeded (own generator); the window hint is computed by the
 tree's own patched hpu_input_batch.py helper and the decision by the sampler's own
 _topk_subset_window. Prints the fraction of batches that skip the full-vocabulary sort.
+
+Reach by model defaults (--reach-defaults, needs vllm_gaudi/ too; issue 47): batches whose
+requests keep the generation_config defaults of one model family (DEFAULTS below: Llama 3.x,
+DeepSeek V3/R1, Qwen, Gemma), or of all four mixed, except a share greedy, a share seeded and
+a share (--override) that set their own parameters (OVERRIDES, drawn uniformly) and a share
+(--large-top-k) with top_k 2000. The top_k /
+top_p tensors are None as vllm_gaudi's input batch leaves them (no row with top_k < vocab /
+top_p < 1), the hints come from the tree's patched helpers, the path from the sampler's own
+_topk_subset_window and _topk_subset_nucleus. Prints per mix the share of sampler calls on
+each path: window, pivot, stock with its full sort, and no filter (no top_k or top_p tensor:
+stock draws without sorting).
 
 Needs torch (and numpy for --reach). Times are of the CPU; they say nothing about HPU.
 """
@@ -140,6 +153,64 @@ def bench(args) -> None:
     print(f"load average after {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
+# Issue 47: Llama's (T 0.6, top_p 0.9) and DeepSeek's (top_p 0.95) defaults without top_k,
+# and top_k 50 + top_p 0.9, all at temperature 0.6 (logits randn * 3.0 / 0.6).
+TOP_P_SHAPES = ((256, 151936, 50, 0.9), (256, 151936, None, 0.9), (256, 151936, None, 0.95))
+NUCLEUS_ATTR = "_gaudi_fixes_nucleus_window"
+
+
+def bench_top_p(args) -> None:
+    """Stock vs the patched sampler on TOP_P_SHAPES (rows without top_k: k is None, as
+    vllm_gaudi passes it when no request sets top_k, and p carries the nucleus hint),
+    beside a bare topk(1024) and amax, interleaved."""
+    stock = load_sampler(args.stock_root, "bench_topp_stock").TopKTopPSampler()
+    patched_mod = load_sampler(args.patched_root, "bench_topp_patched")
+    if not hasattr(patched_mod, "_topk_subset_nucleus_sample"):
+        sys.exit(f"bench-topk-subset: {args.patched_root / SAMPLER_REL} has no top-p path (issue 47)")
+    patched = patched_mod.TopKTopPSampler()
+    # --baseline-root: other patched trees (e.g. the fix before issue 47), timed alongside on the
+    # shapes they have a fast path for (with the same hints; a tree without the top-p path runs
+    # its own code for the others, which is timed too).
+    baselines = []
+    for i, spec in enumerate(args.baseline_root or []):
+        name, _, root = spec.rpartition("=")
+        baselines.append((name or f"base{i + 1}", load_sampler(Path(root), f"bench_topp_base{i}").TopKTopPSampler()))
+    print(f"torch {torch.__version__}, {torch.get_num_threads()} threads, median of {args.repeats} calls, interleaved; "
+          f"temperature 0.6; load average before {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+    print(f"{'B':>4} {'V':>7} {'top_k':>6} {'top_p':>6} {'path':>8} {'stock s':>9} {'fix s':>8} {'topk1024 s':>10} "
+          f"{'amax s':>8} {'stock/fix':>10} {'fix/topk':>9}" + "".join(f" {n + ' s':>9} {'fix/' + n:>9}" for n, _ in baselines))
+    gen = torch.Generator().manual_seed(args.seed)
+    for batch, vocab, top_k, top_p in TOP_P_SHAPES:
+        logits = torch.randn(batch, vocab, generator=gen) * 3.0 / 0.6
+        p = torch.full((batch,), top_p)
+        hp = p.clone()
+        if top_k is None:
+            k = hk = None
+            setattr(hp, NUCLEUS_ATTR, 0)
+        else:
+            k = torch.full((batch,), top_k, dtype=torch.int32)
+            hk = hinted(k)
+        path = []
+        spy_n, spy_s = patched_mod._topk_subset_nucleus_sample, patched_mod._topk_subset_sample
+        patched_mod._topk_subset_nucleus_sample = lambda *a, **kw: (path.append("pivot"), spy_n(*a, **kw))[1]
+        patched_mod._topk_subset_sample = lambda *a, **kw: (path.append("window"), spy_s(*a, **kw))[1]
+        tokens, _ = patched.forward_native(logits.clone(), {}, hk, hp)
+        patched_mod._topk_subset_nucleus_sample, patched_mod._topk_subset_sample = spy_n, spy_s
+        # Every drawn token must be one stock keeps.
+        kept = patched_mod.apply_top_k_top_p_pytorch(logits.clone(), k, p.clone()) > -float("inf")
+        if not bool(kept.gather(1, tokens.unsqueeze(1)).all()):
+            sys.exit("bench-topk-subset: the patched sampler drew a token stock does not keep")
+        fns = [lambda x: stock.forward_native(x, {}, k, p), lambda x: patched.forward_native(x, {}, hk, hp),
+               lambda x: x.topk(1024, dim=-1), lambda x: x.amax(dim=-1)]
+        fns += [lambda x, b=b: b.forward_native(x, {}, hk, hp) for _, b in baselines]
+        secs = median_seconds(fns, logits, args.repeats)
+        print(f"{batch:>4} {vocab:>7} {top_k or '-':>6} {top_p:>6} {path[0] if path else 'stock':>8} "
+              f"{secs[0]:>9.3f} {secs[1]:>8.3f} {secs[2]:>10.3f} {secs[3]:>8.4f} "
+              f"{secs[0] / secs[1]:>9.1f}x {secs[1] / secs[2]:>8.2f}x"
+              + "".join(f" {t:>9.3f} {secs[1] / t:>8.2f}x" for t in secs[4:]))
+    print(f"load average after {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
+
+
 def load_input_batch_helper(root: Path):
     """The patched hpu_input_batch.py's window helper and the constants it reads."""
     import numpy as np
@@ -197,6 +268,101 @@ def reach(args) -> None:
             print(f"  {name:>8} B={batch:>4}: {fast}/{calls} batches skip the full sort ({fast / calls:.2%})")
 
 
+# Generation-config defaults (temperature, top_k or None, top_p) of the model families of issue 47.
+DEFAULTS = {
+    "llama-3.x": (0.6, None, 0.9),
+    "deepseek-v3/r1": (0.6, None, 0.95),
+    "qwen": (0.7, 20, 0.8),
+    "gemma": (1.0, 64, 0.95),
+}
+# What a request that sets its own parameters asks (temperature, top_k or None, top_p), drawn uniformly.
+OVERRIDES = ((1.0, None, 1.0), (0.8, None, 0.95), (0.7, 40, 0.9), (1.0, 50, 1.0), (0.9, 100, 1.0))
+# --large-top-k: a request with 1024 < top_k < vocab (no window covers it: its batch keeps the stock path).
+LARGE_TOP_K = (0.8, 2000, 0.95)
+
+
+def reach_defaults(args) -> None:
+    import numpy as np
+
+    vocab = 151936
+    rng = np.random.default_rng(args.seed)
+    mod = load_sampler(args.patched_root, "reach_defaults")
+    sampler = mod.TopKTopPSampler()
+    path = args.patched_root / INPUT_BATCH_REL
+    if not path.is_file():
+        sys.exit(f"bench-topk-subset: --reach-defaults needs {path}")
+    tree = ast.parse(path.read_text())
+    names = {"_SAMPLING_EPS", "_GAUDI_FIXES_TOPK_WINDOW_ATTR", "_GAUDI_FIXES_TOPK_WINDOWS", "_gaudi_fixes_with_topk_window",
+             "_GAUDI_FIXES_NUCLEUS_WINDOW_ATTR", "_gaudi_fixes_with_nucleus_window"}
+    nodes = [n for n in tree.body if (isinstance(n, ast.FunctionDef) and n.name in names)
+             or (isinstance(n, ast.Assign) and getattr(n.targets[0], "id", None) in names)]
+    ns = {"np": np, "torch": torch, "Optional": __import__("typing").Optional}
+    exec(compile(ast.Module(nodes, []), str(path), "exec"), ns)
+    if "_gaudi_fixes_with_nucleus_window" not in ns:
+        sys.exit(f"bench-topk-subset: {path} has no top-p (nucleus) hint: not patched with issue 47's topk-subset-sampler")
+    print(f"reach by model defaults: {args.greedy:.0%} greedy, {args.seeded:.0%} seeded, {args.override:.0%} own "
+          f"parameters (drawn from {len(OVERRIDES)}), {args.large_top_k:.1%} top_k {LARGE_TOP_K[1]}, vocab {vocab}, {args.batches} batches per size")
+    print(f"{'mix':>16} {'B':>4} {'calls':>6} {'window':>8} {'pivot':>8} {'stock':>8} {'no filter':>9}")
+    mixes = [[name] for name in DEFAULTS] + [list(DEFAULTS)]
+    for mix in mixes:
+        label = mix[0] if len(mix) == 1 else "all four mixed"
+        for batch in args.reach_batches:
+            logits = torch.empty(batch, vocab, device="meta")
+            counts = {"window": 0, "pivot": 0, "stock": 0, "no filter": 0}
+            for _ in range(args.batches):
+                kind = rng.random(batch)
+                greedy = kind < args.greedy
+                seeded = (~greedy) & (kind < args.greedy + args.seeded)
+                own = (~greedy) & (~seeded) & (kind < args.greedy + args.seeded + args.override)
+                large = (~greedy) & (~seeded) & (~own) & (kind < args.greedy + args.seeded + args.override + args.large_top_k)
+                if greedy.all():
+                    continue  # all greedy: the Sampler does not call TopKTopPSampler
+                temperature = np.empty(batch, np.float32)
+                top_k = np.empty(batch, np.int32)
+                top_p = np.empty(batch, np.float32)
+                for i in range(batch):
+                    if greedy[i]:
+                        t, k, p = -1.0, None, 1.0
+                    elif own[i]:
+                        t, k, p = OVERRIDES[rng.integers(len(OVERRIDES))]
+                    elif large[i]:
+                        t, k, p = LARGE_TOP_K
+                    else:
+                        t, k, p = DEFAULTS[mix[rng.integers(len(mix))]]
+                    temperature[i], top_k[i], top_p[i] = t, vocab if k is None or k >= vocab else k, p
+                k_t = None if (top_k >= vocab).all() else torch.from_numpy(top_k.copy())
+                p_t = None if (top_p >= 1).all() else torch.from_numpy(top_p.copy())
+                k_t = ns["_gaudi_fixes_with_topk_window"](k_t, top_k, temperature)
+                p_t = ns["_gaudi_fixes_with_nucleus_window"](p_t, top_k, temperature, vocab)
+                if sampler._topk_subset_window(logits, k_t) is not None:
+                    counts["window"] += 1
+                elif sampler._topk_subset_nucleus(logits, k_t, p_t) is not None:
+                    counts["pivot"] += 1
+                elif k_t is None and p_t is None:
+                    counts["no filter"] += 1
+                else:
+                    counts["stock"] += 1
+            calls = sum(counts.values())
+            print(f"{label:>16} {batch:>4} {calls:>6} " + " ".join(
+                f"{counts[c] / calls:>{9 if c == 'no filter' else 8}.1%}" for c in counts))
+
+
+def profile_pivot(args) -> None:
+    """torch.profiler over one call of the pivot path (B 256, V 151,936, top_p 0.9, the --top-p logits)."""
+    from torch.profiler import profile
+
+    mod = load_sampler(args.patched_root, "profile_pivot")
+    gen = torch.Generator().manual_seed(args.seed)
+    logits = torch.randn(256, 151936, generator=gen) * 3.0 / 0.6
+    p = torch.full((256,), 0.9)
+    mod._topk_subset_nucleus_sample(logits.clone(), None, p, 0, {})  # warm
+    x = logits.clone()
+    with profile() as prof:
+        mod._topk_subset_nucleus_sample(x, None, p, 0, {})
+    print(f"load average {' '.join(f'{v:.2f}' for v in os.getloadavg())}")
+    print(prof.key_averages().table(sort_by="self_cpu_time_total", row_limit=20))
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--stock-root", type=Path, help="directory holding the stock vllm/")
@@ -206,19 +372,32 @@ def main() -> int:
     parser.add_argument("--repeats", type=int, default=5, help="timed calls per sampler and shape")
     parser.add_argument("--first-shape-only", action="store_true", help="time only B=256, V=151936, top_k 50, top_p 0.9")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--top-p", action="store_true",
+                        help="time issue 47's shapes: top_p 0.9 / 0.95 without top_k and top_k 50 + top_p 0.9, T 0.6")
     parser.add_argument("--reach", action="store_true", help="measure the fast path's reach instead of timing")
+    parser.add_argument("--profile-pivot", action="store_true",
+                        help="torch.profiler over one call of the top-p pivot path (where its time goes)")
+    parser.add_argument("--reach-defaults", action="store_true",
+                        help="measure the fast path's reach on batches of model-default requests (issue 47)")
+    parser.add_argument("--override", type=float, default=0.1, help="--reach-defaults: share of requests with their own parameters")
+    parser.add_argument("--large-top-k", type=float, default=0.0,
+                        help="--reach-defaults: share of requests with top_k 2000 (above every window)")
     parser.add_argument("--reach-top-k", type=int, default=20)
     parser.add_argument("--reach-batches", type=int, nargs="+", default=[32, 128])
     parser.add_argument("--greedy", type=float, default=0.05, help="share of greedy requests")
     parser.add_argument("--seeded", type=float, default=0.01, help="share of seeded requests")
     parser.add_argument("--batches", type=int, default=2000, help="simulated batches per size")
     args = parser.parse_args()
-    if args.reach:
+    if args.profile_pivot:
+        profile_pivot(args)
+    elif args.reach_defaults:
+        reach_defaults(args)
+    elif args.reach:
         reach(args)
     else:
         if not args.stock_root:
             parser.error("--stock-root is required for timing")
-        bench(args)
+        bench_top_p(args) if args.top_p else bench(args)
     return 0
 
 

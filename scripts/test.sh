@@ -217,9 +217,14 @@ topk_cycle() {
     only=(--only-tree vllm)
   fi
   gf() { "$BIN" --root "$tree" "${only[@]}" "$@"; }
+  # The fix's test files in fix.yaml's order (the window tests first): pytest keeps the order of
+  # files named on its command line, where a directory runs them alphabetically, so -x stops at
+  # the first failure of the window tests, as with one file.
+  mapfile -t topk_tests < <("$BIN" show topk-subset-sampler --format json |
+    python -c 'import json, sys; [print("fixes/topk-subset-sampler/" + t) for t in json.load(sys.stdin)["manifest"]["tests"]]')
   expect_quiet 1 "$rel: apply --check on pristine" gf apply --check --profile performance
   expect_quiet 1 "$rel: pytest fails on the pristine (unpatched) code" \
-    env GAUDI_FIXES_ROOT="$tree" python -m pytest -q -x -p no:cacheprovider fixes/topk-subset-sampler -k "not mutant"
+    env GAUDI_FIXES_ROOT="$tree" python -m pytest -q -x -p no:cacheprovider "${topk_tests[@]}" -k "not mutant"
   expect 0 "$rel: apply" gf apply --profile performance
   expect 0 "$rel: apply --check after apply" gf apply --check --profile performance
   before=$(snap "$tree")
@@ -243,7 +248,7 @@ assert src.count(old) == 2, "expected stock's and the subset's top-p mask"
 open(path, "w").write(src[:i] + new + src[i + len(old):])
 PY
   expect_quiet 1 "$rel: pytest rejects a broken patched file (strict top-p mask)" \
-    env GAUDI_FIXES_ROOT="$tree" python -m pytest -q -x -p no:cacheprovider fixes/topk-subset-sampler -k "not mutant"
+    env GAUDI_FIXES_ROOT="$tree" python -m pytest -q -x -p no:cacheprovider "${topk_tests[@]}" -k "not mutant"
   cp -p "$WORK/good-$rel.py" "$f"
   expect 0 "$rel: revert" gf revert --profile performance
   if diff -r "$pristine" "$tree" >/dev/null; then ok "$rel: revert restored every byte"; else bad "$rel: tree differs from pristine after revert"; diff -rq "$pristine" "$tree" | head; fi

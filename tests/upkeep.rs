@@ -78,7 +78,7 @@ fn builtin_tests_and_their_helpers_are_in_the_binary() {
         &d,
         "py",
         "if [ \"$1\" = \"-c\" ]; then echo gaudi-fixes-probe-ok; exit 0; fi\n\
-         [ -f test_topk_subset_sampler.py ] && [ -f vllm_gaudi_stubs.py ] && { echo '1 passed'; verdict 0 1 0; exit 0; }\n\
+         [ -f test_topk_window.py ] && [ -f _topk_support.py ] && [ -f vllm_gaudi_stubs.py ] && { echo '1 passed'; verdict 0 1 0; exit 0; }\n\
          ls; exit 1\n",
     );
     let (out, _) = d.cmd().args(["--root", "root", "--python", "./py", "test", "topk-subset-sampler"]).expect(0);

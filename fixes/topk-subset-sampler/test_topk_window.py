@@ -1,10 +1,7 @@
-"""Tests for the topk-subset-sampler fix, v2 (CPU; needs torch and numpy).
+"""Tests for the topk-subset-sampler fix, v2: the window (top_k) path (CPU; needs torch).
 
-The patched ``vllm/v1/sample/ops/topk_topp_sampler.py`` is loaded from the tree at
-``$GAUDI_FIXES_ROOT`` (the directory holding ``vllm/``), with small stubs for the
-vLLM modules it imports, on an HPU-like platform so ``forward_native`` is used.
 The subset sampler is checked against the stock functions of the same file
-(``apply_top_k_top_p_pytorch`` + the exponential race):
+(``apply_top_k_top_p_pytorch`` + the exponential race); loading: ``_topk_support.py``.
 
 * exact ties: per row the same support and the same probabilities as stock, also when
   the tie group at the k-th value reaches past the window (it enters the race as one
@@ -15,50 +12,44 @@ The subset sampler is checked against the stock functions of the same file
 * seeded rows take the fast path, draw their noise from their own generator exactly as
   stock does (>= 10,000 rows: the same tokens, the same generator states after);
 * greedy rows (top_k = vocab in a batch whose window comes from the sampled rows) keep
-  the fast path; fallbacks; no device reads; torch.compile graphs per window;
+  the fast path; fallbacks; no device reads;
 * mutants: broken copies of the patched source must each be rejected by the checks.
-* on the device: the fast path's aten ops (with input dtypes), recorded through the real
-  forward_native, must all be in device_ops.txt (each with its gaudi-pytorch-bridge evidence),
-  with no host sync and no data-dependent shape; sources that bring back searchsorted,
-  aten.index, a reinterpreted bool, int64 ids, a sync or a nonzero must fail that audit.
-
-With ``vllm_gaudi/`` next to ``vllm/``: the input batch attaches the window computed from
-the rows that sample, and the sampler warm-up lists a top_k for each window.
-Optional: ``$GAUDI_FIXES_VECTORS`` (reference vectors written by ``gaudi-fixes``'
-reference sampler).
-
-Run: ``GAUDI_FIXES_ROOT=<dir holding vllm/> pytest -s fixes/topk-subset-sampler``
-(``-s`` shows the measured numbers).
 """
 
 from __future__ import annotations
 
-import ast
 import functools
-import json
 import os
-import types
 import zlib
 from contextlib import contextmanager
 from dataclasses import dataclass, field
-from pathlib import Path
 
-import numpy as np
 import pytest
 import torch
-import device_ops
-from vllm_gaudi_stubs import load_sampler_source as load_sampler
+from _topk_support import (
+    FIX_DIR,
+    HINT_ATTR,
+    SAMPLER_PATH,
+    WINDOWS,
+    _forbid_device_reads,
+    _function_span,
+    _generators,
+    _mutations,
+    _record_paths,
+    _with_hint,
+    base,
+    bf16_round,
+    coupled_race,
+    expected_window,
+    llm_like_logits,
+    load_sampler,
+    patched_source,
+    random_k,
+    random_p,
+    subset,
+)
 
-ROOT_ENV = "GAUDI_FIXES_ROOT"
-VECTORS_ENV = "GAUDI_FIXES_VECTORS"
 SWITCH_ENV = "GAUDI_FIXES_TOPK_SUBSET"
-# The names agreed for the fix, written out independently of the patched code.
-HINT_ATTR = "_gaudi_fixes_topk_window"
-WINDOWS = (64, 128, 256, 512, 1024)
-SAMPLER_REL = Path("vllm/v1/sample/ops/topk_topp_sampler.py")
-INPUT_BATCH_REL = Path("vllm_gaudi/v1/worker/hpu_input_batch.py")
-MODEL_RUNNER_REL = Path("vllm_gaudi/v1/worker/hpu_model_runner.py")
-FIX_DIR = Path(__file__).resolve().parent
 # Largest probability difference, in float32 ulps, accepted for a token outside the
 # tie class: the stock softmax normalises over the whole vocabulary, the subset over
 # its K+1 columns, so the sums are accumulated in a different order.
@@ -72,42 +63,6 @@ MAX_TIE_REL = 1e-5
 TOP_P_ROUNDING = 1e-5
 # Two race scores this close (relative) are a float tie: the argmax may go either way.
 RACE_TIE_REL = 1e-5
-
-if not os.environ.get(ROOT_ENV):
-    pytest.skip(
-        f"{ROOT_ENV} is not set: point it at a directory holding the patched vllm/ "
-        "(e.g. a tree made by scripts/fetch-upstream.sh and `gaudi-fixes apply`)",
-        allow_module_level=True,
-    )
-
-ROOT = Path(os.environ[ROOT_ENV])
-SAMPLER_PATH = ROOT / SAMPLER_REL
-
-# A fixed thread count keeps float reductions, and so the measured ulps, alike across machines.
-torch.set_num_threads(min(2, torch.get_num_threads()))
-
-
-# --------------------------------------------------------------------------
-# Loading the sampler module with stubbed vLLM imports (the catalogue's _support/vllm_gaudi_stubs.py)
-# --------------------------------------------------------------------------
-
-
-@functools.cache
-def patched_source() -> str:
-    if not SAMPLER_PATH.is_file():
-        pytest.fail(f"{ROOT_ENV}={ROOT}: {SAMPLER_PATH} does not exist")
-    source = SAMPLER_PATH.read_text()
-    if "_apply_top_k_top_p_subset" not in source or HINT_ATTR not in source:
-        pytest.fail(
-            f"{SAMPLER_PATH} is not patched with topk-subset-sampler v2 "
-            "(run `gaudi-fixes apply topk-subset-sampler` on that tree first)"
-        )
-    return source
-
-
-@functools.cache
-def base() -> types.ModuleType:
-    return load_sampler(patched_source(), "gaudi_fixes_topk_patched", SAMPLER_PATH)
 
 
 # --------------------------------------------------------------------------
@@ -135,29 +90,8 @@ class Case:
         return int(self.k.max())
 
 
-def bf16_round(x: torch.Tensor) -> torch.Tensor:
-    return x.to(torch.bfloat16).to(torch.float32)
-
-
-def llm_like_logits(gen: torch.Generator, batch: int, vocab: int) -> torch.Tensor:
-    """Gaussian logits (std 3) with a few strong candidates per row (synthetic:
-    no model runs here)."""
-    logits = torch.randn(batch, vocab, generator=gen) * 3.0
-    top = torch.randint(0, vocab, (batch, 8), generator=gen)
-    logits.scatter_(1, top, 12.0 + 3.0 * torch.rand(batch, 8, generator=gen))
-    return logits
-
-
 def ints(*values: int) -> torch.Tensor:
     return torch.tensor(values, dtype=torch.int32)
-
-
-def random_k(gen: torch.Generator, batch: int, low: int = 1, high: int = 1024) -> torch.Tensor:
-    return torch.randint(low, high + 1, (batch,), generator=gen, dtype=torch.int32)
-
-
-def random_p(gen: torch.Generator, batch: int) -> torch.Tensor:
-    return 0.5 + 0.5 * torch.rand(batch, generator=gen)
 
 
 @functools.cache
@@ -271,41 +205,6 @@ class Stats:
     race_float_tie: int = 0
     max_ulp: int = 0
     max_tie_rel: float = 0.0
-
-
-def expected_window(max_top_k: int) -> int | None:
-    return next((w for w in WINDOWS if max_top_k <= w), None)
-
-
-@dataclass
-class Subset:
-    """The patched sampler's masked K+1 columns, spread back over the vocabulary."""
-
-    window_logits: torch.Tensor  # [B, K+1]; column 0 is the tie class
-    window_ids: torch.Tensor  # [B, K]
-    kth: torch.Tensor  # [B]
-    num_tied: torch.Tensor  # [B] |T| over the whole row
-    probs: torch.Tensor  # [B, V] window columns 1.. scattered; T members 0
-    tie_mass: torch.Tensor  # [B] probability of column 0
-    tie_kept: torch.Tensor  # [B] number of T members the column stands for
-
-
-def subset(mod, logits: torch.Tensor, k: torch.Tensor, p: torch.Tensor | None, window: int) -> Subset:
-    wl, wi, kth, _tied, _counts, num_tied = mod._apply_top_k_top_p_subset(logits.clone(), k, p, window)
-    probs = wl.softmax(dim=-1, dtype=torch.float32)
-    full = torch.zeros_like(logits).scatter_(1, wi.long(), probs[:, 1:])
-    kth = kth.view(-1)
-    # Column 0 holds kth + log(kept): recover the count it stands for.
-    kept = torch.where(wl[:, 0] > -float("inf"), (wl[:, 0].double() - kth.double()).exp().round(), 0.0)
-    return Subset(wl, wi, kth, num_tied.view(-1), full, probs[:, 0], kept.long())
-
-
-def coupled_race(mod, sub: Subset, logits: torch.Tensor, noise: torch.Tensor) -> torch.Tensor:
-    """The subset race under full-vocabulary noise, as the seeded path couples it."""
-    tied = logits == sub.kth.unsqueeze(1)
-    q_tied, tie_token = torch.where(tied, noise, float("inf")).min(dim=1)
-    q = torch.cat(((q_tied * sub.num_tied.float()).unsqueeze(1), noise.gather(1, sub.window_ids)), dim=1)
-    return mod._topk_subset_race(sub.window_logits, sub.window_ids, q, tie_token)
 
 
 def _ulps(a: torch.Tensor, b: torch.Tensor) -> int:
@@ -490,34 +389,6 @@ def _env(name: str, value: str | None):
             os.environ[name] = old
 
 
-@contextmanager
-def _record_paths(mod):
-    """Record which path forward_native takes (subset or stock)."""
-    taken: list[str] = []
-    subset, stock_apply = mod._topk_subset_sample, mod.apply_top_k_top_p
-
-    def subset_spy(*args, **kwargs):
-        taken.append("subset")
-        return subset(*args, **kwargs)
-
-    def stock_spy(*args, **kwargs):
-        taken.append("stock")
-        return stock_apply(*args, **kwargs)
-
-    mod._topk_subset_sample, mod.apply_top_k_top_p = subset_spy, stock_spy
-    try:
-        yield taken
-    finally:
-        mod._topk_subset_sample, mod.apply_top_k_top_p = subset, stock_apply
-
-
-def _with_hint(k: torch.Tensor, hint) -> torch.Tensor:
-    k = k.clone()
-    if hint is not None:
-        setattr(k, HINT_ATTR, hint)
-    return k
-
-
 @dataclass
 class Scenario:
     name: str
@@ -553,11 +424,6 @@ SCENARIOS = (
     Scenario("k_equals_vocab", "stock", k="vocab", hint="absent"),
     Scenario("window_not_below_small_vocab", "stock", vocab=500, k="small"),
 )
-
-
-def _generators(kind: str, batch: int) -> dict[int, torch.Generator]:
-    rows = {"": [], "some": [1, 4], "all": list(range(batch))}[kind]
-    return {row: torch.Generator().manual_seed(11 + row) for row in rows}
 
 
 def run_scenario(mod, sc: Scenario) -> list[str]:
@@ -621,29 +487,6 @@ def run_scenario(mod, sc: Scenario) -> list[str]:
 
 def check_fallbacks(mod) -> list[str]:
     return [f for sc in SCENARIOS for f in run_scenario(mod, sc)]
-
-
-_SYNC_METHODS = ("item", "tolist", "cpu", "numpy", "__int__", "__float__", "__bool__", "__index__")
-
-
-@contextmanager
-def _forbid_device_reads():
-    """Make every Tensor -> Python value conversion raise."""
-    saved = {name: getattr(torch.Tensor, name) for name in _SYNC_METHODS}
-
-    def forbidden(name):
-        def method(self, *args, **kwargs):
-            raise AssertionError(f"device value read: Tensor.{name}()")
-
-        return method
-
-    for name in _SYNC_METHODS:
-        setattr(torch.Tensor, name, forbidden(name))
-    try:
-        yield
-    finally:
-        for name, method in saved.items():
-            setattr(torch.Tensor, name, method)
 
 
 def check_no_device_reads(mod) -> list[str]:
@@ -934,56 +777,9 @@ def test_seeded_rows_match_stock_tokens_and_generators():
     assert numbers["rows"] >= 10_000
 
 
-def test_compile_one_graph_per_window():
-    """Under torch.compile (aot_eager), 40 batches with mixed top_k compile at most one
-    graph per window plus one (the stock path), none with a symbolic-int input."""
-    mod = base()
-    sampler = mod.TopKTopPSampler()
-    graphs: list[list[str]] = []
-
-    def backend(gm, example_inputs):
-        graphs.append([type(x).__name__ for x in example_inputs if not isinstance(x, torch.Tensor)])
-        return torch._dynamo.backends.debugging.aot_eager(gm, example_inputs)
-
-    torch._dynamo.reset()
-    compiled = torch.compile(sampler.forward_native, backend=backend)
-    g = torch.Generator().manual_seed(5)
-    B, V = 8, 4096
-    used = set()
-    for i in range(40):
-        logits = llm_like_logits(g, B, V)
-        high = (10, 60, 100, 200, 300, 1000, 128, 500, V)[i % 9]
-        k = random_k(g, B, 1, high)
-        window = expected_window(int(k.max()))
-        used.add(window)
-        p = random_p(g, B)  # p None would be a second graph per window (as in stock)
-        tokens, _ = compiled(logits.clone(), {}, _with_hint(k, window), p)
-        kth = logits.sort(dim=-1, descending=True).values.gather(1, k.long().unsqueeze(1) - 1)
-        assert bool((logits.gather(1, tokens.unsqueeze(1)) >= kth).all()), f"batch {i}: token outside top-k"
-    torch._dynamo.reset()
-    print(f"\n{len(graphs)} graphs for windows {sorted(w for w in used if w)} and the stock path")
-    assert len(graphs) <= len(WINDOWS) + 1, graphs
-    assert not any(graphs), f"symbolic graph inputs: {graphs}"
-
-
-def _function_span(source: str, name: str) -> tuple[int, int]:
-    for node in ast.walk(ast.parse(source)):
-        if isinstance(node, ast.FunctionDef) and node.name == name:
-            lines = source.splitlines(keepends=True)
-            start = sum(len(line) for line in lines[: node.lineno - 1])
-            end = sum(len(line) for line in lines[: node.end_lineno])
-            return start, end
-    raise AssertionError(f"function {name} not found in {SAMPLER_PATH}")
-
-
-def mutate(source: str, function: str, old: str, new: str) -> str:
-    """Replace `old` (exactly once) inside one function of the source."""
-    start, end = _function_span(source, function)
-    body = source[start:end]
-    assert body.count(old) == 1, f"{function}: {old!r} found {body.count(old)} times"
-    mutant = source[:start] + body.replace(old, new) + source[end:]
-    assert mutant != source
-    return mutant
+# --------------------------------------------------------------------------
+# Mutants: broken copies of the patched source, each rejected by the checks above
+# --------------------------------------------------------------------------
 
 
 def _swap_top_k_top_p(source: str) -> str:
@@ -996,15 +792,6 @@ def _swap_top_k_top_p(source: str) -> str:
     swapped = body[:top_k_at] + top_p_block.rstrip("\n") + "\n\n" + top_k_block + body[return_at:]
     assert swapped != body
     return source[:start] + swapped + source[end:]
-
-
-def _mutations(function: str, *pairs: tuple[str, str]):
-    def apply(source: str) -> str:
-        for old, new in pairs:
-            source = mutate(source, function, old, new)
-        return source
-
-    return apply
 
 
 MUTANTS = {
@@ -1101,387 +888,3 @@ def test_mutant_is_rejected(name):
     failures = run_checks(mutant, stop_early=True)
     print(f"\n{name}: rejected by: {failures[:1]}")
     assert failures, f"mutant {name} passed every check"
-
-
-# --------------------------------------------------------------------------
-# On the device: the fast path's aten ops against the allowlist (device_ops.txt)
-# --------------------------------------------------------------------------
-
-ALLOWLIST_PATH = FIX_DIR / "device_ops.txt"
-# The allowlist's loader and the op recorder are shared with the spec-decode fixes' audit
-# (_support/device_ops.py).
-HOST_SYNC_OPS, DATA_DEPENDENT_OPS = device_ops.HOST_SYNC_OPS, device_ops.DATA_DEPENDENT_OPS
-AllowedOp, _OpRecorder = device_ops.AllowedOp, device_ops.OpRecorder
-
-
-def load_allowlist(path: Path = ALLOWLIST_PATH) -> dict[tuple[str, str], AllowedOp]:
-    """`op dtypes evidence...` per line; # comments. Errors name the file and line."""
-    return device_ops.load_allowlist(path)
-
-
-@dataclass
-class AuditBatch:
-    name: str
-    vocab: int
-    bf16: bool
-    seeded: str  # "" | some | all
-    top_p: bool
-    top_k: str = "random"  # random (in [1, 64]) | window (every row k = 64)
-
-
-AUDIT_BATCHES = (
-    AuditBatch("fp32", 4096, False, "", True),
-    AuditBatch("fp32_top_k_only", 4096, False, "", False),
-    AuditBatch("bf16_tie", 32000, True, "", True, top_k="window"),
-    AuditBatch("bf16_tie_top_k_only", 32000, True, "", False, top_k="window"),
-    AuditBatch("seeded", 4096, True, "some", True),
-    AuditBatch("all_seeded", 4096, True, "all", False),
-    AuditBatch("vocab_not_multiple_of_4", 4099, True, "some", True, top_k="window"),
-)
-
-
-def record_ops(mod, batch: AuditBatch, fast: bool = True) -> tuple[dict[tuple[str, str], int], list[str]]:
-    """The aten ops of one forward_native call (the real patched method) on `batch`;
-    fast=False records the stock path (no window attached). Returns (ops, paths taken)."""
-    g = torch.Generator().manual_seed(zlib.crc32(batch.name.encode()))
-    B = 8
-    logits = llm_like_logits(g, B, batch.vocab)
-    if batch.bf16:
-        logits = bf16_round(logits)
-    k = random_k(g, B, 1, 64) if batch.top_k == "random" else torch.full((B,), 64, dtype=torch.int32)
-    k = _with_hint(k, 64 if fast else None)
-    p = random_p(g, B) if batch.top_p else None
-    sampler = mod.TopKTopPSampler()
-    with _record_paths(mod) as taken, _OpRecorder() as recorder:
-        sampler.forward_native(logits, _generators(batch.seeded, B), k, p)
-    return recorder.ops, taken
-
-
-def audit(mod, allowed: dict[tuple[str, str], AllowedOp]) -> tuple[list[str], dict[tuple[str, str], set[str]]]:
-    """Failures of the fast path's op stream over AUDIT_BATCHES, and every (op, dtypes) seen
-    with the batches it was seen in."""
-    failures: list[str] = []
-    seen: dict[tuple[str, str], set[str]] = {}
-    for batch in AUDIT_BATCHES:
-        try:
-            ops, taken = record_ops(mod, batch)
-        except Exception as exc:
-            failures.append(f"{batch.name}: forward_native raised {type(exc).__name__}: {exc}")
-            continue
-        if taken != ["subset"]:
-            failures.append(f"{batch.name}: took {taken}, want ['subset'] (the audit covers the fast path)")
-        for key in ops:
-            seen.setdefault(key, set()).add(batch.name)
-    failures += device_ops.classify(seen, allowed, ALLOWLIST_PATH.name)
-    return failures, seen
-
-
-def test_allowlist_entries_carry_evidence():
-    entries = load_allowlist()
-    assert entries, f"{ALLOWLIST_PATH} lists no op"
-
-
-def test_fast_path_uses_only_ops_gaudi_compiles():
-    """Every aten op (with input dtypes) of the patched forward_native's fast path, over
-    fp32, bf16-tie, seeded and odd-vocabulary batches, is in device_ops.txt with its
-    evidence; no host sync, no data-dependent shape."""
-    allowed = load_allowlist()
-    failures, seen = audit(base(), allowed)
-    print(f"\nfast path: {len(seen)} (op, input dtypes) over {len(AUDIT_BATCHES)} batches")
-    for op, dtypes in sorted(seen):
-        print(f"  {op:34} {dtypes}")
-    assert not failures, "fast path ops Gaudi may not compile:\n" + "\n".join(failures)
-    unused = sorted(set(allowed) - set(seen))
-    print(f"allowlist entries not used by these batches: {unused}")
-
-
-def test_stock_path_ops_fail_the_audit():
-    """The stock path's op stream (recorded for the fix page) is not all in the allowlist:
-    the audit can tell a full sort from the fast path."""
-    allowed = load_allowlist()
-    seen: dict[tuple[str, str], int] = {}
-    for batch in AUDIT_BATCHES:
-        ops, taken = record_ops(base(), batch, fast=False)
-        assert taken == ["stock"], f"{batch.name}: took {taken} without a window"
-        for key, n in ops.items():
-            seen[key] = seen.get(key, 0) + n
-    print(f"\nstock path: {len(seen)} (op, input dtypes)")
-    for op, dtypes in sorted(seen):
-        print(f"  {op:34} {dtypes}{'' if (op, dtypes) in allowed else '   (not in the allowlist)'}")
-    assert ("aten.sort.default", "float32") in seen
-    assert set(seen) - set(allowed), "the stock path's ops all pass the audit: the audit cannot tell them apart"
-
-
-AUDIT_MUTANTS = {
-    "searchsorted": _mutations(
-        "_topk_subset_tie_member",
-        ("chunk = (tie_counts < target).sum(dim=-1, keepdim=True, dtype=torch.int32)",
-         "chunk = torch.searchsorted(tie_counts, target).to(torch.int32)"),
-    ),
-    "bool_reinterpreted": _mutations(
-        "_topk_subset_tie_counts", ("tied = logits.eq_(kth)", "tied = (logits == kth).view(torch.uint8)")
-    ),
-    "seeded_noise_by_index": _mutations(
-        "_topk_subset_noise", ("q[i, 1:] = row_q.index_select(0, window_ids[i])", "q[i, 1:] = row_q[window_ids[i]]")
-    ),
-    "int64_window_ids": _mutations("_apply_top_k_top_p_subset", ("logits_idx.to(torch.int32).flip(-1)", "logits_idx.flip(-1)")),
-    "host_sync": _mutations("_topk_subset_tie_counts", ("num_tied = counts[:, -1:]", "num_tied = counts[:, -1:] + 0 * int(counts[0, -1])")),
-    "data_dependent_shape": _mutations(
-        "_topk_subset_tie_counts", ("num_tied = counts[:, -1:]", "num_tied = counts[:, -1:] + 0 * counts.nonzero().shape[0]")
-    ),
-}
-
-
-@pytest.mark.parametrize("name", sorted(AUDIT_MUTANTS))
-def test_audit_rejects_ops_gaudi_may_not_compile(name):
-    """A source using an op outside the allowlist (the old patch's searchsorted, bool view,
-    aten.index, int64 ids), a host sync or a data-dependent shape fails the audit."""
-    source = patched_source()
-    mutant = load_sampler(AUDIT_MUTANTS[name](source), f"gaudi_fixes_topk_audit_{name}", SAMPLER_PATH)
-    failures, _ = audit(mutant, load_allowlist())
-    print(f"\n{name}: {failures[:2]}")
-    assert failures, f"audit mutant {name} passed the audit"
-
-
-# --------------------------------------------------------------------------
-# The vllm_gaudi half: the window attached by the input batch, the warm-up
-# --------------------------------------------------------------------------
-
-
-def test_vllm_sampler_passes_top_k_tensor_unchanged():
-    """The hint rides on the top_k tensor: vLLM's Sampler must hand
-    sampling_metadata.top_k itself to TopKTopPSampler."""
-    path = ROOT / "vllm/v1/sample/sampler.py"
-    if not path.is_file():
-        pytest.skip(f"{path} absent (tree without the Sampler)")
-    calls = [
-        node
-        for node in ast.walk(ast.parse(path.read_text()))
-        if isinstance(node, ast.Call)
-        and isinstance(node.func, ast.Attribute)
-        and node.func.attr == "topk_topp_sampler"
-    ]
-    assert calls, f"{path}: no call of self.topk_topp_sampler"
-    for call in calls:
-        assert len(call.args) >= 3 and ast.unparse(call.args[2]) == "sampling_metadata.top_k", (
-            f"{path}:{call.lineno}: top_k reaches TopKTopPSampler as {ast.unparse(call.args[2])}"
-        )
-
-
-def _gaudi_source(rel: Path) -> str:
-    if not (ROOT / "vllm_gaudi").is_dir():
-        pytest.skip(f"no vllm_gaudi/ in {ROOT}: the vllm_gaudi half is not tested")
-    return (ROOT / rel).read_text()
-
-
-def check_input_batch(source: str) -> list[str]:
-    """The input batch attaches the window chosen from the rows that sample."""
-    path = ROOT / INPUT_BATCH_REL
-    tree = ast.parse(source)
-    wanted = {"_SAMPLING_EPS", "_GAUDI_FIXES_TOPK_WINDOW_ATTR", "_GAUDI_FIXES_TOPK_WINDOWS", "_gaudi_fixes_with_topk_window"}
-    nodes = [
-        n for n in tree.body
-        if (isinstance(n, ast.FunctionDef) and n.name in wanted)
-        or (isinstance(n, ast.Assign) and getattr(n.targets[0], "id", None) in wanted)
-    ]
-    if len(nodes) != len(wanted):
-        return [f"{path}: not patched with topk-subset-sampler v2 (missing {sorted(wanted)})"]
-    namespace = {"np": np, "torch": torch, "Optional": __import__("typing").Optional}
-    exec(compile(ast.Module(nodes, []), str(path), "exec"), namespace)
-    failures = []
-    if namespace["_GAUDI_FIXES_TOPK_WINDOW_ATTR"] != HINT_ATTR or tuple(namespace["_GAUDI_FIXES_TOPK_WINDOWS"]) != WINDOWS:
-        failures.append(f"{path}: attribute name or windows differ from the sampler's")
-    attach = namespace["_gaudi_fixes_with_topk_window"]
-    V = 151936
-    greedy, sampled = -1.0, 0.7
-
-    def window_of(top_k, temperature):
-        top_k_cpu = np.array(top_k, dtype=np.int32)
-        tensor = attach(torch.from_numpy(top_k_cpu.copy()), top_k_cpu, np.array(temperature, dtype=np.float32))
-        return getattr(tensor, HINT_ATTR, None)
-
-    expectations = [
-        # (top_k per row, temperature per row, window)
-        ([20] * 8, [sampled] * 8, 64),
-        ([70, 3], [sampled, sampled], 128),
-        ([1024, 1], [sampled, 1.0], 1024),
-        ([257], [sampled], 512),
-        ([20, V, 20, V], [sampled, greedy, sampled, greedy], 64),  # greedy rows: top_k stored as vocab
-        ([20, V], [sampled, sampled], None),  # a sampled row without top_k: stock
-        ([1025], [sampled], None),
-        ([V, V], [greedy, greedy], None),
-        ([20, 300], [1e-6, sampled], 512),  # temperature below _SAMPLING_EPS is greedy
-    ]
-    for top_k, temperature, want in expectations:
-        got = window_of(top_k, temperature)
-        if got != want or (got is not None and type(got) is not int):
-            failures.append(f"{path}: top_k {top_k[:4]}, temperature {temperature[:4]}: window {got!r}, want {want}")
-    if attach(None, np.array([20]), np.array([1.0])) is not None:
-        failures.append(f"{path}: top_k None must stay None")
-    # Both SamplingMetadata builders pass top_k through the helper, with the same rows'
-    # host copies of top_k and temperature.
-    metadata_top_k = [
-        kw.value
-        for n in ast.walk(tree)
-        if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "SamplingMetadata"
-        for kw in n.keywords
-        if kw.arg == "top_k"
-    ]
-    if len(metadata_top_k) != 2:
-        failures.append(f"{path}: {len(metadata_top_k)} SamplingMetadata(top_k=...) calls, want 2")
-    for value in metadata_top_k:
-        text = ast.unparse(value)
-        ok = isinstance(value, ast.Call) and getattr(value.func, "id", None) == "_gaudi_fixes_with_topk_window"
-        if not ok or "self.top_k_cpu[" not in text or "self.temperature_cpu[" not in text:
-            failures.append(f"{path}:{value.lineno}: top_k passed without the window hint: {text}")
-    return failures
-
-
-def check_warmup(source: str) -> list[str]:
-    """warmup_sampler's configs include a sampled top_k in each window, and the warm-up
-    sets the rows' host temperature (from which the input batch picks the window)."""
-    path = ROOT / MODEL_RUNNER_REL
-    fn = next((n for n in ast.walk(ast.parse(source)) if isinstance(n, ast.FunctionDef) and n.name == "warmup_sampler"), None)
-    if fn is None:
-        return [f"{path}: no warmup_sampler"]
-    configs = next(
-        (n.value for n in ast.walk(fn) if isinstance(n, ast.Assign) and getattr(n.targets[0], "id", None) == "sampling_configs"),
-        None,
-    )
-    if configs is None:
-        return [f"{path}: warmup_sampler has no sampling_configs list"]
-    entries = ast.literal_eval(configs)
-    windows = {expected_window(top_k) for temp, _top_p, top_k, _changed in entries if temp > 0 and 0 < top_k}
-    failures = []
-    missing = sorted(set(WINDOWS) - windows)
-    if missing:
-        failures.append(f"{path}: warmup_sampler compiles no sampled top_k for windows {missing}")
-    if "self.input_batch.temperature_cpu[i] =" not in ast.get_source_segment(source, fn):
-        failures.append(f"{path}: warmup_sampler leaves the rows' host temperature unset")
-    return failures
-
-
-def test_input_batch_attaches_window_from_sampled_rows():
-    assert check_input_batch(_gaudi_source(INPUT_BATCH_REL)) == []
-
-
-def test_warmup_compiles_every_window():
-    assert check_warmup(_gaudi_source(MODEL_RUNNER_REL)) == []
-
-
-GAUDI_MUTANTS = {
-    "hint_from_all_rows": (INPUT_BATCH_REL, check_input_batch, "top_k_cpu[temperature_cpu >= _SAMPLING_EPS]", "top_k_cpu"),
-    "hint_raw_max": (
-        INPUT_BATCH_REL, check_input_batch,
-        "setattr(top_k, _GAUDI_FIXES_TOPK_WINDOW_ATTR, window)", "setattr(top_k, _GAUDI_FIXES_TOPK_WINDOW_ATTR, largest)",
-    ),
-    "selective_metadata_without_hint": (
-        INPUT_BATCH_REL, check_input_batch,
-        "top_k=_gaudi_fixes_with_topk_window(None if self.no_top_k else self.top_k[req_indices],",
-        "top_k=(lambda t, *_: t)(None if self.no_top_k else self.top_k[req_indices],",
-    ),
-    "warmup_missing_window_512": (
-        MODEL_RUNNER_REL, check_warmup, "(1.0, 0.95, 400, True),\n", "",
-    ),
-    "warmup_temperature_unset": (
-        MODEL_RUNNER_REL, check_warmup, "self.input_batch.temperature_cpu[i] =", "_unused_temperature =",
-    ),
-}
-
-
-@pytest.mark.parametrize("name", sorted(GAUDI_MUTANTS))
-def test_gaudi_mutant_is_rejected(name):
-    rel, check, old, new = GAUDI_MUTANTS[name]
-    source = _gaudi_source(rel)
-    assert source.count(old) == 1, f"{rel}: {old!r} found {source.count(old)} times"
-    mutant = source.replace(old, new)
-    if name == "warmup_missing_window_512":
-        mutant = mutant.replace("(1.0, 0.95, 400, False),\n", "")
-    failures = check(mutant)
-    print(f"\n{name}: {failures[:1]}")
-    assert failures, f"mutant {name} passed"
-
-
-# --------------------------------------------------------------------------
-# Reference vectors from gaudi-fixes' reference sampler (optional)
-# --------------------------------------------------------------------------
-
-
-def _vector_dirs() -> list[Path]:
-    root = os.environ.get(VECTORS_ENV)
-    if not root:
-        return []
-    dirs = sorted(d for d in Path(root).iterdir() if (d / "logits.npy").is_file())
-    if not dirs:
-        pytest.fail(f"{VECTORS_ENV}={root}: no subdirectory with logits.npy")
-    return dirs
-
-
-@pytest.mark.skipif(not os.environ.get(VECTORS_ENV), reason=f"{VECTORS_ENV} is not set: no reference vectors")
-def test_reference_vectors_excuse_few_rows():
-    """The excused rows (documented differences) must stay a small part of the vectors, or
-    test_reference_vectors would compare next to nothing."""
-    manifest = json.loads((Path(os.environ[VECTORS_ENV]) / "manifest.json").read_text())
-    rows = sum(c["batch"] for c in manifest["cases"])
-    excused = sum(len(c["subset_may_differ"]) for c in manifest["cases"])
-    assert rows > 0 and excused <= 0.25 * rows, f"{excused} of {rows} rows excused"
-
-
-@pytest.mark.skipif(not os.environ.get(VECTORS_ENV), reason=f"{VECTORS_ENV} is not set: no reference vectors")
-@pytest.mark.parametrize("vector_dir", _vector_dirs(), ids=lambda d: d.name)
-def test_reference_vectors(vector_dir):
-    """The patched real code reproduces the reference sampler's stock tokens and supports.
-
-    Rows the reference lists under `subset_may_differ` in manifest.json (a tie or rounding
-    at the top-p boundary) are the documented differences and are not compared; every
-    other row, including tie groups at the k-th value that cross the window, must match.
-    """
-    manifest = json.loads((vector_dir.parent / "manifest.json").read_text())
-    meta = next((c for c in manifest["cases"] if c["name"] == vector_dir.name), None)
-    assert meta is not None, f"{vector_dir.name} is not in manifest.json"
-    load = lambda name: np.load(vector_dir / name)  # noqa: E731
-    logits = torch.from_numpy(load("logits.npy")).float()
-    k = torch.from_numpy(load("k.npy")).long()
-    p = torch.from_numpy(load("p.npy")).float()
-    noise = torch.from_numpy(load("noise.npy")).float()
-    expected = load("expected_tokens.npy").astype(np.int64)
-    lengths = load("support_lengths.npy").astype(np.int64)
-    support_ids = load("support_ids.npy").astype(np.int64)
-    support_logprobs = load("support_logprobs.npy").astype(np.float32)
-    B, V = logits.shape
-    assert k.shape == (B,) and p.shape == (B,) and noise.shape == (B, V) and expected.shape == (B,)
-    assert lengths.shape == (B,) and support_ids.shape == support_logprobs.shape == (int(lengths.sum()),)
-    skip = {d["row"] for d in meta["subset_may_differ"]}
-    rows = [r for r in range(B) if r not in skip]
-    k_arg = None if meta["k_is_none"] else k
-    p_arg = None if meta["p_is_none"] else p
-
-    mod = base()
-    window = None if k_arg is None else expected_window(int(k.max()))
-    if window is None or window >= V:
-        # No subset for this batch: the patched file must take the stock path.
-        masked = mod.apply_top_k_top_p_pytorch(logits.clone(), k_arg, p_arg)
-        probs = masked.softmax(dim=-1, dtype=torch.float32)
-        tokens = mod.sample_with_exponential_noise(probs.clone(), noise.clone())
-        full_logprobs = masked.log_softmax(dim=-1, dtype=torch.float32)
-    else:
-        sub = subset(mod, logits, k_arg, p_arg, window)
-        tokens = coupled_race(mod, sub, logits, noise)
-        full_logprobs = sub.probs.log()
-        # The tie class's kept members (all of it unless top-p cuts inside it; then the
-        # reference lists the row as a top-p tie) each carry an equal share of column 0.
-        tied = logits == sub.kth.unsqueeze(1)
-        members = tied & (tied.long().cumsum(dim=1) <= sub.tie_kept.unsqueeze(1))
-        share = (sub.tie_mass / sub.tie_kept.clamp_min(1)).log().unsqueeze(1)
-        full_logprobs = torch.where(members, share.expand_as(full_logprobs), full_logprobs)
-    got_tokens = tokens.numpy()
-    differ = [r for r in rows if got_tokens[r] != expected[r]]
-    assert not differ, f"{vector_dir.name}: rows {differ[:10]} differ from the reference's stock token"
-    offsets = np.concatenate([[0], np.cumsum(lengths)])
-    for row in rows:
-        want_ids = support_ids[offsets[row] : offsets[row + 1]]
-        got_ids = torch.nonzero(full_logprobs[row] > -float("inf")).flatten().numpy()
-        assert np.array_equal(got_ids, want_ids), f"{vector_dir.name} row {row}: support differs"
-        got = full_logprobs[row, torch.from_numpy(want_ids)].numpy()
-        want = support_logprobs[offsets[row] : offsets[row + 1]]
-        np.testing.assert_allclose(got, want, rtol=0, atol=1e-5, err_msg=f"{vector_dir.name} row {row}")
