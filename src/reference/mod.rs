@@ -29,6 +29,7 @@ pub mod exact;
 pub mod filtered;
 pub mod masks;
 pub mod mutants;
+pub mod pivot;
 pub mod race;
 pub mod sampler;
 pub mod speculative;

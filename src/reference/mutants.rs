@@ -28,11 +28,20 @@ pub enum Flaw {
     NoTieCompletion,
     /// The tie class is completed, but a winning class always yields its first member.
     TieFirstMember,
+    /// Pivot path: the pivot one bin step up in each radix pass (`prefix + place + 1`).
+    PivotOffByOne,
+    /// Pivot path: the mass e computed on `logit − max` scaled by 0.6 (as if before, or with
+    /// another, temperature).
+    MassBeforeTemperature,
+    /// Pivot path: the pivot's tie class dropped (only e > pivot kept).
+    PivotTiesDropped,
+    /// Pivot path, mixed batch: the row's mass Z taken over its topk(window) only.
+    WindowMassForRow,
 }
 
 impl Flaw {
     /// Every mutant the suite must reject.
-    pub const ALL: [Flaw; 10] = [
+    pub const ALL: [Flaw; 14] = [
         Flaw::KOffByOne,
         Flaw::WindowTooSmall,
         Flaw::TopPBeforeTopK,
@@ -43,6 +52,10 @@ impl Flaw {
         Flaw::MaskByPosition,
         Flaw::NoTieCompletion,
         Flaw::TieFirstMember,
+        Flaw::PivotOffByOne,
+        Flaw::MassBeforeTemperature,
+        Flaw::PivotTiesDropped,
+        Flaw::WindowMassForRow,
     ];
 
     /// Short name for tables and JSON.
@@ -58,6 +71,10 @@ impl Flaw {
             Flaw::MaskByPosition => "mask-by-position",
             Flaw::NoTieCompletion => "no-tie-completion",
             Flaw::TieFirstMember => "tie-first-member",
+            Flaw::PivotOffByOne => "pivot-off-by-one",
+            Flaw::MassBeforeTemperature => "mass-before-temperature",
+            Flaw::PivotTiesDropped => "pivot-ties-dropped",
+            Flaw::WindowMassForRow => "window-mass-for-row",
         }
     }
 
@@ -74,6 +91,10 @@ impl Flaw {
             Flaw::MaskByPosition => "top_k by position, not by value (bf16 ties)",
             Flaw::NoTieCompletion => "v1: k-th tie group cut at the window edge",
             Flaw::TieFirstMember => "tie class wins yield its first member",
+            Flaw::PivotOffByOne => "top-p pivot one bin step off (prefix + place + 1)",
+            Flaw::MassBeforeTemperature => "top-p mass on logits scaled by 0.6 (temperature)",
+            Flaw::PivotTiesDropped => "top-p pivot's tie class dropped",
+            Flaw::WindowMassForRow => "mixed batch: the topk window's mass taken for Z",
         }
     }
 }

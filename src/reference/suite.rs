@@ -399,8 +399,8 @@ impl StockSide {
         let filtered = Sampler::Stock.filter(batch, release);
         let rows = support_rows(&filtered, Values::Probs);
         let tokens = tokens_of(&filtered, &noise);
-        let window = match subset::route(batch.k.as_deref(), batch.vocab) {
-            Route::Subset { window } => Some(window),
+        let window = match subset::route_batch(batch) {
+            Route::Subset { window } | Route::Pivot { window } => Some(window),
             _ => None,
         };
         // Only subset-path cases are drawn from (a fallback is checked bit for bit instead).
@@ -439,8 +439,16 @@ fn check_case(config: &Config, case: &Case, stock: &StockSide, sampler: Sampler,
     let batch = &case.batch;
     let filtered = sampler.filter(batch, config.release);
     let rows = support_rows(&filtered, Values::Probs);
+    let pivot = matches!(filtered.route, Route::Pivot { .. });
     let outcomes: Vec<RowOutcome> = (0..batch.rows as usize)
-        .map(|r| exact::compare_row(batch, r, stock.window, stock.rows.row(r), rows.row(r), config.ulp_bound))
+        .map(|r| match exact::compare_row(batch, r, stock.window, stock.rows.row(r), rows.row(r), config.ulp_bound) {
+            // The pivot path's probabilities: its weights over their own sum (see
+            // `exact::normalized_ulps`); each probability's own rounding is what is bounded.
+            RowOutcome::Identical { .. } if pivot => {
+                RowOutcome::Identical { max_ulps: exact::normalized_ulps(stock.rows.row(r).1, rows.row(r).1) }
+            }
+            outcome => outcome,
+        })
         .collect();
     let tokens = tokens_of(&filtered, &stock.noise);
     let mut coupled_mismatches = Vec::new();
@@ -555,6 +563,8 @@ pub fn run_suite(config: &Config, torch_threads: i32, progress: &mut dyn FnMut(S
     let mut cases = cases::generated(&config.plan);
     cases.extend(cases::fixtures(config.seed, config.fixture_vocab));
     cases.extend(cases::model_tie_spills(config.seed, cases::MODEL_VOCAB, 8));
+    cases.extend(cases::pivot_fixtures(config.seed, config.fixture_vocab));
+    cases.extend(cases::model_nucleus(config.seed, cases::MODEL_VOCAB, 8));
     let mutants: Vec<Flaw> = Flaw::ALL.to_vec();
 
     let started = Instant::now();
@@ -704,7 +714,7 @@ fn case_result(case: &Case, outcome: &CaseOutcome) -> CaseResult {
         dtype: case.dtype,
         rows: case.batch.rows,
         vocab: case.batch.vocab,
-        route: subset::route(case.batch.k.as_deref(), case.batch.vocab).to_string(),
+        route: subset::route_batch(&case.batch).to_string(),
         identical: count(|o| matches!(o, RowOutcome::Identical { .. })),
         explained: count(|o| matches!(o, RowOutcome::Explained(_))),
         unexplained: count(|o| matches!(o, RowOutcome::Unexplained)),

@@ -207,8 +207,8 @@ pub fn emit(dir: &Path, release: Release, seed: u64) -> Result<Emitted> {
             Vec::<i64>::try_from(&subset.draw(Noise::Coupled(&noise)).tokens).context("reading subset tokens")?;
         let stock_rows = masks::support_rows(&stock, masks::Values::Probs);
         let subset_rows = masks::support_rows(&subset, masks::Values::Probs);
-        let window = match subset::route(batch.k.as_deref(), batch.vocab) {
-            Route::Subset { window } => Some(window),
+        let window = match subset::route_batch(batch) {
+            Route::Subset { window } | Route::Pivot { window } => Some(window),
             _ => None,
         };
         // Every row whose support is ambiguous for any correct subset sampler is listed; the
@@ -270,7 +270,7 @@ pub fn emit(dir: &Path, release: Release, seed: u64) -> Result<Emitted> {
             vocab: batch.vocab,
             k_is_none: batch.k.is_none(),
             p_is_none: batch.p.is_none(),
-            route: subset::route(batch.k.as_deref(), batch.vocab).to_string(),
+            route: subset::route_batch(batch).to_string(),
             subset_may_differ,
             kth_tie_spill_rows,
         });
