@@ -54,7 +54,8 @@ pub enum Route {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(tag = "reason", rename_all = "snake_case")]
 pub enum Fallback {
-    /// No row has top_k (k=None), or some row has none (k = vocab), so no window covers it.
+    /// No row has top_k (k=None), or some row has none (k = vocab), so no window covers it,
+    /// and the batch has no top_p tensor for the pivot path either.
     RowWithoutTopK,
     /// The batch's largest top_k is above the largest window.
     TopKAboveWindows {

@@ -12,8 +12,9 @@
 //! winning T is then found by compare-and-count over the block counts and inside one block),
 //! as the patched vLLM code does, and no host sync.
 //!
-//! A batch where some row has no top_k (k = vocab) or the largest top_k exceeds 1024 keeps the
-//! stock path. The window is the hint vllm_gaudi attaches (computed on the host from the rows
+//! A batch where some row has no top_k (k = vocab) takes the top-p pivot path if it has a top_p
+//! tensor ([`crate::reference::pivot`], issue 47; its top_k rows still take the window here),
+//! else the stock path; a largest top_k above 1024 (below vocab) keeps the stock path. The window is the hint vllm_gaudi attaches (computed on the host from the rows
 //! that sample), so routing adds no device sync.
 //!
 //! [`filter`] takes an optional [`Flaw`] so the suite can run deliberately broken variants of

@@ -15,6 +15,12 @@
 //!    samplers biased by total variation 0.01, 0.03 and 0.1;
 //! 4. **fallback** — batches the fix hands to stock come out bit-identical.
 //!
+//! Batches with rows without top_k and a top_p tensor take the pivot path
+//! ([`crate::reference::pivot`]; `Route::Pivot`) and go through checks 1–3 the same way: its
+//! rows' probabilities are its own weights normalised (identical supports compared after each
+//! side is divided by its own total), coupled draws race `weights / noise` as the patch races
+//! seeded rows, statistical draws go through its inverse-CDF pick.
+//!
 //! Then every mutant ([`crate::reference::mutants`]) goes through the same checks and must
 //! fail at least one; a surviving mutant, or a gate that alarms on stock itself, means the
 //! suite cannot be trusted, and `equiv` exits 1 whatever the fix did.

@@ -163,7 +163,9 @@ pub struct Emitted {
 fn vector_cases(seed: u64) -> Vec<Case> {
     let plan = Plan { rows: 4, vocabs: vec![VOCAB], per_config: 1, seed };
     let mut all = cases::fixtures(seed, VOCAB as usize);
-    all.extend(cases::generated_top_k(&plan));
+    all.extend(cases::generated(&plan));
+    // The top-p pivot path (issue 47): rows without top_k, alone and mixed with top_k rows.
+    all.extend(cases::pivot_fixtures(seed, VOCAB as usize));
     // Two rows of the model-sized bf16 spill at top_k 64 (≈2.4 MB of logits and noise).
     all.extend(cases::model_tie_spills(seed, cases::MODEL_VOCAB, 2).into_iter().take(1));
     all
