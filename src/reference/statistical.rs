@@ -310,32 +310,23 @@ fn gate_alarms(
     alarms
 }
 
-/// One row of [`gate_alarms`] prepared once for all its runs: the source's cumulative
-/// probabilities, and the expected row's bins merged as [`merged_chi_square`] merges them
-/// (which depends on the expected counts alone). A run then costs O(draws · log S) instead of
-/// O(S log S) per row, and gives the same statistic bit for bit as [`score`] on
-/// [`Expected::inverse_cdf_draws`] with the same generator (same uniforms, same bins, same
-/// order of the float sums; see the test).
-struct PreparedRow {
-    /// Source cumulative probabilities (ids shared with the expected row).
-    cdf: Vec<f64>,
+/// Stock's row with its bins merged once, as [`merged_chi_square`] merges them (which depends on
+/// the expected counts alone): a sampler's draws are then scored in O(drawn · log S) instead of
+/// O(S log S), with the same statistic bit for bit as [`test_row`] (same bins, same order of
+/// the float sums; see the tests). The suite prepares each stock row once for all samplers.
+#[derive(Debug, Clone)]
+pub struct Binned {
+    /// Stock's ids (ascending; [`CLASS_BIN`] first when a class is merged).
+    ids: Vec<i32>,
     /// Per id index: its merged bin, `None` where stock's probability is 0 (outside).
     bin_of: Vec<Option<usize>>,
     /// Expected draws per merged bin.
     bin_expected: Vec<f64>,
 }
 
-impl PreparedRow {
-    fn new(expected: &Expected, source: &Expected, draws: usize) -> PreparedRow {
-        assert_eq!(expected.ids, source.ids, "a row is drawn from a distribution over the same ids");
-        let cdf: Vec<f64> = source
-            .probs
-            .iter()
-            .scan(0.0, |acc, &p| {
-                *acc += p;
-                Some(*acc)
-            })
-            .collect();
+impl Binned {
+    /// `expected`'s bins for `draws` draws.
+    pub fn new(expected: &Expected, draws: usize) -> Binned {
         let positive: Vec<usize> = (0..expected.probs.len()).filter(|&i| expected.probs[i] > 0.0).collect();
         let exp: Vec<f64> = positive.iter().map(|&i| expected.probs[i] * draws as f64).collect();
         let mut order: Vec<usize> = (0..exp.len()).collect();
@@ -369,26 +360,75 @@ impl PreparedRow {
                 bin_of[i] = Some(bin);
             }
         }
-        PreparedRow { cdf, bin_of, bin_expected }
+        Binned { ids: expected.ids.clone(), bin_of, bin_expected }
+    }
+
+    /// The chi-square of observed counts per bin (and the draws outside stock's support).
+    fn chi(&self, observed: &[u64], outside_support: u64) -> RowTest {
+        let statistic =
+            self.bin_expected.iter().zip(observed).map(|(&e, &o)| (o as f64 - e) * (o as f64 - e) / e).sum();
+        let chi = ChiSquare { statistic, df: self.bin_expected.len().saturating_sub(1) };
+        RowTest { chi, outside_support, empty: false }
+    }
+
+    /// [`test_row`] on these bins: `(bin, count)` pairs of a sampler's draws.
+    pub fn test(&self, drawn: &[(i32, u64)]) -> RowTest {
+        if drawn.is_empty() {
+            return RowTest { chi: ChiSquare::EMPTY, outside_support: 0, empty: true };
+        }
+        let mut observed = vec![0u64; self.bin_expected.len()];
+        let mut outside_support = 0u64;
+        for &(id, count) in drawn.iter().filter(|&&(_, count)| count > 0) {
+            match self.ids.binary_search(&id).ok().and_then(|at| self.bin_of[at]) {
+                Some(bin) => observed[bin] += count,
+                None => outside_support += count,
+            }
+        }
+        self.chi(&observed, outside_support)
+    }
+}
+
+/// One row of [`gate_alarms`] prepared once for all its runs: the source's cumulative
+/// probabilities, and the expected row's bins merged as [`merged_chi_square`] merges them
+/// (which depends on the expected counts alone). A run then costs O(draws · log S) instead of
+/// O(S log S) per row, and gives the same statistic bit for bit as [`score`] on
+/// [`Expected::inverse_cdf_draws`] with the same generator (same uniforms, same bins, same
+/// order of the float sums; see the test).
+struct PreparedRow {
+    /// Source cumulative probabilities (ids shared with the expected row).
+    cdf: Vec<f64>,
+    /// The expected row's bins.
+    bins: Binned,
+}
+
+impl PreparedRow {
+    fn new(expected: &Expected, source: &Expected, draws: usize) -> PreparedRow {
+        assert_eq!(expected.ids, source.ids, "a row is drawn from a distribution over the same ids");
+        let cdf: Vec<f64> = source
+            .probs
+            .iter()
+            .scan(0.0, |acc, &p| {
+                *acc += p;
+                Some(*acc)
+            })
+            .collect();
+        PreparedRow { cdf, bins: Binned::new(expected, draws) }
     }
 
     /// One run: `draws` inverse-CDF draws from the source, scored against the expected bins.
     fn run(&self, draws: usize, rng: &mut Rng) -> RowTest {
         let total = self.cdf.last().copied().unwrap_or(0.0);
-        let mut observed = vec![0u64; self.bin_expected.len()];
+        let mut observed = vec![0u64; self.bins.bin_expected.len()];
         let mut outside_support = 0u64;
         for _ in 0..draws {
             let u = rng.uniform() * total;
             let at = self.cdf.partition_point(|&c| c <= u).min(self.cdf.len() - 1);
-            match self.bin_of[at] {
+            match self.bins.bin_of[at] {
                 Some(bin) => observed[bin] += 1,
                 None => outside_support += 1,
             }
         }
-        let statistic =
-            self.bin_expected.iter().zip(&observed).map(|(&e, &o)| (o as f64 - e) * (o as f64 - e) / e).sum();
-        let chi = ChiSquare { statistic, df: self.bin_expected.len().saturating_sub(1) };
-        RowTest { chi, outside_support, empty: false }
+        self.bins.chi(&observed, outside_support)
     }
 }
 
@@ -526,11 +566,20 @@ mod tests {
         for source in [expected.clone(), expected.biased(0.05, BiasDirection::FromTop).0] {
             let prepared = PreparedRow::new(&expected, &source, 1000);
             let (mut a, mut b) = (Rng::new(9), Rng::new(9));
+            let binned = Binned::new(&expected, 1000);
             for _ in 0..20 {
                 let fast = prepared.run(1000, &mut a);
-                let slow = score(&expected, &source.inverse_cdf_draws(1000, &mut b), 1000);
+                let drawn = source.inverse_cdf_draws(1000, &mut b);
+                let slow = score(&expected, &drawn, 1000);
                 assert_eq!(fast, slow);
+                // A sampler's draws, with some outside stock's support: id 6 (index 7) has
+                // probability 0, id 5000 is not in it.
+                let mut leaky = drawn.clone();
+                leaky.extend([(6, 3), (5000, 2)]);
+                assert_eq!(binned.test(&leaky).outside_support, 5);
+                assert_eq!(binned.test(&leaky), test_row(&expected, &leaky, 1000));
             }
+            assert_eq!(binned.test(&[]), test_row(&expected, &[], 1000));
         }
     }
 

@@ -43,7 +43,7 @@ use crate::reference::mutants::Flaw;
 use crate::reference::race::{exponential_like, Noise};
 use crate::reference::sampler::Sampler;
 use crate::reference::speculative::{self, SpecConfig, SpecReport};
-use crate::reference::statistical::{self, Calibration, CaseTest, Expected, Power, RowTest};
+use crate::reference::statistical::{self, Binned, Calibration, CaseTest, Expected, Power, RowTest};
 use crate::reference::stats::bonferroni;
 use crate::reference::subset;
 use crate::reference::Release;
@@ -393,12 +393,14 @@ struct StockSide {
     noise: Tensor,
     window: Option<i64>,
     expected: Vec<Expected>,
+    /// The same, binned once for every sampler's statistical test.
+    binned: Vec<Binned>,
     /// Per row: the equal-logit class stock's top-p cut splits (one statistical bin).
     cut_classes: Vec<Option<f32>>,
 }
 
 impl StockSide {
-    fn new(case: &Case, release: Release) -> StockSide {
+    fn new(case: &Case, release: Release, draws: usize) -> StockSide {
         let batch = &case.batch;
         tch::manual_seed(case.seed as i64);
         let noise = exponential_like(&Tensor::empty([batch.rows, batch.vocab], (Kind::Float, Device::Cpu)));
@@ -414,7 +416,7 @@ impl StockSide {
             Some(_) => (0..batch.rows as usize).map(|r| exact::cut_class(batch, r, rows.row(r).0)).collect(),
             None => Vec::new(),
         };
-        let expected = cut_classes
+        let expected: Vec<Expected> = cut_classes
             .iter()
             .enumerate()
             .map(|(r, &class)| {
@@ -422,7 +424,8 @@ impl StockSide {
                 Expected::with_class(ids, probs, batch.row(r), class)
             })
             .collect();
-        StockSide { filtered, rows, tokens, noise, window, expected, cut_classes }
+        let binned = expected.iter().map(|e| Binned::new(e, draws)).collect();
+        StockSide { filtered, rows, tokens, noise, window, expected, binned, cut_classes }
     }
 }
 
@@ -494,7 +497,7 @@ fn check_case(config: &Config, case: &Case, stock: &StockSide, sampler: Sampler,
                             _ => (token as i32, n),
                         })
                         .collect();
-                    statistical::test_row(&stock.expected[r], &bins, config.draws)
+                    stock.binned[r].test(&bins)
                 })
                 .collect();
             (Some(CaseTest::from_rows(&tests)), tests.len())
@@ -582,7 +585,7 @@ pub fn run_suite(config: &Config, torch_threads: i32, progress: &mut dyn FnMut(S
 
     for (i, case) in cases.iter().enumerate() {
         progress(Step::Case { index: i, total: cases.len(), name: &case.name });
-        let stock = StockSide::new(case, config.release);
+        let stock = StockSide::new(case, config.release, config.draws);
         let outcome = check_case(config, case, &stock, Sampler::Subset, 0);
         count_ties(&case.batch, &stock, &outcome.outcomes, &mut ties);
         if stock.window.is_some() {
