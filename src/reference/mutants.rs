@@ -4,6 +4,8 @@
 
 use serde::Serialize;
 
+use crate::reference::filtered::Route;
+
 /// One mistake, applied by [`crate::reference::subset::filter`] in place of the right step.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -58,6 +60,26 @@ impl Flaw {
         Flaw::WindowMassForRow,
     ];
 
+    /// A mistake in the pivot path (issue 47) rather than the window path.
+    pub fn in_pivot_path(self) -> bool {
+        matches!(
+            self,
+            Flaw::PivotOffByOne | Flaw::MassBeforeTemperature | Flaw::PivotTiesDropped | Flaw::WindowMassForRow
+        )
+    }
+
+    /// Whether the mistake can change anything for a batch the fix routes to `route`: the
+    /// window path's on the window path and on the top_k rows of a mixed pivot batch, the pivot
+    /// path's on the pivot path (the window's mass only with top_k rows beside), none on a
+    /// fallback to stock.
+    pub fn reaches(self, route: Route) -> bool {
+        match route {
+            Route::Subset { .. } => !self.in_pivot_path(),
+            Route::Pivot { window } => window > 0 || (self.in_pivot_path() && self != Flaw::WindowMassForRow),
+            Route::Stock | Route::Fallback { .. } => false,
+        }
+    }
+
     /// Short name for tables and JSON.
     pub fn name(self) -> &'static str {
         match self {
@@ -109,5 +131,18 @@ mod tests {
         names.sort_unstable();
         names.dedup();
         assert_eq!(names.len(), Flaw::ALL.len());
+    }
+
+    #[test]
+    fn mutants_run_only_where_their_path_runs() {
+        let window = Route::Subset { window: 64 };
+        assert!(Flaw::KOffByOne.reaches(window) && !Flaw::PivotOffByOne.reaches(window));
+        assert!(Flaw::PivotOffByOne.reaches(Route::Pivot { window: 0 }));
+        assert!(!Flaw::KOffByOne.reaches(Route::Pivot { window: 0 }));
+        assert!(!Flaw::WindowMassForRow.reaches(Route::Pivot { window: 0 }));
+        assert!(Flaw::WindowMassForRow.reaches(Route::Pivot { window: 128 }));
+        assert!(Flaw::KOffByOne.reaches(Route::Pivot { window: 128 }));
+        let fallback = Route::Fallback { reason: crate::reference::filtered::Fallback::RowWithoutTopK };
+        assert!(Flaw::ALL.iter().all(|f| !f.reaches(fallback)));
     }
 }

@@ -593,7 +593,12 @@ pub fn run_suite(config: &Config, torch_threads: i32, progress: &mut dyn FnMut(S
         }
         case_results.push(case_result(case, &outcome));
         subset.absorb(case, &outcome, config.ulp_bound);
+        let route = subset::route_batch(&case.batch);
         for (m, (&flaw, result)) in mutants.iter().zip(&mut mutant_results).enumerate() {
+            // A mistake on a path this batch does not take changes nothing: not run there.
+            if !flaw.reaches(route) {
+                continue;
+            }
             let outcome = check_case(config, case, &stock, Sampler::Mutant(flaw), m as u64 + 1);
             result.absorb(case, &outcome, config.ulp_bound);
         }
