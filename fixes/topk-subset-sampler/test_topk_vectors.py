@@ -74,14 +74,8 @@ def test_reference_vectors(vector_dir):
     p_arg = None if meta["p_is_none"] else p
 
     mod = base()
-    window = None if k_arg is None else expected_window(int(k.max()))
-    if window is None or window >= V:
-        # No subset for this batch: the patched file must take the stock path.
-        masked = mod.apply_top_k_top_p_pytorch(logits.clone(), k_arg, p_arg)
-        probs = masked.softmax(dim=-1, dtype=torch.float32)
-        tokens = mod.sample_with_exponential_noise(probs.clone(), noise.clone())
-        full_logprobs = masked.log_softmax(dim=-1, dtype=torch.float32)
-    else:
+
+    def window_path(window: int) -> tuple[torch.Tensor, torch.Tensor]:
         sub = subset(mod, logits, k_arg, p_arg, window)
         tokens = coupled_race(mod, sub, logits, noise)
         full_logprobs = sub.probs.log()
@@ -90,7 +84,37 @@ def test_reference_vectors(vector_dir):
         tied = logits == sub.kth.unsqueeze(1)
         members = tied & (tied.long().cumsum(dim=1) <= sub.tie_kept.unsqueeze(1))
         share = (sub.tie_mass / sub.tie_kept.clamp_min(1)).log().unsqueeze(1)
-        full_logprobs = torch.where(members, share.expand_as(full_logprobs), full_logprobs)
+        return tokens, torch.where(members, share.expand_as(full_logprobs), full_logprobs)
+
+    window = None if k_arg is None else expected_window(int(k.max()))
+    route = meta.get("route", "")
+    if route.startswith("pivot"):
+        # Rows without top_k and a top_p tensor (issue 47): the pivot path, top_k rows by the
+        # window (route "pivot + subset K=..."); the reference's noise raced over the pivot's
+        # kept set as the patch races seeded rows (weights / noise).
+        window = int(route.rsplit("=", 1)[1]) if "=" in route else 0
+        e = torch.sub(logits, logits.amax(dim=-1, keepdim=True)).exp_()
+        pivot, tie_weight, tied = mod._topk_subset_nucleus_pivot(e, p)
+        weights = torch.where(tied, tie_weight, e.masked_fill(e < pivot, 0.0))
+        tokens = (weights / noise).argmax(dim=-1)
+        full_logprobs = (weights / weights.sum(dim=-1, keepdim=True)).log()
+        if window:
+            window_tokens, window_logprobs = window_path(window)
+            tokens = torch.where(k < V, window_tokens, tokens)
+            full_logprobs = torch.where((k < V).unsqueeze(1), window_logprobs, full_logprobs)
+        # The patched sampler itself (unseeded: inverse-CDF pick) draws inside stock's support.
+        drawn = mod._topk_subset_nucleus_sample(logits.clone(), k_arg, p, window, {}).numpy()
+        starts = np.concatenate([[0], np.cumsum(lengths)])
+        outside = [r for r in rows if drawn[r] not in support_ids[starts[r] : starts[r + 1]]]
+        assert not outside, f"{vector_dir.name}: rows {outside[:10]} drew outside stock's support"
+    elif window is None or window >= V:
+        # No subset for this batch: the patched file must take the stock path.
+        masked = mod.apply_top_k_top_p_pytorch(logits.clone(), k_arg, p_arg)
+        probs = masked.softmax(dim=-1, dtype=torch.float32)
+        tokens = mod.sample_with_exponential_noise(probs.clone(), noise.clone())
+        full_logprobs = masked.log_softmax(dim=-1, dtype=torch.float32)
+    else:
+        tokens, full_logprobs = window_path(window)
     got_tokens = tokens.numpy()
     differ = [r for r in rows if got_tokens[r] != expected[r]]
     assert not differ, f"{vector_dir.name}: rows {differ[:10]} differ from the reference's stock token"

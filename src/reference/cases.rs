@@ -68,6 +68,11 @@ enum KDist {
     Typical,
     /// Log-uniform in 1..=1024 (mostly window 1024).
     Wide,
+    /// No row has top_k (k=None): with top_p, the pivot path (issue 47).
+    None,
+    /// Half the rows without top_k, the others [`KDist::Typical`]: with top_p, the pivot
+    /// path for the former and the window path for the latter.
+    Mixed,
 }
 
 /// Distribution of per-row top_p in generated batches.
@@ -170,6 +175,9 @@ fn draw_k(rng: &mut Rng, dist: KDist) -> i64 {
         KDist::Small => 1 + rng.below(64) as i64,
         KDist::Typical => rng.pick(&[20, 40, 50, 64, 100]),
         KDist::Wide => (1024f64.powf(rng.uniform()).round() as i64).clamp(1, 1024),
+        KDist::None => 0,
+        KDist::Mixed if rng.below(2) == 0 => 0,
+        KDist::Mixed => draw_k(rng, KDist::Typical),
     }
 }
 
@@ -182,17 +190,31 @@ fn draw_p(rng: &mut Rng, dist: PDist) -> f32 {
     }
 }
 
-/// The generated grid.
+/// The generated grid: the top_k distributions × every top_p distribution, then (issue 47,
+/// appended so the earlier cases keep their seeds) rows without top_k: all of them with
+/// typical and wide top_p (the pivot path), and mixed with top_k rows with each top_p
+/// distribution (off: no top_p tensor, so stock).
 pub fn generated(plan: &Plan) -> Vec<Case> {
     let mut cases = Vec::new();
-    let configs = [Dtype::F32, Dtype::Bf16].into_iter().flat_map(|dtype| {
+    let top_k = [Dtype::F32, Dtype::Bf16].into_iter().flat_map(|dtype| {
         [(KDist::Small, "small"), (KDist::Typical, "typical"), (KDist::Wide, "wide")].into_iter().flat_map(move |k| {
             [(PDist::Off, "off"), (PDist::Typical, "typical"), (PDist::Wide, "wide")]
                 .into_iter()
                 .map(move |p| (dtype, k, p))
         })
     });
-    for (config, (dtype, (k_dist, k_name), (p_dist, p_name))) in configs.enumerate() {
+    let without_top_k = [Dtype::F32, Dtype::Bf16].into_iter().flat_map(|dtype| {
+        [
+            ((KDist::None, "none"), (PDist::Typical, "typical")),
+            ((KDist::None, "none"), (PDist::Wide, "wide")),
+            ((KDist::Mixed, "mixed"), (PDist::Off, "off")),
+            ((KDist::Mixed, "mixed"), (PDist::Typical, "typical")),
+            ((KDist::Mixed, "mixed"), (PDist::Wide, "wide")),
+        ]
+        .into_iter()
+        .map(move |(k, p)| (dtype, k, p))
+    });
+    for (config, (dtype, (k_dist, k_name), (p_dist, p_name))) in top_k.chain(without_top_k).enumerate() {
         for i in 0..plan.per_config {
             let vocab = plan.vocabs[i % plan.vocabs.len()];
             let seed = plan.seed ^ ((config as u64) << 32) ^ (i as u64).wrapping_mul(0x1000_0001);
@@ -410,6 +432,111 @@ pub fn fixtures(seed: u64, vocab: usize) -> Vec<Case> {
     cases
 }
 
+/// A row of `vocab` small-integer logits (`round(N(0, 1.5))`): equal-logit classes of
+/// thousands of tokens, where the top-p cut falls inside a class (the pivot's tie class).
+fn plateau_row(rng: &mut Rng, vocab: usize) -> Vec<f32> {
+    (0..vocab).map(|_| (1.5 * rng.normal()).round() as f32).collect()
+}
+
+/// Hand-built batches for the top-p pivot path (issue 47): rows without top_k (k = vocab) and
+/// a top_p tensor, alone or mixed with top_k rows and with "neither" rows (no top_k, p = 1:
+/// what greedy rows look like to the sampler).
+pub fn pivot_fixtures(seed: u64, vocab: usize) -> Vec<Case> {
+    let mut rng = Rng::new(seed ^ 0x0047_0A7E);
+    let mut cases = Vec::new();
+    let v = vocab;
+    let none = v as i64;
+
+    // bf16 tie classes holding most of the mass, with p cutting inside them (and one class
+    // holding the row's largest value, where keep-at-least-one decides).
+    // Class sizes are for a vocabulary of 32000 (the suite's); scaled down for smaller ones.
+    let scaled = |t: usize| (t * v / 32_000).clamp(8, v / 2);
+    let shapes = [(10, 1000), (5, 3000), (50, 500), (0, 200), (3, 2000), (20, 800)];
+    let rows = shapes.iter().map(|&(d, t)| tied_row(&mut rng, v, d, scaled(t))).collect();
+    let fixture =
+        Fixture { name: "pivot-tie-cut", why: "top-p cut inside the pivot's tie class", dtype: Dtype::Bf16, vocab: v };
+    cases.push(fixture.case(rng.next_u64(), rows, &[none; 6], &[0.5, 0.9, 0.3, 1e-3, 0.95, 0.7]));
+
+    // Integer plateaus: classes of thousands of equal logits, the cut inside one.
+    let rows = (0..4).map(|_| plateau_row(&mut rng, v)).collect();
+    let fixture =
+        Fixture { name: "pivot-plateau", why: "top-p inside classes of thousands", dtype: Dtype::F32, vocab: v };
+    cases.push(fixture.case(rng.next_u64(), rows, &[none; 4], &[0.9, 0.5, 0.95, 0.8]));
+
+    // p near 1 (the pivot deep in the tail) and tiny p (the pivot at the top; equal rows
+    // where keep-at-least-one fires), with neither rows (p = 1).
+    let mut rows: Vec<Vec<f32>> = (0..6).map(|_| model_row(&mut rng, v, Dtype::F32)).collect();
+    rows.push(equal_then_neg_inf(&mut rng, v, 4));
+    rows.push(equal_then_neg_inf(&mut rng, v, 16));
+    let fixture =
+        Fixture { name: "pivot-p-edges", why: "top-p near 1 and tiny, no top_k", dtype: Dtype::F32, vocab: v };
+    let p = [0.999, 0.9999, 1.0, 1e-3, 1e-6, 1e-9, 0.25, 1e-12];
+    cases.push(fixture.case(rng.next_u64(), rows, &[none; 8], &p));
+
+    // Few finite tokens: every token carries real mass, so a pivot one step off or a dropped
+    // tie class moves the support by far more than rounding.
+    let rows = [3usize, 5, 8, 12, 20, 30, 2, 40].iter().map(|&n| mostly_neg_inf(&mut rng, v, n)).collect();
+    let fixture =
+        Fixture { name: "pivot-few-tokens", why: "top-p over a few finite tokens", dtype: Dtype::F32, vocab: v };
+    cases.push(fixture.case(rng.next_u64(), rows, &[none; 8], &[0.5, 0.7, 0.9, 0.6, 0.8, 0.95, 0.4, 0.75]));
+
+    // Mixed batches: top_k rows (window 64, then 1024), rows without top_k with top_p, and
+    // neither rows; bf16 and f32.
+    for (name, dtype, k, p) in [
+        (
+            "pivot-mixed-k64",
+            Dtype::Bf16,
+            [20, none, 50, none, none, 64, none, 1],
+            [0.9, 0.9, 1.0, 0.95, 1.0, 0.8, 0.5, 1.0],
+        ),
+        (
+            "pivot-mixed-k1024",
+            Dtype::F32,
+            [1000, none, 200, none, none, 5, none, none],
+            [0.95, 0.8, 0.9, 0.99, 1.0, 0.9, 0.3, 0.9],
+        ),
+    ] {
+        let rows = (0..8).map(|_| model_row(&mut rng, v, dtype)).collect();
+        let fixture = Fixture { name, why: "mixed: top_k rows, top_p-only rows, neither rows", dtype, vocab: v };
+        cases.push(fixture.case(rng.next_u64(), rows, &k, &p));
+    }
+
+    // A mixed batch whose pivot rows are tie-cut rows (the window path beside the tie class).
+    let mut rows: Vec<Vec<f32>> =
+        [(10usize, 1000usize), (40, 300)].iter().map(|&(d, t)| tied_row(&mut rng, v, d, t)).collect();
+    rows.extend((0..2).map(|_| model_row(&mut rng, v, Dtype::Bf16)));
+    let fixture = Fixture {
+        name: "pivot-mixed-tie-cut",
+        why: "mixed, top-p cut inside a tie class",
+        dtype: Dtype::Bf16,
+        vocab: v,
+    };
+    cases.push(fixture.case(rng.next_u64(), rows, &[none, none, 50, 128], &[0.5, 0.9, 0.9, 0.95]));
+    cases
+}
+
+/// bf16 model-like batches over a model-sized vocabulary without top_k (Llama / DeepSeek
+/// defaults: top_p 0.9, 0.95), alone and mixed with top_k rows.
+pub fn model_nucleus(seed: u64, vocab: usize, rows: usize) -> Vec<Case> {
+    let mut rng = Rng::new(seed ^ 0x0047_B16E);
+    let none = vocab as i64;
+    [("top-p-only", [none; 4]), ("mixed", [none, 20, none, 64])]
+        .into_iter()
+        .map(|(name, ks)| {
+            let host: Vec<f32> = (0..rows).flat_map(|_| model_row(&mut rng, vocab, Dtype::Bf16)).collect();
+            let k: Vec<i64> = (0..rows).map(|r| ks[r % 4]).collect();
+            let p: Vec<f32> = (0..rows).map(|r| [0.9, 0.95, 0.8, 1.0, 0.6][r % 5]).collect();
+            Case {
+                name: format!("bf16-model-pivot-{name}-v{vocab}"),
+                why: "bf16 model rows without top_k (Llama / DeepSeek top_p)",
+                dtype: Dtype::Bf16,
+                batch: Batch::new(host, rows as i64, vocab as i64, &k, &p),
+                seed: rng.next_u64(),
+            }
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -438,9 +565,11 @@ mod tests {
     fn generation_is_reproducible_and_names_are_unique() {
         let plan = Plan { rows: 2, vocabs: vec![300, 500], per_config: 2, seed: 9 };
         let (a, b) = (generated(&plan), generated(&plan));
-        assert_eq!(a.len(), 2 * 3 * 3 * 2);
+        // 2 dtypes × (3 top_k × 3 top_p + 5 without top_k) × 2.
+        assert_eq!(a.len(), 2 * (3 * 3 + 5) * 2);
         assert!(a.iter().zip(&b).all(|(x, y)| x.batch.host == y.batch.host && x.batch.k == y.batch.k));
-        let fixtures = fixtures(9, 4096);
+        let mut fixtures = fixtures(9, 4096);
+        fixtures.extend(pivot_fixtures(9, 4096));
         let mut names: Vec<&str> = a.iter().chain(&fixtures).map(|c| c.name.as_str()).collect();
         let before = names.len();
         names.sort_unstable();

@@ -137,6 +137,20 @@ pub fn compare_row(
     RowOutcome::Unexplained
 }
 
+/// Largest ulp difference between two equal supports after each side is divided by its own
+/// total (in float64): the pivot path's probabilities are its weights over their own sum, and
+/// stock's a softmax whose denominator sums the same terms in another order, a factor common
+/// to the whole row that moves no draw (the same argument as in [`class_ulps`]; on
+/// 100,000-token supports that factor alone is hundreds of ulps).
+pub fn normalized_ulps(stock: &[f32], other: &[f32]) -> u64 {
+    let scaled = |probs: &[f32]| {
+        let total: f64 = probs.iter().map(|&p| f64::from(p)).sum();
+        let scale = if total > 0.0 { 1.0 / total } else { 1.0 };
+        probs.iter().map(move |&p| (f64::from(p) * scale) as f32).collect::<Vec<f32>>()
+    };
+    scaled(stock).into_iter().zip(scaled(other)).map(|(a, b)| ulp_distance(a, b)).max().unwrap_or(0)
+}
+
 /// Largest ulp difference between two supports paired class by class: each sorted by
 /// (logit, probability), then zipped. Equal per-class counts and probabilities within the
 /// bound mean equal mass per equal-logit class. `u64::MAX` when the sizes differ.

@@ -7,6 +7,7 @@
 
 use tch::{Kind, Tensor};
 
+use crate::reference::pivot::Nucleus;
 use crate::reference::race::{exponential_like, race, race_counts, Draw, Noise, TieClass};
 
 /// What a filter step leaves to draw from.
@@ -21,6 +22,8 @@ pub struct Filtered {
     /// The subset's tie class at the k-th value, raced as column 0 (`None`: every column is
     /// one token, as in stock and the v1 subset).
     pub tie: Option<TieClass>,
+    /// The pivot path's own weights and draw (issue 47; `None` on every other path).
+    pub nucleus: Option<Box<Nucleus>>,
 }
 
 /// The path a batch takes.
@@ -34,6 +37,12 @@ pub enum Route {
         /// K.
         window: i64,
     },
+    /// The top-p pivot path (rows without top_k and a top_p tensor; issue 47), with the
+    /// window path for the batch's top_k rows.
+    Pivot {
+        /// K of the batch's top_k rows (0: none).
+        window: i64,
+    },
     /// The subset sampler handing the batch to the stock path.
     Fallback {
         /// Why.
@@ -45,7 +54,8 @@ pub enum Route {
 #[derive(Debug, Clone, Copy, PartialEq, Eq, serde::Serialize)]
 #[serde(tag = "reason", rename_all = "snake_case")]
 pub enum Fallback {
-    /// No row has top_k (k=None), or some row has none (k = vocab), so no window covers it.
+    /// No row has top_k (k=None), or some row has none (k = vocab), so no window covers it,
+    /// and the batch has no top_p tensor for the pivot path either.
     RowWithoutTopK,
     /// The batch's largest top_k is above the largest window.
     TopKAboveWindows {
@@ -65,6 +75,8 @@ impl std::fmt::Display for Route {
         match self {
             Route::Stock => f.write_str("stock"),
             Route::Subset { window } => write!(f, "subset K={window}"),
+            Route::Pivot { window: 0 } => f.write_str("pivot"),
+            Route::Pivot { window } => write!(f, "pivot + subset K={window}"),
             Route::Fallback { reason: Fallback::RowWithoutTopK } => f.write_str("fallback: a row without top_k"),
             Route::Fallback { reason: Fallback::TopKAboveWindows { max_top_k } } => {
                 write!(f, "fallback: top_k {max_top_k} > 1024")
@@ -78,8 +90,27 @@ impl std::fmt::Display for Route {
 
 impl Filtered {
     /// `[B, W]` float32 probabilities, as `forward_native` computes them after filtering.
+    /// On the pivot path the pivot rows' probabilities are the fix's own weights normalised.
     pub fn probs(&self) -> Tensor {
-        self.logits.softmax(-1, Kind::Float)
+        let probs = self.logits.softmax(-1, Kind::Float);
+        match &self.nucleus {
+            Some(n) => {
+                let own = &n.mass / n.mass.sum_dim_intlist(1, true, Kind::Float);
+                own.where_self(&n.rows.unsqueeze(1), &probs)
+            }
+            None => probs,
+        }
+    }
+
+    /// `[B, W]` float32 logprobs (the log of [`Filtered::probs`] on the pivot path).
+    pub fn logprobs(&self) -> Tensor {
+        match &self.nucleus {
+            Some(n) => {
+                let own = (&n.mass / n.mass.sum_dim_intlist(1, true, Kind::Float)).log();
+                own.where_self(&n.rows.unsqueeze(1), &self.logits.log_softmax(-1, Kind::Float))
+            }
+            None => self.logits.log_softmax(-1, Kind::Float),
+        }
     }
 
     /// `[B, W]` int64 token ids of the columns.
@@ -95,6 +126,9 @@ impl Filtered {
 
     /// Draw one token per row with the exponential race.
     pub fn draw(&self, noise: Noise<'_>) -> Draw {
+        if let Some(nucleus) = &self.nucleus {
+            return nucleus.draw(self, noise);
+        }
         let probs = self.probs();
         let q = match (noise, &self.ids) {
             (Noise::Fresh, _) => exponential_like(&probs),
@@ -131,7 +165,11 @@ impl Filtered {
     /// Empty when the row has nothing to draw from.
     /// `probs` and `ids` are row `r` of [`Filtered::probs`] and [`Filtered::token_ids`] on the
     /// host (the caller computes them once per batch).
+    /// A pivot row draws by the pivot path's inverse CDF instead ([`Nucleus::draw_row_counts`]).
     pub fn draw_row_counts(&self, probs: &[f32], ids: &[i64], r: usize, draws: usize) -> Vec<(i64, u64)> {
+        if let Some(nucleus) = self.nucleus.as_ref().filter(|n| n.pivot_rows[r]) {
+            return nucleus.draw_row_counts(r, draws);
+        }
         let positive: Vec<usize> = (0..probs.len()).filter(|&c| probs[c] > 0.0 && probs[c].is_finite()).collect();
         if positive.is_empty() {
             return Vec::new();
@@ -165,6 +203,7 @@ mod tests {
             ids: Some(Tensor::from_slice(&[3i64, 1]).view([1, 2])),
             route: Route::Subset { window: 2 },
             tie: None,
+            nucleus: None,
         };
         // Token 1 gets tiny noise, so it wins the race.
         let noise = Tensor::from_slice(&[1.0f32, 0.01, 1.0, 1.0]).view([1, 4]);

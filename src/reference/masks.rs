@@ -70,7 +70,7 @@ pub enum Values {
 pub fn support_rows(filtered: &Filtered, what: Values) -> FlatRows {
     let columns = match what {
         Values::Probs => filtered.probs(),
-        Values::Logprobs => filtered.logits.log_softmax(-1, Kind::Float),
+        Values::Logprobs => filtered.logprobs(),
     };
     let (ids, values, kept) = match (&filtered.ids, &filtered.tie) {
         // Column j is token j: already ascending.
@@ -123,7 +123,7 @@ pub fn capture(filtered: &Filtered, draw: &Draw, mode: MaskMode) -> SamplingMask
     let logprobs = match mode {
         MaskMode::Support => rows.values,
         MaskMode::Selected => {
-            let all = filtered.logits.log_softmax(-1, Kind::Float);
+            let all = filtered.logprobs();
             let mut selected = all.gather(1, &draw.columns.unsqueeze(1), false).squeeze_dim(1);
             if let Some(tie) = &filtered.tie {
                 // A class win: the member's share of the class's mass.
@@ -150,6 +150,7 @@ mod tests {
             ids: Some(Tensor::from_slice(&[4i64, 9, 2, 7, 3, 5]).view([2, 3])),
             route: Route::Subset { window: 3 },
             tie: None,
+            nucleus: None,
         }
     }
 

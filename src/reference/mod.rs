@@ -4,7 +4,8 @@
 //! as stock and `gaudi-fixes bench` can show what it saves.
 //!
 //! - [`batch`]: one sampler call's input (logits, per-row top_k/top_p) as vLLM passes it.
-//! - [`stock`]: `apply_top_k_top_p_pytorch` (the HPU path); [`subset`]: one `topk(K)` window.
+//! - [`stock`]: `apply_top_k_top_p_pytorch` (the HPU path); [`subset`]: one `topk(K)` window;
+//!   [`pivot`]: rows with top_p and no top_k, the radix-select pivot on the value axis.
 //! - [`filtered`]: what a filter step leaves to draw from, and the route (stock, subset window,
 //!   fallback) that produced it; [`race`]: the exponential race both use to draw (vLLM's
 //!   `random_sample`) and the subset's tie class.
@@ -29,6 +30,7 @@ pub mod exact;
 pub mod filtered;
 pub mod masks;
 pub mod mutants;
+pub mod pivot;
 pub mod race;
 pub mod sampler;
 pub mod speculative;

@@ -4,6 +4,8 @@
 
 use serde::Serialize;
 
+use crate::reference::filtered::Route;
+
 /// One mistake, applied by [`crate::reference::subset::filter`] in place of the right step.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -28,11 +30,20 @@ pub enum Flaw {
     NoTieCompletion,
     /// The tie class is completed, but a winning class always yields its first member.
     TieFirstMember,
+    /// Pivot path: the pivot one bin step up in each radix pass (`prefix + place + 1`).
+    PivotOffByOne,
+    /// Pivot path: the mass e computed on `logit − max` scaled by 0.6 (as if before, or with
+    /// another, temperature).
+    MassBeforeTemperature,
+    /// Pivot path: the pivot's tie class dropped (only e > pivot kept).
+    PivotTiesDropped,
+    /// Pivot path, mixed batch: the row's mass Z taken over its topk(window) only.
+    WindowMassForRow,
 }
 
 impl Flaw {
     /// Every mutant the suite must reject.
-    pub const ALL: [Flaw; 10] = [
+    pub const ALL: [Flaw; 14] = [
         Flaw::KOffByOne,
         Flaw::WindowTooSmall,
         Flaw::TopPBeforeTopK,
@@ -43,7 +54,31 @@ impl Flaw {
         Flaw::MaskByPosition,
         Flaw::NoTieCompletion,
         Flaw::TieFirstMember,
+        Flaw::PivotOffByOne,
+        Flaw::MassBeforeTemperature,
+        Flaw::PivotTiesDropped,
+        Flaw::WindowMassForRow,
     ];
+
+    /// A mistake in the pivot path (issue 47) rather than the window path.
+    pub fn in_pivot_path(self) -> bool {
+        matches!(
+            self,
+            Flaw::PivotOffByOne | Flaw::MassBeforeTemperature | Flaw::PivotTiesDropped | Flaw::WindowMassForRow
+        )
+    }
+
+    /// Whether the mistake can change anything for a batch the fix routes to `route`: the
+    /// window path's on the window path and on the top_k rows of a mixed pivot batch, the pivot
+    /// path's on the pivot path (the window's mass only with top_k rows beside), none on a
+    /// fallback to stock.
+    pub fn reaches(self, route: Route) -> bool {
+        match route {
+            Route::Subset { .. } => !self.in_pivot_path(),
+            Route::Pivot { window } => window > 0 || (self.in_pivot_path() && self != Flaw::WindowMassForRow),
+            Route::Stock | Route::Fallback { .. } => false,
+        }
+    }
 
     /// Short name for tables and JSON.
     pub fn name(self) -> &'static str {
@@ -58,6 +93,10 @@ impl Flaw {
             Flaw::MaskByPosition => "mask-by-position",
             Flaw::NoTieCompletion => "no-tie-completion",
             Flaw::TieFirstMember => "tie-first-member",
+            Flaw::PivotOffByOne => "pivot-off-by-one",
+            Flaw::MassBeforeTemperature => "mass-before-temperature",
+            Flaw::PivotTiesDropped => "pivot-ties-dropped",
+            Flaw::WindowMassForRow => "window-mass-for-row",
         }
     }
 
@@ -74,6 +113,10 @@ impl Flaw {
             Flaw::MaskByPosition => "top_k by position, not by value (bf16 ties)",
             Flaw::NoTieCompletion => "v1: k-th tie group cut at the window edge",
             Flaw::TieFirstMember => "tie class wins yield its first member",
+            Flaw::PivotOffByOne => "top-p pivot one bin step off (prefix + place + 1)",
+            Flaw::MassBeforeTemperature => "top-p mass on logits scaled by 0.6 (temperature)",
+            Flaw::PivotTiesDropped => "top-p pivot's tie class dropped",
+            Flaw::WindowMassForRow => "mixed batch: the topk window's mass taken for Z",
         }
     }
 }
@@ -88,5 +131,18 @@ mod tests {
         names.sort_unstable();
         names.dedup();
         assert_eq!(names.len(), Flaw::ALL.len());
+    }
+
+    #[test]
+    fn mutants_run_only_where_their_path_runs() {
+        let window = Route::Subset { window: 64 };
+        assert!(Flaw::KOffByOne.reaches(window) && !Flaw::PivotOffByOne.reaches(window));
+        assert!(Flaw::PivotOffByOne.reaches(Route::Pivot { window: 0 }));
+        assert!(!Flaw::KOffByOne.reaches(Route::Pivot { window: 0 }));
+        assert!(!Flaw::WindowMassForRow.reaches(Route::Pivot { window: 0 }));
+        assert!(Flaw::WindowMassForRow.reaches(Route::Pivot { window: 128 }));
+        assert!(Flaw::KOffByOne.reaches(Route::Pivot { window: 128 }));
+        let fallback = Route::Fallback { reason: crate::reference::filtered::Fallback::RowWithoutTopK };
+        assert!(Flaw::ALL.iter().all(|f| !f.reaches(fallback)));
     }
 }

@@ -12,7 +12,7 @@ use crate::reference::Release;
 /// The stock filter over a batch: processed logits over the whole vocabulary.
 pub fn filter(batch: &Batch, release: Release) -> Filtered {
     let logits = apply_top_k_top_p(&batch.logits, batch.k_tensor().as_ref(), batch.p_tensor().as_ref(), release);
-    Filtered { logits, ids: None, route: Route::Stock, tie: None }
+    Filtered { logits, ids: None, route: Route::Stock, tie: None, nucleus: None }
 }
 
 /// `apply_top_k_top_p_pytorch(logits, k, p)`; returns the processed logits (stock writes them

@@ -12,8 +12,9 @@
 //! winning T is then found by compare-and-count over the block counts and inside one block),
 //! as the patched vLLM code does, and no host sync.
 //!
-//! A batch where some row has no top_k (k = vocab) or the largest top_k exceeds 1024 keeps the
-//! stock path. The window is the hint vllm_gaudi attaches (computed on the host from the rows
+//! A batch where some row has no top_k (k = vocab) takes the top-p pivot path if it has a top_p
+//! tensor ([`crate::reference::pivot`], issue 47; its top_k rows still take the window here),
+//! else the stock path; a largest top_k above 1024 (below vocab) keeps the stock path. The window is the hint vllm_gaudi attaches (computed on the host from the rows
 //! that sample), so routing adds no device sync.
 //!
 //! [`filter`] takes an optional [`Flaw`] so the suite can run deliberately broken variants of
@@ -26,8 +27,8 @@ use crate::reference::batch::Batch;
 use crate::reference::filtered::{Fallback, Filtered, Route};
 use crate::reference::mutants::Flaw;
 use crate::reference::race::{Counts, MemberPick, TieClass};
-use crate::reference::stock;
 use crate::reference::Release;
+use crate::reference::{pivot, stock};
 
 /// The window sizes the fix compiles for, smallest first.
 pub const WINDOWS: [i64; 5] = [64, 128, 256, 512, 1024];
@@ -75,10 +76,42 @@ pub fn filter(batch: &Batch, release: Release, flaw: Option<Flaw>) -> Filtered {
 /// `[B, V]` int32 cumsum, then `(cs <= j).sum(1)`) instead of the blocked counts that give the
 /// same numbers for less (see [`crate::reference::race::Counts`]); `bench` times both.
 pub fn filter_with(batch: &Batch, release: Release, flaw: Option<Flaw>, full_cumsum: bool) -> Filtered {
-    let route = route(batch.k.as_deref(), batch.vocab);
-    let Route::Subset { window } = route else {
-        return Filtered { route, ..stock::filter(batch, release) };
+    match route_batch(batch) {
+        Route::Subset { window } => window_filter(batch, release, flaw, full_cumsum, window),
+        Route::Pivot { window } => pivot::filter(batch, release, flaw, window),
+        route => Filtered { route, ..stock::filter(batch, release) },
+    }
+}
+
+/// The path the fix takes for `batch`, as the patched `forward_native` chooses it: every row
+/// with top_k ≤ 1024 → the window ([`route`]); else rows without top_k and a top_p tensor →
+/// the pivot path (with the window of the batch's top_k rows, 0 if none); else stock (a row with 1024 < top_k < vocab, or no top_p with a row without top_k).
+pub fn route_batch(batch: &Batch) -> Route {
+    let window_route = route(batch.k.as_deref(), batch.vocab);
+    let vocab = batch.vocab;
+    let without_top_k = batch.k.as_ref().is_none_or(|k| k.iter().any(|&k| k >= vocab));
+    if matches!(window_route, Route::Subset { .. }) || !without_top_k {
+        return window_route;
+    }
+    if batch.p.is_none() {
+        return Route::Fallback { reason: Fallback::RowWithoutTopK };
+    }
+    let max_top_k = batch.k.as_deref().unwrap_or(&[]).iter().copied().filter(|&k| k < vocab).max();
+    let Some(max_top_k) = max_top_k else {
+        return Route::Pivot { window: 0 };
     };
+    match window_for(max_top_k) {
+        None => Route::Fallback { reason: Fallback::TopKAboveWindows { max_top_k } },
+        Some(window) if window >= vocab => Route::Fallback { reason: Fallback::WindowAboveVocab { window } },
+        Some(window) => Route::Pivot { window },
+    }
+}
+
+/// The window path for `window` (K), the body of [`filter_with`]; the pivot path runs it for
+/// the top_k rows of a mixed batch (rows without top_k are clamped to K, as in the patch, and
+/// their result is not used).
+pub fn window_filter(batch: &Batch, release: Release, flaw: Option<Flaw>, full_cumsum: bool, window: i64) -> Filtered {
+    let route = Route::Subset { window };
     let window = if flaw == Some(Flaw::WindowTooSmall) { window / 2 } else { window };
     let k = batch.k_tensor().expect("the subset route implies per-row top_k");
     let k = match flaw {
@@ -101,7 +134,7 @@ pub fn filter_with(batch: &Batch, release: Release, flaw: Option<Flaw>, full_cum
         if let Some(p) = &p {
             let _ = mask_top_p(&mut values, p, release, flaw);
         }
-        return Filtered { logits: values, ids: Some(ids), route, tie: None };
+        return Filtered { logits: values, ids: Some(ids), route, tie: None, nucleus: None };
     }
     if flaw == Some(Flaw::TopPBeforeTopK) {
         if let Some(p) = &p {
@@ -138,7 +171,8 @@ pub fn filter_with(batch: &Batch, release: Release, flaw: Option<Flaw>, full_cum
     logits.narrow(1, 0, 1).copy_(&(t + kept.log().unsqueeze(1)));
     let ids = Tensor::cat(&[ids.narrow(1, 0, 1).zeros_like(), ids], 1);
     let pick = if flaw == Some(Flaw::TieFirstMember) { MemberPick::First } else { MemberPick::Uniform };
-    Filtered { logits, ids: Some(ids), route, tie: Some(TieClass { members, counts, size, kept, pick }) }
+    let tie = Some(TieClass { members, counts, size, kept, pick });
+    Filtered { logits, ids: Some(ids), route, tie, nucleus: None }
 }
 
 /// Mask each row below its k-th largest value (`values` ascending, `k` ≤ window).

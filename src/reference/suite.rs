@@ -15,6 +15,12 @@
 //!    samplers biased by total variation 0.01, 0.03 and 0.1;
 //! 4. **fallback** — batches the fix hands to stock come out bit-identical.
 //!
+//! Batches with rows without top_k and a top_p tensor take the pivot path
+//! ([`crate::reference::pivot`]; `Route::Pivot`) and go through checks 1–3 the same way: its
+//! rows' probabilities are its own weights normalised (identical supports compared after each
+//! side is divided by its own total), coupled draws race `weights / noise` as the patch races
+//! seeded rows, statistical draws go through its inverse-CDF pick.
+//!
 //! Then every mutant ([`crate::reference::mutants`]) goes through the same checks and must
 //! fail at least one; a surviving mutant, or a gate that alarms on stock itself, means the
 //! suite cannot be trusted, and `equiv` exits 1 whatever the fix did.
@@ -37,7 +43,7 @@ use crate::reference::mutants::Flaw;
 use crate::reference::race::{exponential_like, Noise};
 use crate::reference::sampler::Sampler;
 use crate::reference::speculative::{self, SpecConfig, SpecReport};
-use crate::reference::statistical::{self, Calibration, CaseTest, Expected, Power, RowTest};
+use crate::reference::statistical::{self, Binned, Calibration, CaseTest, Expected, Power, RowTest};
 use crate::reference::stats::bonferroni;
 use crate::reference::subset;
 use crate::reference::Release;
@@ -387,20 +393,22 @@ struct StockSide {
     noise: Tensor,
     window: Option<i64>,
     expected: Vec<Expected>,
+    /// The same, binned once for every sampler's statistical test.
+    binned: Vec<Binned>,
     /// Per row: the equal-logit class stock's top-p cut splits (one statistical bin).
     cut_classes: Vec<Option<f32>>,
 }
 
 impl StockSide {
-    fn new(case: &Case, release: Release) -> StockSide {
+    fn new(case: &Case, release: Release, draws: usize) -> StockSide {
         let batch = &case.batch;
         tch::manual_seed(case.seed as i64);
         let noise = exponential_like(&Tensor::empty([batch.rows, batch.vocab], (Kind::Float, Device::Cpu)));
         let filtered = Sampler::Stock.filter(batch, release);
         let rows = support_rows(&filtered, Values::Probs);
         let tokens = tokens_of(&filtered, &noise);
-        let window = match subset::route(batch.k.as_deref(), batch.vocab) {
-            Route::Subset { window } => Some(window),
+        let window = match subset::route_batch(batch) {
+            Route::Subset { window } | Route::Pivot { window } => Some(window),
             _ => None,
         };
         // Only subset-path cases are drawn from (a fallback is checked bit for bit instead).
@@ -408,7 +416,7 @@ impl StockSide {
             Some(_) => (0..batch.rows as usize).map(|r| exact::cut_class(batch, r, rows.row(r).0)).collect(),
             None => Vec::new(),
         };
-        let expected = cut_classes
+        let expected: Vec<Expected> = cut_classes
             .iter()
             .enumerate()
             .map(|(r, &class)| {
@@ -416,7 +424,8 @@ impl StockSide {
                 Expected::with_class(ids, probs, batch.row(r), class)
             })
             .collect();
-        StockSide { filtered, rows, tokens, noise, window, expected, cut_classes }
+        let binned = expected.iter().map(|e| Binned::new(e, draws)).collect();
+        StockSide { filtered, rows, tokens, noise, window, expected, binned, cut_classes }
     }
 }
 
@@ -439,8 +448,16 @@ fn check_case(config: &Config, case: &Case, stock: &StockSide, sampler: Sampler,
     let batch = &case.batch;
     let filtered = sampler.filter(batch, config.release);
     let rows = support_rows(&filtered, Values::Probs);
+    let pivot = matches!(filtered.route, Route::Pivot { .. });
     let outcomes: Vec<RowOutcome> = (0..batch.rows as usize)
-        .map(|r| exact::compare_row(batch, r, stock.window, stock.rows.row(r), rows.row(r), config.ulp_bound))
+        .map(|r| match exact::compare_row(batch, r, stock.window, stock.rows.row(r), rows.row(r), config.ulp_bound) {
+            // The pivot path's probabilities: its weights over their own sum (see
+            // `exact::normalized_ulps`); each probability's own rounding is what is bounded.
+            RowOutcome::Identical { .. } if pivot => {
+                RowOutcome::Identical { max_ulps: exact::normalized_ulps(stock.rows.row(r).1, rows.row(r).1) }
+            }
+            outcome => outcome,
+        })
         .collect();
     let tokens = tokens_of(&filtered, &stock.noise);
     let mut coupled_mismatches = Vec::new();
@@ -480,7 +497,7 @@ fn check_case(config: &Config, case: &Case, stock: &StockSide, sampler: Sampler,
                             _ => (token as i32, n),
                         })
                         .collect();
-                    statistical::test_row(&stock.expected[r], &bins, config.draws)
+                    stock.binned[r].test(&bins)
                 })
                 .collect();
             (Some(CaseTest::from_rows(&tests)), tests.len())
@@ -555,6 +572,8 @@ pub fn run_suite(config: &Config, torch_threads: i32, progress: &mut dyn FnMut(S
     let mut cases = cases::generated(&config.plan);
     cases.extend(cases::fixtures(config.seed, config.fixture_vocab));
     cases.extend(cases::model_tie_spills(config.seed, cases::MODEL_VOCAB, 8));
+    cases.extend(cases::pivot_fixtures(config.seed, config.fixture_vocab));
+    cases.extend(cases::model_nucleus(config.seed, cases::MODEL_VOCAB, 8));
     let mutants: Vec<Flaw> = Flaw::ALL.to_vec();
 
     let started = Instant::now();
@@ -566,7 +585,7 @@ pub fn run_suite(config: &Config, torch_threads: i32, progress: &mut dyn FnMut(S
 
     for (i, case) in cases.iter().enumerate() {
         progress(Step::Case { index: i, total: cases.len(), name: &case.name });
-        let stock = StockSide::new(case, config.release);
+        let stock = StockSide::new(case, config.release, config.draws);
         let outcome = check_case(config, case, &stock, Sampler::Subset, 0);
         count_ties(&case.batch, &stock, &outcome.outcomes, &mut ties);
         if stock.window.is_some() {
@@ -574,7 +593,12 @@ pub fn run_suite(config: &Config, torch_threads: i32, progress: &mut dyn FnMut(S
         }
         case_results.push(case_result(case, &outcome));
         subset.absorb(case, &outcome, config.ulp_bound);
+        let route = subset::route_batch(&case.batch);
         for (m, (&flaw, result)) in mutants.iter().zip(&mut mutant_results).enumerate() {
+            // A mistake on a path this batch does not take changes nothing: not run there.
+            if !flaw.reaches(route) {
+                continue;
+            }
             let outcome = check_case(config, case, &stock, Sampler::Mutant(flaw), m as u64 + 1);
             result.absorb(case, &outcome, config.ulp_bound);
         }
@@ -704,7 +728,7 @@ fn case_result(case: &Case, outcome: &CaseOutcome) -> CaseResult {
         dtype: case.dtype,
         rows: case.batch.rows,
         vocab: case.batch.vocab,
-        route: subset::route(case.batch.k.as_deref(), case.batch.vocab).to_string(),
+        route: subset::route_batch(&case.batch).to_string(),
         identical: count(|o| matches!(o, RowOutcome::Identical { .. })),
         explained: count(|o| matches!(o, RowOutcome::Explained(_))),
         unexplained: count(|o| matches!(o, RowOutcome::Unexplained)),

@@ -164,6 +164,8 @@ fn vector_cases(seed: u64) -> Vec<Case> {
     let plan = Plan { rows: 4, vocabs: vec![VOCAB], per_config: 1, seed };
     let mut all = cases::fixtures(seed, VOCAB as usize);
     all.extend(cases::generated(&plan));
+    // The top-p pivot path (issue 47): rows without top_k, alone and mixed with top_k rows.
+    all.extend(cases::pivot_fixtures(seed, VOCAB as usize));
     // Two rows of the model-sized bf16 spill at top_k 64 (≈2.4 MB of logits and noise).
     all.extend(cases::model_tie_spills(seed, cases::MODEL_VOCAB, 2).into_iter().take(1));
     all
@@ -207,8 +209,8 @@ pub fn emit(dir: &Path, release: Release, seed: u64) -> Result<Emitted> {
             Vec::<i64>::try_from(&subset.draw(Noise::Coupled(&noise)).tokens).context("reading subset tokens")?;
         let stock_rows = masks::support_rows(&stock, masks::Values::Probs);
         let subset_rows = masks::support_rows(&subset, masks::Values::Probs);
-        let window = match subset::route(batch.k.as_deref(), batch.vocab) {
-            Route::Subset { window } => Some(window),
+        let window = match subset::route_batch(batch) {
+            Route::Subset { window } | Route::Pivot { window } => Some(window),
             _ => None,
         };
         // Every row whose support is ambiguous for any correct subset sampler is listed; the
@@ -270,7 +272,7 @@ pub fn emit(dir: &Path, release: Release, seed: u64) -> Result<Emitted> {
             vocab: batch.vocab,
             k_is_none: batch.k.is_none(),
             p_is_none: batch.p.is_none(),
-            route: subset::route(batch.k.as_deref(), batch.vocab).to_string(),
+            route: subset::route_batch(batch).to_string(),
             subset_may_differ,
             kth_tie_spill_rows,
         });
