@@ -117,6 +117,19 @@ pub fn support_rows(filtered: &Filtered, what: Values) -> FlatRows {
     }
 }
 
+/// Per row: (support ids, probabilities) of a sampler's filter output, for the tests that
+/// compare two samplers' supports.
+#[cfg(test)]
+pub(crate) fn row_supports(filtered: &Filtered) -> Vec<(Vec<i32>, Vec<f32>)> {
+    let rows = support_rows(filtered, Values::Probs);
+    (0..rows.lengths.len())
+        .map(|r| {
+            let (ids, probs) = rows.row(r);
+            (ids.to_vec(), probs.to_vec())
+        })
+        .collect()
+}
+
 /// Capture the masks of one call from its filter output and draw.
 pub fn capture(filtered: &Filtered, draw: &Draw, mode: MaskMode) -> SamplingMasks {
     let rows = support_rows(filtered, Values::Logprobs);

@@ -304,7 +304,7 @@ fn kept_of(cut: &Cut, class_mass: &Tensor) -> Tensor {
 mod tests {
     use super::*;
     use crate::reference::filtered::Fallback;
-    use crate::reference::masks::{support_rows, Values};
+    use crate::reference::masks::row_supports as supports;
     use crate::reference::race::exponential_like;
     use crate::reference::stock;
 
@@ -337,17 +337,6 @@ mod tests {
             subset::route_batch(&small),
             Route::Fallback { reason: Fallback::WindowAboveVocab { window: 1024 } }
         );
-    }
-
-    /// Per row: (support ids, probabilities).
-    fn supports(filtered: &Filtered) -> Vec<(Vec<i32>, Vec<f32>)> {
-        let rows = support_rows(filtered, Values::Probs);
-        (0..rows.lengths.len())
-            .map(|r| {
-                let (ids, probs) = rows.row(r);
-                (ids.to_vec(), probs.to_vec())
-            })
-            .collect()
     }
 
     #[test]

@@ -244,19 +244,8 @@ mod tests {
         assert_eq!(route(Some(&[511, 3]), 513), Route::Subset { window: 512 });
     }
 
-    use crate::reference::masks::{support_rows, Values};
+    use crate::reference::masks::row_supports as supports;
     use crate::reference::race::Noise;
-
-    /// Per row: (support ids, probabilities) of a sampler's filter output.
-    fn supports(filtered: &Filtered) -> Vec<(Vec<i32>, Vec<f32>)> {
-        let rows = support_rows(filtered, Values::Probs);
-        (0..rows.lengths.len())
-            .map(|r| {
-                let (ids, probs) = rows.row(r);
-                (ids.to_vec(), probs.to_vec())
-            })
-            .collect()
-    }
 
     /// Same supports and probabilities; on rows in `cut_inside` (top-p cuts inside a tie
     /// class, where which members stock keeps follows its unstable sort) the same count.
