@@ -20,19 +20,24 @@ from _topk_support import (
 )
 
 
-def test_compile_one_graph_per_window():
-    """Under torch.compile (aot_eager), 40 batches with mixed top_k compile at most one
-    graph per window plus one (the stock path), none with a symbolic-int input."""
-    mod = base()
-    sampler = mod.TopKTopPSampler()
+def compile_counting(fn):
+    """fn under torch.compile (aot_eager), and the list that gets, per graph compiled, the
+    type names of its non-tensor inputs (a SymInt there: a shape-dependent recompile)."""
     graphs: list[list[str]] = []
 
     def backend(gm, example_inputs):
         graphs.append([type(x).__name__ for x in example_inputs if not isinstance(x, torch.Tensor)])
         return torch._dynamo.backends.debugging.aot_eager(gm, example_inputs)
 
+    return torch.compile(fn, backend=backend), graphs
+
+
+def test_compile_one_graph_per_window():
+    """Under torch.compile (aot_eager), 40 batches with mixed top_k compile at most one
+    graph per window plus one (the stock path), none with a symbolic-int input."""
+    mod = base()
     torch._dynamo.reset()
-    compiled = torch.compile(sampler.forward_native, backend=backend)
+    compiled, graphs = compile_counting(mod.TopKTopPSampler().forward_native)
     g = torch.Generator().manual_seed(5)
     B, V = 8, 4096
     used = set()
@@ -57,16 +62,9 @@ def test_compile_nucleus_one_graph_per_hint():
     (rows without top_k mixed with top_k rows) compile one graph per hint, none with a
     symbolic-int input and no graph break; every token is one stock keeps."""
     mod = base()
-    sampler = mod.TopKTopPSampler()
-    graphs: list[list[str]] = []
-
-    def backend(gm, example_inputs):
-        graphs.append([type(x).__name__ for x in example_inputs if not isinstance(x, torch.Tensor)])
-        return torch._dynamo.backends.debugging.aot_eager(gm, example_inputs)
-
     torch._dynamo.reset()
     torch._dynamo.utils.counters.clear()
-    compiled = torch.compile(sampler.forward_native, backend=backend)
+    compiled, graphs = compile_counting(mod.TopKTopPSampler().forward_native)
     g = torch.Generator().manual_seed(47)
     B, V = 8, 4096
     for i in range(18):

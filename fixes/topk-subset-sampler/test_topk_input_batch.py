@@ -51,6 +51,27 @@ def _gaudi_source(rel: Path) -> str:
     return (ROOT / rel).read_text()
 
 
+def metadata_arg_failures(tree: ast.AST, path: str, arg: str, helper: str, hint: str) -> list[str]:
+    """Both SamplingMetadata builders must pass `arg` through `helper`, with the same rows'
+    host copies of top_k and temperature."""
+    failures = []
+    values = [
+        kw.value
+        for n in ast.walk(tree)
+        if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "SamplingMetadata"
+        for kw in n.keywords
+        if kw.arg == arg
+    ]
+    if len(values) != 2:
+        failures.append(f"{path}: {len(values)} SamplingMetadata({arg}=...) calls, want 2")
+    for value in values:
+        text = ast.unparse(value)
+        ok = isinstance(value, ast.Call) and getattr(value.func, "id", None) == helper
+        if not ok or "self.top_k_cpu[" not in text or "self.temperature_cpu[" not in text:
+            failures.append(f"{path}:{value.lineno}: {arg} passed without the {hint}: {text}")
+    return failures
+
+
 def check_input_batch(source: str) -> list[str]:
     """The input batch attaches the window chosen from the rows that sample."""
     path = ROOT / INPUT_BATCH_REL
@@ -95,23 +116,7 @@ def check_input_batch(source: str) -> list[str]:
             failures.append(f"{path}: top_k {top_k[:4]}, temperature {temperature[:4]}: window {got!r}, want {want}")
     if attach(None, np.array([20]), np.array([1.0])) is not None:
         failures.append(f"{path}: top_k None must stay None")
-    # Both SamplingMetadata builders pass top_k through the helper, with the same rows'
-    # host copies of top_k and temperature.
-    metadata_top_k = [
-        kw.value
-        for n in ast.walk(tree)
-        if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "SamplingMetadata"
-        for kw in n.keywords
-        if kw.arg == "top_k"
-    ]
-    if len(metadata_top_k) != 2:
-        failures.append(f"{path}: {len(metadata_top_k)} SamplingMetadata(top_k=...) calls, want 2")
-    for value in metadata_top_k:
-        text = ast.unparse(value)
-        ok = isinstance(value, ast.Call) and getattr(value.func, "id", None) == "_gaudi_fixes_with_topk_window"
-        if not ok or "self.top_k_cpu[" not in text or "self.temperature_cpu[" not in text:
-            failures.append(f"{path}:{value.lineno}: top_k passed without the window hint: {text}")
-    return failures
+    return failures + metadata_arg_failures(tree, path, "top_k", "_gaudi_fixes_with_topk_window", "window hint")
 
 
 def check_warmup(source: str) -> list[str]:
@@ -223,21 +228,7 @@ def check_input_batch_nucleus(source: str) -> list[str]:
             failures.append(f"{path}: top_k {top_k}, temperature {temperature}: nucleus window {got!r}, want {want}")
     if attach(None, np.array([V]), np.array([1.0]), V) is not None:
         failures.append(f"{path}: top_p None must stay None")
-    metadata_top_p = [
-        kw.value
-        for n in ast.walk(tree)
-        if isinstance(n, ast.Call) and getattr(n.func, "id", None) == "SamplingMetadata"
-        for kw in n.keywords
-        if kw.arg == "top_p"
-    ]
-    if len(metadata_top_p) != 2:
-        failures.append(f"{path}: {len(metadata_top_p)} SamplingMetadata(top_p=...) calls, want 2")
-    for value in metadata_top_p:
-        text = ast.unparse(value)
-        ok = isinstance(value, ast.Call) and getattr(value.func, "id", None) == "_gaudi_fixes_with_nucleus_window"
-        if not ok or "self.top_k_cpu[" not in text or "self.temperature_cpu[" not in text:
-            failures.append(f"{path}:{value.lineno}: top_p passed without the nucleus hint: {text}")
-    return failures
+    return failures + metadata_arg_failures(tree, path, "top_p", "_gaudi_fixes_with_nucleus_window", "nucleus hint")
 
 
 def test_input_batch_attaches_nucleus_window():
