@@ -16,12 +16,26 @@
 # reused and which it ran, and a table of its steps and their seconds.
 # Releases: v0.26.0 v0.30.0 v0.33.0, or GAUDI_FIXES_TEST_RELEASES="v0.27.0 v0.29.0 ...".
 # vllm_gaudi: each tree gets it from scripts/fetch-upstream.sh (GAUDI_FIXES_VLLM_GAUDI_SRC, else
-# the pristine archives in ../shared/upstream); only when neither exists is the vllm half
+# the pristine archives in ../shared/upstream, found as below); only when neither exists is the vllm half
 # applied alone (--only-tree vllm), and the script says so.
 # Ends with a line "summary: N passed, M failed"; exits non-zero if anything failed.
 set -uo pipefail
 cd "$(dirname "$0")/.."
 REPO=$PWD
+# The vllm_gaudi archives, for fetch-upstream.sh, the binary and the Rust tests alike: unless set,
+# ../shared/upstream beside this checkout, else beside the local checkout it was cloned from (a
+# clone made elsewhere, `git clone . /tmp/fresh`, still finds them).
+if [ -z "${GAUDI_FIXES_VLLM_GAUDI_ARCHIVES+set}" ]; then
+  origin=$(git -C "$REPO" remote get-url origin 2>/dev/null || true)
+  for dir in "$REPO/../shared/upstream" ${origin:+"$origin/../shared/upstream"}; do
+    if compgen -G "$dir/vllm_gaudi-*.tar.gz" >/dev/null; then
+      GAUDI_FIXES_VLLM_GAUDI_ARCHIVES=$(cd "$dir" && pwd)
+      export GAUDI_FIXES_VLLM_GAUDI_ARCHIVES
+      break
+    fi
+  done
+fi
+ARCHIVES=${GAUDI_FIXES_VLLM_GAUDI_ARCHIVES:-$REPO/../shared/upstream}
 DEEP=0
 case ${1:-} in
   --deep) DEEP=1 ;;
@@ -212,7 +226,7 @@ topk_cycle() {
   cp -a "$pristine" "$tree"
   only=()
   if [ ! -d "$tree/vllm_gaudi" ]; then
-    echo "note: no vllm_gaudi tree (GAUDI_FIXES_VLLM_GAUDI_SRC unset and no archive in ../shared/upstream);" \
+    echo "note: no vllm_gaudi tree (GAUDI_FIXES_VLLM_GAUDI_SRC unset and no archive in $ARCHIVES);" \
       "applying the vllm half only"
     only=(--only-tree vllm)
   fi
@@ -655,7 +669,7 @@ step "matrix fanned out: two per-release job files merge as a local --record wri
 # with its verified: lists emptied in two copies of the catalogue, so both have lines to write.
 set -- $RELEASES
 m1=$1 m2=${2:-}
-if [ -z "$m2" ] || { [ -z "${GAUDI_FIXES_VLLM_GAUDI_SRC:-}" ] && ! compgen -G "$REPO/../shared/upstream/vllm_gaudi-*.tar.gz" >/dev/null; }; then
+if [ -z "$m2" ] || { [ -z "${GAUDI_FIXES_VLLM_GAUDI_SRC:-}" ] && ! compgen -G "$ARCHIVES/vllm_gaudi-*.tar.gz" >/dev/null; }; then
   echo "note: matrix --merge on real releases needs two releases and a vllm_gaudi source; NOT tested"
 else
   for c in jobs local; do
