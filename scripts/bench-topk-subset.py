@@ -211,20 +211,29 @@ def bench_top_p(args) -> None:
     print(f"load average after {' '.join(f'{x:.2f}' for x in os.getloadavg())}")
 
 
-def load_input_batch_helper(root: Path):
-    """The patched hpu_input_batch.py's window helper and the constants it reads."""
+def input_batch_namespace(root: Path, flag: str) -> dict:
+    """The patched hpu_input_batch.py's hint helpers and the constants they read (its top-level
+    definitions of those names, executed alone)."""
     import numpy as np
 
     path = root / INPUT_BATCH_REL
     if not path.is_file():
-        sys.exit(f"bench-topk-subset: --reach needs {path}")
+        sys.exit(f"bench-topk-subset: {flag} needs {path}")
     tree = ast.parse(path.read_text())
     names = {"_SAMPLING_EPS", "_GAUDI_FIXES_TOPK_WINDOW_ATTR", "_GAUDI_FIXES_TOPK_WINDOWS",
-             "_gaudi_fixes_with_topk_window", "_GAUDI_FIXES_MAX_TOP_K_ATTR", "_gaudi_fixes_with_max_top_k"}
+             "_gaudi_fixes_with_topk_window", "_GAUDI_FIXES_MAX_TOP_K_ATTR", "_gaudi_fixes_with_max_top_k",
+             "_GAUDI_FIXES_NUCLEUS_WINDOW_ATTR", "_gaudi_fixes_with_nucleus_window"}
     nodes = [n for n in tree.body if (isinstance(n, ast.FunctionDef) and n.name in names)
              or (isinstance(n, ast.Assign) and getattr(n.targets[0], "id", None) in names)]
     namespace = {"np": np, "torch": torch, "Optional": __import__("typing").Optional}
     exec(compile(ast.Module(nodes, []), str(path), "exec"), namespace)
+    return namespace
+
+
+def load_input_batch_helper(root: Path):
+    """The patched hpu_input_batch.py's window helper (v2, or v1's raw maximum)."""
+    path = root / INPUT_BATCH_REL
+    namespace = input_batch_namespace(root, "--reach")
     if "_gaudi_fixes_with_topk_window" in namespace:  # v2
         return lambda top_k, top_k_cpu, temp_cpu: namespace["_gaudi_fixes_with_topk_window"](top_k, top_k_cpu, temp_cpu)
     if "_gaudi_fixes_with_max_top_k" in namespace:  # v1: the raw maximum over all rows
@@ -289,15 +298,7 @@ def reach_defaults(args) -> None:
     mod = load_sampler(args.patched_root, "reach_defaults")
     sampler = mod.TopKTopPSampler()
     path = args.patched_root / INPUT_BATCH_REL
-    if not path.is_file():
-        sys.exit(f"bench-topk-subset: --reach-defaults needs {path}")
-    tree = ast.parse(path.read_text())
-    names = {"_SAMPLING_EPS", "_GAUDI_FIXES_TOPK_WINDOW_ATTR", "_GAUDI_FIXES_TOPK_WINDOWS", "_gaudi_fixes_with_topk_window",
-             "_GAUDI_FIXES_NUCLEUS_WINDOW_ATTR", "_gaudi_fixes_with_nucleus_window"}
-    nodes = [n for n in tree.body if (isinstance(n, ast.FunctionDef) and n.name in names)
-             or (isinstance(n, ast.Assign) and getattr(n.targets[0], "id", None) in names)]
-    ns = {"np": np, "torch": torch, "Optional": __import__("typing").Optional}
-    exec(compile(ast.Module(nodes, []), str(path), "exec"), ns)
+    ns = input_batch_namespace(args.patched_root, "--reach-defaults")
     if "_gaudi_fixes_with_nucleus_window" not in ns:
         sys.exit(f"bench-topk-subset: {path} has no top-p (nucleus) hint: not patched with issue 47's topk-subset-sampler")
     print(f"reach by model defaults: {args.greedy:.0%} greedy, {args.seeded:.0%} seeded, {args.override:.0%} own "
