@@ -157,8 +157,15 @@ def find_statement(scope: Union[ast.AST, list[ast.stmt]], *, path: Path, test: O
         lines = ", ".join(f"line {s.lineno} `{_head(s)}`" for s in found)
         raise NotFound(f"{path}: {where}: {len(found)} statements match a {looked}, not one ({lines}); "
                        "upstream changed it: make the lookup narrower")
-    heads = {_head(s): s for s in typed}
     target = f"if {test}:" if test is not None else contains or ""
-    close = difflib.get_close_matches(target, list(heads), n=3, cutoff=0.0)
-    there = "; ".join(f"line {heads[h].lineno} `{h}`" for h in close) or "nothing of that kind"
+    wanted = {ast.dump(c) for c in _conjuncts(want)} if want is not None else set()
+
+    def closeness(s: ast.stmt) -> tuple[bool, int, float]:
+        """Holds the text looked for, shares conditions with the test, reads like it."""
+        has = {ast.dump(n) for n in ast.walk(s.test)} if isinstance(getattr(s, "test", None), ast.expr) else set()
+        return (contains is not None and contains in ast.unparse(s), len(wanted & has),
+                difflib.SequenceMatcher(None, target, _head(s)).ratio())
+
+    close = sorted(typed, key=closeness, reverse=True)[:3]
+    there = "; ".join(f"line {s.lineno} `{_head(s)}`" for s in close) or "nothing of that kind"
     raise NotFound(f"{path}: {where}: no {looked}; closest there: {there} (upstream changed it; update the harness)")
