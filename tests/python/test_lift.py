@@ -69,8 +69,10 @@ def test_condition_added_inside_a_disjunct():
 
 def test_a_different_test_is_not_a_match():
     tree = added("if self.use_structured_output:\n        join", "if self.use_structured_output or x:\n        join")
-    with pytest.raises(lift.NotFound):
+    with pytest.raises(lift.NotFound) as err:
         find(tree, test="self.use_structured_output", contains="logits_combined")
+    # the changed block is named first: it holds the text and shares the condition
+    assert "closest there: line 9 `if self.use_structured_output or x:`" in str(err.value)
 
 
 def test_nested_statement_found_in_its_block():
