@@ -117,10 +117,10 @@ def _statements(body: list[ast.stmt], nested: bool) -> Iterable[ast.stmt]:
     for stmt in body:
         yield stmt
         if nested and not isinstance(stmt, (ast.FunctionDef, ast.AsyncFunctionDef, ast.ClassDef)):
-            for field in ("body", "orelse", "finalbody", "handlers", "cases"):
-                inner = getattr(stmt, field, None)
-                if isinstance(inner, list):
-                    yield from _statements(inner, nested)
+            for field in ("body", "orelse", "finalbody"):
+                yield from _statements(getattr(stmt, field, None) or [], nested)
+            for clause in (getattr(stmt, "handlers", None) or []) + (getattr(stmt, "cases", None) or []):
+                yield from _statements(clause.body, nested)  # except / case clauses: their bodies
 
 
 def _head(stmt: ast.stmt) -> str:
