@@ -99,6 +99,8 @@ export PATH="$VENV/bin:$PATH"
 # hold exactly the bytecode they started with (revert gives back what the tree had).
 export PYTHONDONTWRITEBYTECODE=1
 echo "venv: $VENV"
+step "Python unit tests of the test support (tests/python: lift.py's statement finding; no tree needed)"
+expect 0 "pytest tests/python" python -m pytest -q -p no:cacheprovider tests/python
 # --- shells and man, for the completion and man-page tests ---------------------------------
 # tests/completion.rs drives bash always, and zsh, fish and `man -l` where they are installed;
 # install them here so CI runs those too (Debian/Ubuntu, as root or with sudo), or say loudly

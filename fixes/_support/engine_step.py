@@ -36,28 +36,21 @@ def _method(cls: ast.ClassDef, name: str) -> ast.FunctionDef:
     return next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == name)
 
 
-def _index(body: list[ast.stmt], pred: Callable[[ast.stmt], bool], path: Path, what: str) -> int:
-    i = next((i for i, s in enumerate(body) if pred(s)), None)
-    if i is None:
-        raise LookupError(f"{path}: sample_tokens has no {what} (vllm_gaudi changed; update the test)")
-    return i
-
-
 def _sample_tokens_parts(cls: ast.ClassDef, path: Path) -> dict[str, list[ast.stmt]]:
-    body = _method(cls, "sample_tokens").body
-    src = [ast.unparse(s) for s in body]
-    head_from = _index(body, lambda s: ast.unparse(s) == "num_reqs = num_decodes + num_prefills", path, "num_reqs") + 1
-    head_to = _index(body, lambda s: isinstance(s, ast.With) and "prepare_input_tensors" in ast.unparse(s), path,
-                     "prepare_input_tensors block")
-    flag_from = _index(body, lambda s: ast.unparse(s) == "self.use_structured_output = False", path,
-                       "`self.use_structured_output = False`")
-    flag_to = next(i for i in range(flag_from, len(body)) if src[i].startswith("if grammar_output is not None"))
-    structured = next((s for s in body if isinstance(s, ast.If)
-                       and ast.unparse(s.test).startswith("self.use_structured_output")
-                       and "logits_combined" in ast.unparse(s)), None)
-    if structured is None:
-        raise LookupError(f"{path}: no structured-output block joining logits_combined (update the test)")
+    fn = _method(cls, "sample_tokens")
+    body = fn.body
+    where = f"{cls.name}.sample_tokens"
+
+    def at(start: int = 0, **lookup: Any) -> int:
+        return body.index(lift.find_statement(body[start:], path=path, where=where, **lookup))
+
+    head_from = at(kind=ast.Assign, contains="num_reqs = num_decodes + num_prefills") + 1
+    head_to = at(kind=ast.With, contains="prepare_input_tensors")
+    flag_from = at(kind=ast.Assign, contains="self.use_structured_output = False")
+    flag_to = at(flag_from, test="grammar_output is not None")
     # the structured block with its own test (a fix may add a condition to it)
+    structured = lift.find_statement(body, path=path, where=where, test="self.use_structured_output",
+                                     contains="logits_combined")
     return {"head": body[head_from:head_to], "flag": body[flag_from:flag_to + 1], "structured": [structured],
             "tail": stubs.tail_of_sample_tokens(cls, path)}
 

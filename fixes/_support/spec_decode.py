@@ -185,17 +185,13 @@ def _const_device(tree: ast.AST) -> ast.AST:
 def decode_sampling_statement(path: Path) -> Any:
     """``sample_tokens``' decode-sampling statement (``if self.use_structured_output: … else: …``
     inside ``if num_decodes > 0:``), compiled for ``exec`` with the step's locals."""
-    cls = stubs.runner_class(path)
-    fn = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "sample_tokens")
-    for stmt in fn.body:
-        if isinstance(stmt, ast.If) and ast.unparse(stmt.test) == "num_decodes > 0":
-            for sub in stmt.body:
-                if (isinstance(sub, ast.If) and ast.unparse(sub.test).startswith("self.use_structured_output")
-                        and "rejection_sampler" in ast.unparse(sub)):
-                    module = ast.Module([_const_device(ast.parse(ast.unparse(sub)).body[0])], [])
-                    return compile(ast.fix_missing_locations(module), str(path), "exec")
-    raise LookupError(f"{path}: sample_tokens has no decode-sampling statement calling the rejection sampler "
-                      "(vllm_gaudi changed; update spec_decode.py)")
+    fn = lift.definition(path, "HPUModelRunner.sample_tokens")
+    where = "HPUModelRunner.sample_tokens"
+    decodes = lift.find_statement(fn, path=path, where=where, test="num_decodes > 0")
+    sub = lift.find_statement(decodes, path=path, where=where, test="self.use_structured_output",
+                              contains="rejection_sampler")
+    module = ast.Module([_const_device(ast.parse(ast.unparse(sub)).body[0])], [])
+    return compile(ast.fix_missing_locations(module), str(path), "exec")
 
 
 def load_input_batch(root: Path, h2d: stubs.H2DRecorder, name: str = "gaudi_fixes_spec_input_batch") -> Any:

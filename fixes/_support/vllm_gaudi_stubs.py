@@ -460,13 +460,14 @@ def tail_of_sample_tokens(cls: ast.ClassDef, path: Path) -> list[ast.stmt]:
     fix may add to that test) to the loop that extends ``req_state.output_token_ids``: what the
     runner hands back."""
     fn = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "sample_tokens")
-    start = next((i for i, s in enumerate(fn.body) if isinstance(s, ast.If)
-                  and ast.unparse(s.test).startswith("self.use_async_scheduling or ")
-                  and "self.use_structured_output" in ast.unparse(s.test)), None)
-    end = next((i for i, s in enumerate(fn.body) if isinstance(s, ast.For)
-                and "postprocessed_sampled_token_ids[:num_reqs]" in ast.unparse(s.iter)), None)
-    if start is None or end is None or end < start:
-        raise LookupError(f"{path}: sample_tokens' async / output-token tail not found (vllm_gaudi changed)")
+    where = f"{cls.name}.sample_tokens"
+    start = fn.body.index(lift.find_statement(fn, path=path, where=where,
+                                              test="self.use_async_scheduling or self.use_structured_output"))
+    end = fn.body.index(lift.find_statement(fn, path=path, where=where, kind=ast.For,
+                                            contains="postprocessed_sampled_token_ids[:num_reqs]"))
+    if end < start:
+        raise LookupError(f"{path}: {where}: the loop over postprocessed_sampled_token_ids comes before "
+                          "the async / structured-output test (vllm_gaudi changed)")
     return fn.body[start:end + 1]
 
 
