@@ -128,12 +128,19 @@ def _head(stmt: ast.stmt) -> str:
     return ast.unparse(stmt).split("\n", 1)[0]
 
 
+def _assigns(stmt: ast.stmt, target: str) -> bool:
+    """Whether `stmt` assigns to `target` (its text: ``self.sampler``), alone or among others."""
+    targets = stmt.targets if isinstance(stmt, ast.Assign) else [getattr(stmt, "target", None)]
+    return any(t is not None and ast.unparse(t) == target for t in targets)
+
+
 def find_statement(scope: Union[ast.AST, list[ast.stmt]], *, path: Path, test: Optional[str] = None,
                    contains: Optional[str] = None, kind: Optional[type] = None, nested: bool = False,
-                   where: Optional[str] = None) -> ast.stmt:
+                   where: Optional[str] = None, target: Optional[str] = None) -> ast.stmt:
     """The one statement of `scope` (a function, a compound statement: its body; or a list of
-    statements) that is of type `kind` (``ast.If`` when `test` is given), whose test matches `test`
-    (``matches_test``: a condition added to it still matches) and whose unparsed text contains
+    statements) that is of type `kind` (``ast.If`` when `test` is given, ``ast.Assign`` when
+    `target` is), whose test matches `test` (``matches_test``: a condition added to it still
+    matches), that assigns to `target` (``self.sampler``) and whose unparsed text contains
     `contains`. With `nested`, statements at any depth count (the innermost of those nested in one
     another: a block containing the one wanted contains its text too). `where` names the function
     in the error (default: `scope`'s name). Raises ``NotFound`` when none or several match."""
@@ -141,30 +148,34 @@ def find_statement(scope: Union[ast.AST, list[ast.stmt]], *, path: Path, test: O
     where = where or getattr(scope, "name", None) or "the statements"
     if test is not None and kind is None:
         kind = ast.If
+    if target is not None and kind is None:
+        kind = ast.Assign
     want = ast.parse(test, mode="eval").body if test is not None else None
     typed = [s for s in _statements(body, nested) if kind is None or isinstance(s, kind)]
     found = [s for s in typed
              if (want is None or matches_test(want, getattr(s, "test", None) or ast.Pass()))
+             and (target is None or _assigns(s, target))
              and (contains is None or contains in ast.unparse(s))]
     if nested:
         found = [s for s in found if not any(t is not s and t in found for t in ast.walk(s))]
     if len(found) == 1:
         return found[0]
     looked = " and ".join(p for p in (
-        f"{(kind or ast.stmt).__name__} statement" + (f" testing `{test}`" if test is not None else ""),
+        f"{(kind or ast.stmt).__name__} statement" + (f" testing `{test}`" if test is not None else "")
+        + (f" assigning {target}" if target is not None else ""),
         f"containing {contains!r}" if contains is not None else "") if p)
     if found:
         lines = ", ".join(f"line {s.lineno} `{_head(s)}`" for s in found)
         raise NotFound(f"{path}: {where}: {len(found)} statements match a {looked}, not one ({lines}); "
                        "upstream changed it: make the lookup narrower")
-    target = f"if {test}:" if test is not None else contains or ""
+    text = f"if {test}:" if test is not None else f"{target} = " if target is not None else contains or ""
     wanted = {ast.dump(c) for c in _conjuncts(want)} if want is not None else set()
 
     def closeness(s: ast.stmt) -> tuple[bool, int, float]:
         """Holds the text looked for, shares conditions with the test, reads like it."""
         has = {ast.dump(n) for n in ast.walk(s.test)} if isinstance(getattr(s, "test", None), ast.expr) else set()
         return (contains is not None and contains in ast.unparse(s), len(wanted & has),
-                difflib.SequenceMatcher(None, target, _head(s)).ratio())
+                difflib.SequenceMatcher(None, text, _head(s)).ratio())
 
     close = sorted(typed, key=closeness, reverse=True)[:3]
     there = "; ".join(f"line {s.lineno} `{_head(s)}`" for s in close) or "nothing of that kind"

@@ -73,19 +73,6 @@ def step(h: harness.Harness, scheduled: dict[str, int], merged: bool = False) ->
     return collect(h, h.step(scheduled), scheduled, merged)
 
 
-def _statement(path: Any, qualname: str, kind: type, contains: str) -> ast.stmt:
-    """The one statement of type `kind` inside `qualname` of `path` whose source contains
-    `contains` (the innermost), however the lines around it change; a ``LookupError`` naming the
-    file, the method and the text when there is none or more than one."""
-    fn = lift.definition(path, qualname)
-    found = [n for n in ast.walk(fn) if isinstance(n, kind) and contains in ast.unparse(n)]
-    inner = [n for n in found if not any(m is not n and m in found for m in ast.walk(n))]
-    if len(inner) != 1:
-        raise LookupError(f"{path}: {qualname} has {len(inner)} {kind.__name__} statements containing "
-                          f"{contains!r}, not one (upstream changed it; update the harness)")
-    return inner[0]
-
-
 def collect(h: harness.Harness, done: harness.Step, scheduled: dict[str, int], merged: bool = False) -> dict[str, Any]:
     """The runner's ``_get_prompt_logprobs_dict`` after step `done` (``Harness.step``), with the
     hidden states its ``sample_tokens`` collects for it, by the tree's own statement (``for i, rid
@@ -107,7 +94,9 @@ def collect(h: harness.Harness, done: harness.Step, scheduled: dict[str, int], m
     padded = [torch.stack(rows + [torch.zeros(h.vocab)] * (width - len(rows))) for rows in chunks]
     h.runner.use_merged_prefill = merged
     path = h.root / stubs.RUNNER_REL
-    loop = _statement(path, "HPUModelRunner.sample_tokens", ast.For, "prefill_hidden_states_for_logprobs[")
+    loop = lift.find_statement(lift.definition(path, "HPUModelRunner.sample_tokens"), path=path, kind=ast.For,
+                               contains="prefill_hidden_states_for_logprobs[", nested=True,
+                               where="HPUModelRunner.sample_tokens")
     exec(compile(ast.Module([loop], []), str(path), "exec", dont_inherit=True),
          {"self": h.runner, "req_id": ids, "non_flattened_hidden_states": torch.stack(padded),
           "prefill_hidden_states_for_logprobs": hidden, "scheduler_output": done.ns["scheduler_output"]})

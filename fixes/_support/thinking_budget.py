@@ -95,12 +95,11 @@ def runner_batch(root: Path, config: Any, vocab: int, method: str = "__init__") 
 
     import harness
     import vllm_gaudi_stubs as stubs
+    import lift
     path = root / stubs.RUNNER_REL
     fn = next(n for n in stubs.runner_class(path).body if isinstance(n, ast.FunctionDef) and n.name == method)
-    stmt = next((s for s in ast.walk(fn) if isinstance(s, ast.Assign) and ast.unparse(s.targets[0]) == "self.input_batch"
-                 and isinstance(s.value, ast.Call) and ast.unparse(s.value.func) == "InputBatch"), None)
-    if stmt is None:
-        raise LookupError(f"{path}: HPUModelRunner.{method} builds no self.input_batch (the tree changed)")
+    stmt = lift.find_statement(fn, path=path, target="self.input_batch", contains="InputBatch(", nested=True,
+                               where=f"HPUModelRunner.{method}")
     code = compile(ast.Module([stmt], []), str(path), "exec")
 
     def build(module: Any, logitsprocs: Any) -> Any:
@@ -112,7 +111,8 @@ def runner_batch(root: Path, config: Any, vocab: int, method: str = "__init__") 
             max_num_tokens=256, device=torch.device("cpu"), pin_memory=False, block_size=harness.BLOCK,
             model_config=types.SimpleNamespace(get_vocab_size=lambda: vocab), is_pooling_model=False,
             input_batch=types.SimpleNamespace(logitsprocs=logitsprocs))
-        exec(code, {"InputBatch": module.InputBatch, "build_logitsprocs": lambda *a: logitsprocs, "self": owner})
+        exec(code, {"InputBatch": module.InputBatch, "build_logitsprocs": lambda *a: logitsprocs, "self": owner,
+                    "block_sizes": [harness.BLOCK], "kernel_block_sizes": [harness.BLOCK]})
         return owner.input_batch
 
     return build

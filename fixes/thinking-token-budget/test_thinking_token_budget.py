@@ -32,19 +32,16 @@ Run: ``GAUDI_FIXES_ROOT=<dir holding vllm/ and vllm_gaudi/> pytest fixes/thinkin
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import inspect
-import types
 from typing import Any
 
 import pytest
 import torch
 from fixtures import mode, root  # noqa: F401  (pytest fixtures)
-import vllm_gaudi_stubs as stubs
 
 import harness
-import lift
+import thinking_budget
 
 START, END = 250, 251  # the reasoning config's think-start and end-of-think token ids
 PROMPT_LEN = 6
@@ -62,34 +59,6 @@ def reasoning_config(root) -> Any:  # noqa: F811
     config = ReasoningConfig(reasoning_parser="deepseek_r1")
     config._reasoning_start_token_ids, config._reasoning_end_token_ids = [START], [END]
     return config
-
-
-def runner_batch(root, method: str, config: Any):  # noqa: F811
-    """A builder (for ``harness.Harness(batch=…)``) of the InputBatch that ``HPUModelRunner.<method>``
-    builds: its own ``self.input_batch = InputBatch(...)`` statement, run on a stand-in runner with
-    the harness's sizes and a ``vllm_config`` holding `config`."""
-    path = root / stubs.RUNNER_REL
-    fn = next(n for n in stubs.runner_class(path).body if isinstance(n, ast.FunctionDef) and n.name == method)
-    stmt = next((s for s in ast.walk(fn) if isinstance(s, ast.Assign) and ast.unparse(s.targets[0]) == "self.input_batch"
-                 and isinstance(s.value, ast.Call) and ast.unparse(s.value.func) == "InputBatch"), None)
-    if stmt is None:
-        raise LookupError(f"{path}: HPUModelRunner.{method} builds no self.input_batch (the tree changed; update the test)")
-    code = compile(ast.Module([stmt], []), str(path), "exec")
-
-    def build(module: Any, logitsprocs: Any) -> Any:
-        vllm_config = types.SimpleNamespace(speculative_config=None, reasoning_config=config,
-                                            model_config=types.SimpleNamespace(logits_processors=None))
-        owner = types.SimpleNamespace(
-            vllm_config=vllm_config, scheduler_config=types.SimpleNamespace(max_num_seqs=harness.MAX_REQS),
-            max_num_reqs=harness.MAX_REQS, max_model_len=harness.MAX_MODEL_LEN, max_encoder_len=0,
-            max_num_tokens=256, device=torch.device("cpu"), pin_memory=False, block_size=harness.BLOCK,
-            model_config=types.SimpleNamespace(get_vocab_size=lambda: harness.VOCAB), is_pooling_model=False,
-            input_batch=types.SimpleNamespace(logitsprocs=logitsprocs))
-        exec(code, {"InputBatch": module.InputBatch, "build_logitsprocs": lambda *a: logitsprocs, "self": owner,
-                    "block_sizes": [harness.BLOCK], "kernel_block_sizes": [harness.BLOCK]})
-        return owner.input_batch
-
-    return build
 
 
 class RealSampler:
@@ -148,7 +117,7 @@ def gpu_tokens(root, salt: int, budget: int, n: int) -> list[int]:  # noqa: F811
 def _run(root, mode, requests: dict[str, tuple[int, int | None]], plan: list[dict[str, int]],  # noqa: F811
          built_by: str = "__init__") -> harness.Harness:
     """`requests`: id -> (prompt salt, thinking_token_budget or None), greedy."""
-    h = harness.Harness(root, mode, batch=runner_batch(root, built_by, reasoning_config(root)))
+    h = harness.Harness(root, mode, batch=thinking_budget.runner_batch(root, reasoning_config(root), harness.VOCAB, built_by))
     h.runner.sampler = RealSampler()
     for rid, (salt, budget) in requests.items():
         h.add(rid, prompt(salt), temperature=0.0, max_tokens=32, thinking_token_budget=budget)

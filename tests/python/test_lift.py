@@ -104,3 +104,22 @@ def test_two_matches_are_an_error():
         find(fn(), nested=True, test="self.use_structured_output")
     message = str(err.value)
     assert "sample_tokens: 2 statements match" in message and "line 5" in message and "line 9" in message
+
+
+INIT = '''
+def __init__(self, config):
+    self.sampler_kind = config.kind
+    if config.spec:
+        self.rejection_sampler = RejectionSampler(self.sampler)
+    self.sampler = Sampler(logprobs_mode=config.mode)
+    sampler = self.sampler
+'''
+
+
+def test_an_assignment_is_found_by_its_target():
+    """By target, not text: ``sampler = self.sampler`` and ``RejectionSampler(self.sampler)`` hold
+    the text but assign something else."""
+    stmt = lift.find_statement(fn(INIT), path=PATH, target="self.sampler", nested=True)
+    assert ast.unparse(stmt) == "self.sampler = Sampler(logprobs_mode=config.mode)"
+    with pytest.raises(lift.NotFound, match="no Assign statement assigning self.rejection_sampler and containing 'Sampler\\('"):
+        lift.find_statement(fn(INIT), path=PATH, target="self.rejection_sampler", contains="Sampler(")
