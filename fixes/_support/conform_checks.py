@@ -150,22 +150,31 @@ class Difference:
 
 @dataclasses.dataclass(frozen=True)
 class Check:
-    """A row of ``CHECKS``: the feature (None: each difference names its own), the scope, the function."""
+    """A row of ``CHECKS``: the feature (None: each difference names its own), the scope, the
+    function, and the SamplingParams keywords whose asking exercises the feature (a schedule with
+    a request asking one counts for it in the report; once per feature, on any of its rows)."""
 
     feature: Optional[str]
     scope: Scope
     fn: Callable[[Any, Any], Iterable[Union[Difference, str]]]
+    asked: tuple[str, ...] = ()
 
 
 CHECKS: list[Check] = []
+# Which feature a SamplingParams keyword exercises: the rows' ``asked``.
+PARAM_FEATURE: dict[str, str] = {}
 
 
-def check(feature: Optional[str], scope: Scope) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
-    """The row of the function below it: ``@check("min_p", Scope.CALL)``."""
+def check(feature: Optional[str], scope: Scope, asked: tuple[str, ...] = ()
+          ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """The row of the function below it: ``@check("min_p", Scope.CALL, asked=("min_p",))``."""
     assert isinstance(scope, Scope), scope
+    for key in asked:
+        assert feature is not None and PARAM_FEATURE.get(key, feature) == feature, (key, feature)
+        PARAM_FEATURE[key] = feature
 
     def register(fn: Callable[..., Any]) -> Callable[..., Any]:
-        CHECKS.append(Check(feature, scope, fn))
+        CHECKS.append(Check(feature, scope, fn, tuple(asked)))
         return fn
     return register
 
@@ -190,16 +199,6 @@ def features() -> list[str]:
         if c.feature is not None and c.feature not in out:
             out.append(c.feature)
     return out + [RAISED]
-
-
-# Which feature a SamplingParams keyword exercises.
-PARAM_FEATURE = {"temperature": "temperature/top_k/top_p", "top_k": "temperature/top_k/top_p",
-                 "top_p": "temperature/top_k/top_p", "seed": "seeds", "frequency_penalty": "penalties",
-                 "presence_penalty": "penalties", "repetition_penalty": "penalties", "min_p": "min_p",
-                 "logit_bias": "logit_bias", "min_tokens": "min_tokens", "logprobs": "logprobs",
-                 "bad_words_token_ids": "bad_words", "allowed_token_ids": "allowed_token_ids",
-                 "logprob_token_ids": "logprob_token_ids", "prompt_logprobs": "prompt_logprobs",
-                 "thinking_token_budget": "thinking_token_budget", "extra_args": "logits_plugins"}
 
 
 def asked_for(r: Request, feature: str) -> str:
@@ -350,7 +349,7 @@ def views(ctx: Ctx, call: Call) -> dict[str, dict[str, Any]]:
 # --- call checks: what each request asked -------------------------------------------------------
 
 
-@check("temperature/top_k/top_p", Scope.CALL)
+@check("temperature/top_k/top_p", Scope.CALL, asked=("temperature", "top_k", "top_p"))
 def temperature_top_k_top_p(ctx: Ctx, call: Call) -> Iterable[str]:
     md = call.md
     for i, rid in call.first_rows():
@@ -406,7 +405,7 @@ def logits_positions(ctx: Ctx, call: Call) -> Iterable[str]:
                    f"scheduled position is {last}")
 
 
-@check("seeds", Scope.CALL)
+@check("seeds", Scope.CALL, asked=("seed",))
 def seeds(ctx: Ctx, call: Call) -> Iterable[str]:
     md = call.md
     first = dict((rid, i) for i, rid in call.first_rows())
@@ -434,7 +433,7 @@ def _seen(call: Call, i: int, rid: str) -> Optional[list[int]]:
     return list(seen)
 
 
-@check("penalties", Scope.CALL)
+@check("penalties", Scope.CALL, asked=("frequency_penalty", "presence_penalty", "repetition_penalty"))
 def penalties(ctx: Ctx, call: Call) -> Iterable[str]:
     md = call.md
     for i, rid in call.first_rows():
@@ -471,7 +470,7 @@ def prompt_ids(ctx: Ctx, call: Call) -> Iterable[str]:
                    f"{seen}")
 
 
-@check("logprobs", Scope.CALL)
+@check("logprobs", Scope.CALL, asked=("logprobs",))
 def logprobs(ctx: Ctx, call: Call) -> Iterable[str]:
     got = call.md.max_num_logprobs
     for _, rid in call.first_rows():
@@ -481,7 +480,7 @@ def logprobs(ctx: Ctx, call: Call) -> Iterable[str]:
             yield f"{r.describe('logprobs')}; the {call.side} sampler serves {'none' if got is None else got}"
 
 
-@check("allowed_token_ids", Scope.CALL)
+@check("allowed_token_ids", Scope.CALL, asked=("allowed_token_ids",))
 def allowed_token_ids(ctx: Ctx, call: Call) -> Iterable[str]:
     mask = call.md.allowed_token_ids_mask
     for i, rid in call.first_rows():
@@ -525,7 +524,7 @@ def _processed_rows(ctx: Ctx, call: Call) -> Iterable[tuple[str, Request, torch.
         yield rid, r, (p.random[i] if r.asked["temperature"] > 0 else p.greedy[i]), _expected(ctx, call, i, rid)
 
 
-@check("min_p", Scope.CALL)
+@check("min_p", Scope.CALL, asked=("min_p",))
 def min_p(ctx: Ctx, call: Call) -> Iterable[str]:
     p = processed_view(call, ctx)
     if p.error is not None:
@@ -543,7 +542,7 @@ def min_p(ctx: Ctx, call: Call) -> Iterable[str]:
                    f"{int(extra.sum())} tokens")
 
 
-@check("logit_bias", Scope.CALL)
+@check("logit_bias", Scope.CALL, asked=("logit_bias",))
 def logit_bias_check(ctx: Ctx, call: Call) -> Iterable[str]:
     for rid, r, got, x in _processed_rows(ctx, call):
         for tok, b in logit_bias(r).items():
@@ -552,7 +551,7 @@ def logit_bias_check(ctx: Ctx, call: Call) -> Iterable[str]:
                        f"{float(got[tok] - x[tok]) + b:g}")
 
 
-@check("min_tokens", Scope.CALL)
+@check("min_tokens", Scope.CALL, asked=("min_tokens",))
 def min_tokens(ctx: Ctx, call: Call) -> Iterable[str]:
     for rid, r, got, x in _processed_rows(ctx, call):
         if r.asked.get("min_tokens") and (got[EOS] == NEG_INF) != (x[EOS] == NEG_INF):
@@ -561,7 +560,7 @@ def min_tokens(ctx: Ctx, call: Call) -> Iterable[str]:
                    f"{len(call.generated[rid])}; the {call.side} sampler {masked}")
 
 
-@check("bad_words", Scope.CALL)
+@check("bad_words", Scope.CALL, asked=("bad_words_token_ids",))
 def bad_words(ctx: Ctx, call: Call) -> Iterable[str]:
     p = processed_view(call, ctx)
     if p.bad_words_error is not None:
@@ -588,7 +587,7 @@ def _bad_words_want(r: Request, generated: list[int]) -> set[int]:
     return {w[-1] for w in r.asked.get("bad_words_token_ids", []) if len(w) == 1 or generated[-(len(w) - 1):] == w[:-1]}
 
 
-@check("thinking_token_budget", Scope.CALL)
+@check("thinking_token_budget", Scope.CALL, asked=("thinking_token_budget",))
 def thinking_forced_rows(ctx: Ctx, call: Call) -> Iterable[str]:
     """The sampler forces the end-of-think token only on the rows of requests that asked a
     ``thinking_token_budget`` (the batch's thinking-budget state follows each request's row)."""
@@ -599,7 +598,7 @@ def thinking_forced_rows(ctx: Ctx, call: Call) -> Iterable[str]:
                    f"token on its row")
 
 
-@check("logits_plugins", Scope.CALL)
+@check("logits_plugins", Scope.CALL, asked=("extra_args",))
 def logits_plugins_bans(ctx: Ctx, call: Call) -> Iterable[str]:
     """A request's row is banned what it asked its plugins (``extra_args``) and nothing else: its
     ``ban_tokens``, and under ``no_repeat`` its last generated token (as the scheduler knows it)."""
@@ -815,7 +814,7 @@ def seeded_tokens(ctx: Ctx, pair: Pair) -> Iterable[Difference]:
                              "thinking_token_budget" if thinks else "seeded_tokens" if r.seeded else "returned_tokens")
 
 
-@check("logprob_token_ids", Scope.STEP)
+@check("logprob_token_ids", Scope.STEP, asked=("logprob_token_ids",))
 def logprob_token_ids_served(ctx: Ctx, step: Any) -> Iterable[str]:
     """A request with logprob_token_ids is served, for each token it gets back, that token's
     logprob and those of the ids it asked for, in its order (vLLM's ``gather_specific_token_logprobs``)."""
@@ -850,7 +849,7 @@ def logprob_token_ids_values(ctx: Ctx, pair: Pair) -> Iterable[Union[Difference,
                    f"{gvalues[:n]}")
 
 
-@check("prompt_logprobs", Scope.DELIVERIES)
+@check("prompt_logprobs", Scope.DELIVERIES, asked=("prompt_logprobs",))
 def prompt_logprobs_delivered(ctx: Ctx, pair: Pair) -> Iterable[str]:
     """The prompt logprobs a request asking prompt_logprobs=k is delivered, against vLLM's GPU
     path's: as many times (once, when its prompt is done), each with a row per prompt position but
