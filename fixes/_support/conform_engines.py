@@ -215,7 +215,8 @@ class Recorder:
         call = Call(self.side, e.where(), list(rows), list(positions), logits.clone(), probe(rows, positions), md,
                     dict(e.states()), {rid: list(o) for rid, o in e.outputs().items()},
                     e.structured_ids(), dict(e.ends))
-        if getattr(getattr(e, "schedule", None), "logits_processors", ()) and getattr(md, "logitsprocs", None) is not None:
+        plugins = getattr(getattr(e, "schedule", None), "logits_processors", ())
+        if plugins and getattr(md, "logitsprocs", None) is not None:
             try:  # the plugins' state moves on with the batch: what they ban is read now
                 call.plugin_bans = logits_plugins.banned_rows(md.logitsprocs, call.probe, VOCAB)
             except Exception:  # noqa: BLE001 - the sampler raises it: min_p's check names it

@@ -59,6 +59,11 @@ then ask ``extra_args`` of them (``{"ban_tokens": [...], "no_repeat": true}``).
 
 The generator keeps each request's progress (prompt, tokens computed, tokens of output so far) but
 never a token value: those are the engines'.
+
+In the suite a schedule is a frozen ``Schedule`` (its ``ScheduledRequest``s and ``Step``s), which
+``to_json`` writes as above, key for key, and ``from_json`` reads; ``load`` refuses a file of
+another ``"version"`` than ``VERSION``, naming it and the file. A saved file's keys the suite does
+not read (a corpus file's ``found``, ``answered_by``) ride along in ``Schedule.notes``.
 """
 
 from __future__ import annotations

@@ -157,8 +157,9 @@ def candidates(s: Schedule) -> Iterator[tuple[str, Schedule]]:
             yield f"step {i} without {rid}'s drafts", with_step(s, i, dataclasses.replace(
                 step, drafts=_less(step.drafts, rid), scheduled=scheduled))
             if len(d) > 1:
+                fewer = {**step.scheduled, rid: step.scheduled[rid] - 1}
                 yield f"step {i} with one draft less for {rid}", with_step(s, i, dataclasses.replace(
-                    step, drafts={**step.drafts, rid: d[:-1]}, scheduled={**step.scheduled, rid: step.scheduled[rid] - 1}))
+                    step, drafts={**step.drafts, rid: d[:-1]}, scheduled=fewer))
     for rid, r in s.requests.items():
         if len(r.prompt) > 1:  # its prompt one token shorter, one of its chunks with it
             shorter = {**s.requests, rid: dataclasses.replace(r, prompt=r.prompt[:-1])}
@@ -176,7 +177,8 @@ def candidates(s: Schedule) -> Iterator[tuple[str, Schedule]]:
             params = {k: v for k, v in r.params.items() if k != key}
             yield f"{rid} without {key}", s.replace(requests={**s.requests, rid: dataclasses.replace(r, params=params)})
         if r.grammar is not None and not any(rid in step.structured for step in s.steps):
-            yield f"{rid} without its grammar", s.replace(requests={**s.requests, rid: dataclasses.replace(r, grammar=None)})
+            plain = dataclasses.replace(r, grammar=None)
+            yield f"{rid} without its grammar", s.replace(requests={**s.requests, rid: plain})
 
 
 def shrink(s: Schedule, still: Callable[[Schedule], Optional[str]], log: Callable[[str], None]) -> tuple[Schedule, str]:
