@@ -134,7 +134,7 @@ def findings(conform, root: Path, plan: list) -> set:
     for schedule in plan:
         f = conform.run_schedule(root, schedule, True)
         sys.modules.update(conform.GpuModules.get(root).saved)
-        out |= {(schedule["seed"], feature, sentence) for feature, sentence in f.found}
+        out |= {(schedule.seed, feature, sentence) for feature, sentence in f.found}
     return out
 
 

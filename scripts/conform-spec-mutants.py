@@ -67,7 +67,7 @@ def check_of(schedule: dict, feature: str, sentence: str) -> str:
         return "raised"
     m = re.search(r"request (r\d+) \(", sentence)
     if "vLLM's GPU path gives" in sentence and "with drafts" in sentence and m:
-        params = schedule["requests"][m.group(1)]["params"]
+        params = schedule.requests[m.group(1)].params
         return "seeded equality" if params["temperature"] > 0 else "spec_tokens (greedy)"
     return "other"
 
@@ -104,7 +104,7 @@ def main() -> int:
         conform.GpuModules.get(root.resolve())
         first = args.seed + (4 - args.seed % 5) % 5
         plan = [conform.schedules.of(s) for s in range(first, first + 5 * args.schedules, 5)]
-        by_seed = {s["seed"]: s for s in plan}
+        by_seed = {s.seed: s for s in plan}
         base = findings(conform, root.resolve(), plan)
         missed = []
         path = root / SAMPLER

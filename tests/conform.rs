@@ -630,6 +630,27 @@ fn shrink_refuses_a_step_that_schedules_tokens_a_request_does_not_have() {
     assert!(err.contains("step 1 schedules 3 tokens of r0, which has 1 left"), "{out}{err}");
 }
 
+/// Issue 44: a schedule file is read by its `version`; one of another version than the suite's
+/// (a later format, or a hand-edited file) is refused before anything runs, naming the version
+/// and the file, for `--replay` and `--shrink` alike.
+#[test]
+fn replay_and_shrink_refuse_a_schedule_of_another_version_naming_it() {
+    let Some((python, root)) = real_paths() else { return };
+    let d = Dir::new();
+    let schedule = serde_json::json!({
+        "version": 99, "seed": 0, "mode": "sync",
+        "requests": {"r0": {"prompt": [5, 6, 7, 8, 9], "params": {"temperature": 0.0}, "grammar": null}},
+        "steps": [{"finish": [], "preempt": [], "arrive": ["r0"], "scheduled": {"r0": 5}, "structured": []}]
+    });
+    d.write("v99.json", schedule.to_string());
+    let file = d.path().join("v99.json");
+    for flag in ["--replay", "--shrink"] {
+        let args = ["--root", root.as_str(), "--python", python.as_str(), "conform", flag, file.to_str().unwrap()];
+        let (out, err) = d.cmd().args(args).expect(3);
+        assert!(err.contains("of version 99") && err.contains("v99.json"), "{flag}: {out}{err}");
+    }
+}
+
 /// SIGTERM to `conform` while the suite runs reaches the suite (its own process group, the
 /// signal forwarded), which is waited for; its scratch directory is removed and the exit code is
 /// 143 (128 + SIGTERM), as for a process the signal ended. Before: gaudi-fixes died at once, the

@@ -167,35 +167,34 @@ class Findings:
         self.found.append((feature, sentence))
 
 
-def exercised(schedule: dict[str, Any]) -> set[str]:
+def exercised(schedule: schedules.Schedule) -> set[str]:
     """The features a schedule exercises: those its requests ask for, and the always-present ones."""
     out = {RETURNED, checks.RAISED, "metadata_rows", "logits_positions", "temperature/top_k/top_p", "penalties"}
-    for r in schedule["requests"].values():
-        out |= {checks.PARAM_FEATURE[k] for k in r["params"]}
-        if r["grammar"] is not None:
+    for r in schedule.requests.values():
+        out |= {checks.PARAM_FEATURE[k] for k in r.params}
+        if r.grammar is not None:
             out.add(STRUCTURED)
-        if "seed" in r["params"] and r["params"]["temperature"] > 0:
+        if "seed" in r.params and r.params["temperature"] > 0:
             out.add("seeded_tokens")
-    if schedule.get("spec"):
+    if schedule.spec:
         out.add(conform_spec.FEATURE)
     return out
 
 
+DISAGREES = "; vLLM's GPU path disagrees with the request"
+
+
 def _call_findings(ctx: checks.Ctx, call: checks.Call, only: Optional[frozenset[str]] = None) -> list[tuple[str, str]]:
-    out = []
-    for c in checks.CHECKS:
-        if c.scope == "call" and (only is None or c.feature in only):
-            for sentence in c.fn(ctx, call):
-                # A structured-output step samples every row in one call: what goes wrong there is the
-                # structured-output path's (the sentence still names the parameter).
-                out.append((STRUCTURED if call.structured else c.feature, f"{call.where}: {sentence}"))
-    return out
+    # A structured-output step samples every row in one call: what goes wrong there is the
+    # structured-output path's (the sentence still names the parameter).
+    return [(STRUCTURED if call.structured else d.feature, f"{call.where}: {d.sentence}")
+            for _, d in checks.judge(ctx, {checks.Scope.CALL: call}, only)]
 
 
 def judge_step(ctx: checks.Ctx, hpu: Any, gpu: Any, f: Findings) -> None:
     """Every check of one step: the HPU calls against the requests and vLLM's GPU call, what was
     handed back."""
-    own: set[tuple[str, str]] = set()
+    own: set[tuple[str, Optional[str]]] = set()
     gpu_calls = [(c, None) for c in gpu.calls] + [(c, OWN_ONLY) for c in gpu.own_calls] if gpu else []
     for call, only in gpu_calls:
         for feature, sentence in _call_findings(ctx, call, only):
@@ -203,41 +202,40 @@ def judge_step(ctx: checks.Ctx, hpu: Any, gpu: Any, f: Findings) -> None:
             own.add((feature, rid))
             f.gpu_suspect.add(rid)
             ctx.suspect.add(rid)
-            f.gpu_disagrees.append((feature, f"{sentence}; vLLM's GPU path disagrees with the request"))
+            f.gpu_disagrees.append((feature, f"{sentence}{DISAGREES}"))
     for call in hpu.calls:
         f.found.extend(_call_findings(ctx, call))
         if gpu and gpu.calls:
-            for c in checks.CHECKS:
-                if c.scope == "views":
-                    for feature, sentence in c.fn(ctx, call, gpu.calls[0], own):
-                        if feature == "gpu_disagrees":
-                            f.gpu_disagrees.append(("views", f"{call.where}: {sentence}; vLLM's GPU path "
-                                                    "disagrees with the request"))
-                        else:
-                            f.add(STRUCTURED if call.structured else feature, f"{call.where}: {sentence}")
-    where = f"step {ctx.number} ({ctx.mode}{', structured-output step' if hpu.structured else ''})"
-    for c in checks.CHECKS:
-        if c.scope == "step":
-            for sentence in c.fn(ctx, hpu):
-                f.add(STRUCTURED if hpu.structured and c.feature != RETURNED else c.feature, f"{where}: {sentence}")
-        elif c.scope == "pair_step" and gpu:
-            for sentence in c.fn(ctx, hpu, gpu, f.gpu_suspect):
-                if isinstance(sentence, checks.GpuDisagrees):
-                    f.gpu_disagrees.append((c.feature, f"{where}: {sentence}; vLLM's GPU path disagrees with the request"))
+            pair = checks.Pair(call, gpu.calls[0], gpu_own=frozenset(own))
+            for _, d in checks.judge(ctx, {checks.Scope.CALL_PAIR: pair}):
+                if d.gpu_disagrees:  # listed under "views", whatever the feature
+                    f.gpu_disagrees.append(("views", f"{call.where}: {d.sentence}{DISAGREES}"))
                 else:
-                    f.add(c.feature, f"{where}: {sentence}")
+                    f.add(STRUCTURED if call.structured else d.feature, f"{call.where}: {d.sentence}")
+    where = f"step {ctx.number} ({ctx.mode}{', structured-output step' if hpu.structured else ''})"
+    views: dict[checks.Scope, Any] = {checks.Scope.STEP: hpu}
+    if gpu:
+        views[checks.Scope.STEP_PAIR] = checks.Pair(hpu, gpu, suspect=frozenset(f.gpu_suspect))
+    for scope, d in checks.judge(ctx, views):
+        if d.gpu_disagrees:
+            f.gpu_disagrees.append((d.feature, f"{where}: {d.sentence}{DISAGREES}"))
+        elif scope is checks.Scope.STEP and hpu.structured and d.feature != RETURNED:
+            f.add(STRUCTURED, f"{where}: {d.sentence}")
+        else:
+            f.add(d.feature, f"{where}: {d.sentence}")
 
 
-def run_schedule(root: Path, schedule: dict[str, Any], reference: bool) -> Findings:
+def run_schedule(root: Path, schedule: schedules.Schedule, reference: bool) -> Findings:
     """Both engines through one schedule, judged step by step, then the token streams."""
     f = Findings()
-    torch.manual_seed(schedule["seed"])  # unseeded draws: the same on a replay, whatever ran before
-    requests = {rid: checks.Request(rid, r["params"], r["grammar"], r["prompt"])
-                for rid, r in schedule["requests"].items()}
-    ctx = checks.Ctx(requests, stubs_bad_words(root), schedule["mode"], think=schedule.get("reasoning"),
-                     server=frozenset(k for k in ("logits_processors",) if schedule.get(k)))
-    spec = bool(schedule.get("spec"))
-    lm = schedule.get("logprobs_mode")  # each side's Sampler as its runner builds it for that mode
+    torch.manual_seed(schedule.seed)  # unseeded draws: the same on a replay, whatever ran before
+    requests = {rid: checks.Request(rid, r.params, None if r.grammar is None else list(r.grammar), list(r.prompt))
+                for rid, r in schedule.requests.items()}
+    ctx = checks.Ctx(requests, stubs_bad_words(root), schedule.mode,
+                     think=None if schedule.reasoning is None else dict(schedule.reasoning),
+                     server=frozenset(("logits_processors",) if schedule.logits_processors else ()))
+    spec = bool(schedule.spec)
+    lm = schedule.logprobs_mode  # each side's Sampler as its runner builds it for that mode
     hpu = (conform_spec.SpecHpuEngine if spec else HpuEngine)(
         root, schedule, Sampler(root, ("vllm_gaudi/v1/worker/hpu_model_runner.py", "HPUModelRunner"), lm))
     gpu: Optional[GpuEngine] = ((conform_spec.SpecGpuEngine if spec else GpuEngine)(
@@ -246,14 +244,14 @@ def run_schedule(root: Path, schedule: dict[str, Any], reference: bool) -> Findi
     # per request, each delivery of its prompt logprobs: (step, rows)
     hpu_delivered: dict[str, list[tuple[int, Any]]] = {}
     gpu_delivered: dict[str, list[tuple[int, Any]]] = {}
-    for number, step in enumerate(schedule["steps"]):
+    for number, step in enumerate(schedule.steps):
         ctx.number = number
         try:
             h = hpu.step(number, step)
         except Exception as e:  # noqa: BLE001 - the HPU path raised: EngineCore ends, every request fails
             # counted under the feature whose path raised where an engine says so (prompt logprobs)
             f.found.append((getattr(e, "conform_feature", checks.RAISED),
-                            f"step {number} ({schedule['mode']}): the HPU path raised "
+                            f"step {number} ({schedule.mode}): the HPU path raised "
                             f"{type(e).__name__}: {e} (at {tree_frame(e, root)})"))
             return spec_findings(f) if spec else f
         g = None
@@ -269,13 +267,10 @@ def run_schedule(root: Path, schedule: dict[str, Any], reference: bool) -> Findi
                 into.setdefault(rid, []).append((number, rows))
         judge_step(ctx, h, g, f)
     if gpu is not None:
-        for c in checks.CHECKS:
-            if c.scope == "run":
-                for feature, sentence in c.fn(ctx, hpu.outputs(), gpu.outputs(), f.gpu_suspect):
-                    f.add(feature, f"{schedule['mode']}: {sentence}")
-            elif c.scope == "deliveries":
-                for sentence in c.fn(ctx, hpu_delivered, gpu_delivered):
-                    f.add(c.feature, f"{schedule['mode']}: {sentence}")
+        views = {checks.Scope.RUN: checks.Pair(hpu.outputs(), gpu.outputs(), suspect=frozenset(f.gpu_suspect)),
+                 checks.Scope.DELIVERIES: checks.Pair(hpu_delivered, gpu_delivered)}
+        for _, d in checks.judge(ctx, views):
+            f.add(d.feature, f"{schedule.mode}: {d.sentence}")
     return spec_findings(f) if spec else f
 
 
@@ -311,10 +306,10 @@ class Report:
         self.jobs = 1
         self.last_seed: Optional[int] = None
 
-    def add(self, schedule: dict[str, Any], f: Findings) -> None:
+    def add(self, schedule: schedules.Schedule, f: Findings) -> None:
         self.done += 1
-        self.last_seed = schedule["seed"]
-        label = f"schedule {schedule['seed']}"
+        self.last_seed = schedule.seed
+        label = f"schedule {schedule.seed}"
         for name in exercised(schedule):
             self.features[name]["schedules"] += 1
         for name, sentence in f.found:
@@ -346,7 +341,7 @@ class Report:
         return out
 
 
-def _task_schedule(task: Any) -> dict[str, Any]:
+def _task_schedule(task: Any) -> schedules.Schedule:
     """A task is a schedule's number (a seeded run: the worker draws it, so no plan is held in
     memory or sent whole) or a schedule itself (a replay)."""
     return schedules.of(task) if isinstance(task, int) else task
@@ -363,14 +358,15 @@ def _worker_init(root: Path, reference: bool) -> None:
     _WORKER.update(root=root, reference=reference, saved=GpuModules.get(root).saved)
 
 
-def _worker_run(task: Any) -> tuple[dict[str, Any], Findings]:
+def _worker_run(task: Any) -> tuple[schedules.Schedule, Findings]:
     schedule = _task_schedule(task)
     f = run_schedule(_WORKER["root"], schedule, _WORKER["reference"])
     sys.modules.update(_WORKER["saved"])
     return schedule, f
 
 
-def _results(root: Path, tasks: Iterable[Any], reference: bool, jobs: int) -> Iterator[tuple[dict[str, Any], Findings]]:
+def _results(root: Path, tasks: Iterable[Any], reference: bool, jobs: int
+             ) -> Iterator[tuple[schedules.Schedule, Findings]]:
     """Each schedule's findings, in schedule order whatever the number of workers: with ``jobs`` > 1
     a pool of forked workers (each imports vLLM at most once, then runs schedule after schedule;
     tasks are handed out one at a time and results merged back in order; a seeded run hands out
@@ -403,7 +399,7 @@ def run(root: Path, tasks: Iterable[Any], total: int, seed: int, first: bool, re
                     "seconds": round(time.monotonic() - report.started, 3)}
             print("conform-progress " + json.dumps(tick), file=sys.stderr, flush=True)
         if first and f.found:
-            report.failing = schedule
+            report.failing = schedule.to_json()
             break
     return report.json(first)
 
@@ -444,7 +440,7 @@ def main() -> None:
     except ModuleNotFoundError as e:
         _cannot_run(f"vLLM's modules (the sampler, the GPU reference) need the Python module {e.name}; "
                     "install fixes/_support/requirements.txt with --no-deps", e.name)
-    seed = plan[0]["seed"] if args.replay else args.seed
+    seed = plan[0].seed if args.replay else args.seed
     print(json.dumps(run(args.root.resolve(), tasks, total, seed, args.first, not args.no_reference, args.progress,
                          args.jobs)))
 

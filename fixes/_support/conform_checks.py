@@ -1,26 +1,33 @@
-"""The conformance suite's checks: each one function registered in ``CHECKS`` with the feature it
-reports under and what it looks at; the feature list of the report comes from this table.
+"""The conformance suite's checks: each one function ``fn(ctx, view)`` registered in ``CHECKS``
+(the ``@check(feature, scope)`` line above it: the row) with the feature it reports under and the
+scope it looks at; the feature list of the report comes from this table.
 
-Scopes:
+Scopes (``Scope``), each with the view its checks are handed:
 
-- ``call``: one sampler call as one side handed it (``Call``: the logits rows with the request and
-  position each was taken from, the sampling metadata, the sampler's output), held against what
-  each request asked; run on the HPU side and on vLLM's GPU path (there its findings are the
-  reference's disagreement with the request, never counted against HPU);
-- ``views``: per request, what the sampler sees (``views``), HPU against vLLM's GPU path of the
-  same step;
-- ``step``: what each request was handed back at the end of the step;
-- ``run``: each request's whole token stream, HPU against vLLM's GPU path;
-- ``deliveries``: what each request was delivered once over the whole run (its prompt logprobs),
-  HPU against vLLM's GPU path: per request, (step, rows) for each delivery.
+- ``Scope.CALL``: one sampler call as one side handed it (``Call``: the logits rows with the
+  request and position each was taken from, the sampling metadata, the sampler's output), held
+  against what each request asked; run on the HPU side and on vLLM's GPU path (there its findings
+  are the reference's disagreement with the request, never counted against HPU);
+- ``Scope.CALL_PAIR``: ``Pair(hpu call, gpu call, gpu_own=…)``: per request, what the sampler sees
+  (``views``), HPU against vLLM's GPU path of the same step;
+- ``Scope.STEP``: one step of the HPU side (the engine's ``StepOut``): what each request was
+  handed back at the end of the step;
+- ``Scope.STEP_PAIR``: ``Pair(hpu step, gpu step, suspect=…)``: the step against vLLM's GPU path's;
+- ``Scope.RUN``: ``Pair(hpu outputs, gpu outputs, suspect=…)``: each request's whole token stream;
+- ``Scope.DELIVERIES``: ``Pair(hpu, gpu)`` of what each request was delivered once over the whole
+  run (its prompt logprobs): per request, (step, rows) for each delivery.
 
-A check returns sentences, each one difference. A new check is one function and one row.
+A check yields ``Difference``s (a plain string is short for ``Difference(sentence)``: the row's
+feature, counted against HPU); ``Difference.gpu_disagrees`` marks one where vLLM's GPU path itself
+disagrees with the request (listed under ``gpu_disagrees``, not counted). A new check is one
+function and one row (docs/development.md, "Adding a conform feature").
 """
 
 from __future__ import annotations
 
 import dataclasses
-from typing import Any, Callable, Iterable, Optional
+import enum
+from typing import Any, Callable, Iterable, Iterator, Mapping, Optional, Union
 
 import torch
 
@@ -71,6 +78,8 @@ class Call:
     forced: list[int] = dataclasses.field(default_factory=list)  # rows whose end-of-think token was forced
     # per row, what the logits-processor plugins ban on the probe when the call is made (None: none loaded)
     plugin_bans: Optional[list[set[int]]] = None
+    # the call's logits through its processors and bad_words, worked out once (``processed_view``)
+    processed: Optional[Processed] = dataclasses.field(default=None, repr=False, compare=False)
 
     def discarded(self, rid: str) -> bool:
         """Whether request `rid`'s first row is one whose token is dropped (its chunk does not
@@ -104,21 +113,83 @@ class Ctx:
     server: frozenset[str] = frozenset()
 
 
-@dataclasses.dataclass
+class Scope(enum.Enum):
+    """What a check looks at: the view it is handed (module docstring)."""
+
+    CALL = "call"
+    CALL_PAIR = "call_pair"
+    STEP = "step"
+    STEP_PAIR = "step_pair"
+    RUN = "run"
+    DELIVERIES = "deliveries"
+
+
+@dataclasses.dataclass(frozen=True)
+class Pair:
+    """The view of a check holding the HPU side against vLLM's GPU path: the two sides' calls,
+    steps, token streams or deliveries. ``suspect``: requests vLLM's GPU path itself mishandled
+    (its own call checks disagreed with the request); ``gpu_own``: (feature, request) of those
+    disagreements in the step being judged."""
+
+    hpu: Any
+    gpu: Any
+    suspect: frozenset[str] = frozenset()
+    gpu_own: frozenset[tuple[str, Optional[str]]] = frozenset()
+
+
+@dataclasses.dataclass(frozen=True)
+class Difference:
+    """One difference a check found: a sentence, under the check's feature unless it names its own
+    (a check whose row says ``None``); with ``gpu_disagrees``, vLLM's GPU path disagrees with the
+    request there (the reference's, not counted against HPU)."""
+
+    sentence: str
+    feature: Optional[str] = None
+    gpu_disagrees: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
 class Check:
-    feature: Optional[str]  # None: each difference names its feature
-    scope: str  # call | views | step | pair_step | run
-    fn: Callable[..., Iterable[str]]
+    """A row of ``CHECKS``: the feature (None: each difference names its own), the scope, the
+    function, and the SamplingParams keywords whose asking exercises the feature (a schedule with
+    a request asking one counts for it in the report; once per feature, on any of its rows)."""
+
+    feature: Optional[str]
+    scope: Scope
+    fn: Callable[[Any, Any], Iterable[Union[Difference, str]]]
+    asked: tuple[str, ...] = ()
 
 
 CHECKS: list[Check] = []
+# Which feature a SamplingParams keyword exercises: the rows' ``asked``.
+PARAM_FEATURE: dict[str, str] = {}
 
 
-def check(feature: Optional[str], scope: str) -> Callable[[Callable[..., Iterable[str]]], Callable[..., Iterable[str]]]:
-    def register(fn: Callable[..., Iterable[str]]) -> Callable[..., Iterable[str]]:
-        CHECKS.append(Check(feature, scope, fn))
+def check(feature: Optional[str], scope: Scope, asked: tuple[str, ...] = ()
+          ) -> Callable[[Callable[..., Any]], Callable[..., Any]]:
+    """The row of the function below it: ``@check("min_p", Scope.CALL, asked=("min_p",))``."""
+    assert isinstance(scope, Scope), scope
+    for key in asked:
+        assert feature is not None and PARAM_FEATURE.get(key, feature) == feature, (key, feature)
+        PARAM_FEATURE[key] = feature
+
+    def register(fn: Callable[..., Any]) -> Callable[..., Any]:
+        CHECKS.append(Check(feature, scope, fn, tuple(asked)))
         return fn
     return register
+
+
+def judge(ctx: Ctx, views: Mapping[Scope, Any], only: Optional[frozenset[str]] = None
+          ) -> Iterator[tuple[Scope, Difference]]:
+    """Every check of the scopes in `views` (in table order: the order of the report's first
+    sentences), each handed its scope's view; only the features in `only` when given. Each
+    difference comes back with its scope and its feature."""
+    for c in CHECKS:
+        if c.scope in views and (only is None or c.feature in only):
+            for d in c.fn(ctx, views[c.scope]):
+                if isinstance(d, str):
+                    d = Difference(d)
+                yield c.scope, (d if d.feature is not None else dataclasses.replace(d, feature=c.feature))
 
 
 def features() -> list[str]:
@@ -128,16 +199,6 @@ def features() -> list[str]:
         if c.feature is not None and c.feature not in out:
             out.append(c.feature)
     return out + [RAISED]
-
-
-# Which feature a SamplingParams keyword exercises.
-PARAM_FEATURE = {"temperature": "temperature/top_k/top_p", "top_k": "temperature/top_k/top_p",
-                 "top_p": "temperature/top_k/top_p", "seed": "seeds", "frequency_penalty": "penalties",
-                 "presence_penalty": "penalties", "repetition_penalty": "penalties", "min_p": "min_p",
-                 "logit_bias": "logit_bias", "min_tokens": "min_tokens", "logprobs": "logprobs",
-                 "bad_words_token_ids": "bad_words", "allowed_token_ids": "allowed_token_ids",
-                 "logprob_token_ids": "logprob_token_ids", "prompt_logprobs": "prompt_logprobs",
-                 "thinking_token_budget": "thinking_token_budget", "extra_args": "logits_plugins"}
 
 
 def asked_for(r: Request, feature: str) -> str:
@@ -203,16 +264,17 @@ def plugin_rows(call: Call) -> list[set[int]]:
     return call.plugin_bans or [set() for _ in range(call.probe.shape[0])]
 
 
-def _cached(call: Call, ctx: Ctx) -> Processed:
-    if not hasattr(call, "_processed"):
-        call._processed = processed(ctx, call)  # type: ignore[attr-defined]
-    return call._processed  # type: ignore[attr-defined]
+def processed_view(call: Call, ctx: Ctx) -> Processed:
+    """The call's ``Processed``, worked out the first time a check asks (``Call.processed``)."""
+    if call.processed is None:
+        call.processed = processed(ctx, call)
+    return call.processed
 
 
 def views(ctx: Ctx, call: Call) -> dict[str, dict[str, Any]]:
     """Per request of the call, what its row is handed, per feature, in terms both sides share (a
     generator is named by the request that owns it; tokens by value)."""
-    md, p = call.md, _cached(call, ctx)
+    md, p = call.md, processed_view(call, ctx)
     owner = {id(st.generator): rid for rid, st in call.states.items() if st.generator is not None}
     out: dict[str, dict[str, Any]] = {}
     for i, rid in call.first_rows():
@@ -287,7 +349,7 @@ def views(ctx: Ctx, call: Call) -> dict[str, dict[str, Any]]:
 # --- call checks: what each request asked -------------------------------------------------------
 
 
-@check("temperature/top_k/top_p", "call")
+@check("temperature/top_k/top_p", Scope.CALL, asked=("temperature", "top_k", "top_p"))
 def temperature_top_k_top_p(ctx: Ctx, call: Call) -> Iterable[str]:
     md = call.md
     for i, rid in call.first_rows():
@@ -303,7 +365,7 @@ def temperature_top_k_top_p(ctx: Ctx, call: Call) -> Iterable[str]:
             yield f"{r.describe('top_p')}; the {call.side} sampler used {got}"
 
 
-@check("temperature/top_k/top_p", "call")
+@check("temperature/top_k/top_p", Scope.CALL)
 def greedy_and_random(ctx: Ctx, call: Call) -> Iterable[str]:
     """``all_greedy`` / ``all_random`` hold for the call's rows (the sampler skips one kind)."""
     kinds = {rid: ctx.requests[rid].asked["temperature"] > 0 for _, rid in call.first_rows()}
@@ -315,7 +377,7 @@ def greedy_and_random(ctx: Ctx, call: Call) -> Iterable[str]:
                f"{next(r for r, random in kinds.items() if not random)} is greedy")
 
 
-@check("metadata_rows", "call")
+@check("metadata_rows", Scope.CALL)
 def metadata_rows(ctx: Ctx, call: Call) -> Iterable[str]:
     """Every per-row tensor of the metadata has a row for each logits row."""
     rows = len(call.rows)
@@ -329,7 +391,7 @@ def metadata_rows(ctx: Ctx, call: Call) -> Iterable[str]:
         yield f"the {call.side} sampler got {rows} logits rows but {len(ids)} lists of output ids"
 
 
-@check("logits_positions", "call")
+@check("logits_positions", Scope.CALL)
 def logits_positions(ctx: Ctx, call: Call) -> Iterable[str]:
     """Every logits row of a request was taken at the last position its chunk schedules (where
     vLLM's GPU path takes its one row, ``query_start_loc[1:] - 1``), read from the row's mark: a row
@@ -343,7 +405,7 @@ def logits_positions(ctx: Ctx, call: Call) -> Iterable[str]:
                    f"scheduled position is {last}")
 
 
-@check("seeds", "call")
+@check("seeds", Scope.CALL, asked=("seed",))
 def seeds(ctx: Ctx, call: Call) -> Iterable[str]:
     md = call.md
     first = dict((rid, i) for i, rid in call.first_rows())
@@ -371,7 +433,7 @@ def _seen(call: Call, i: int, rid: str) -> Optional[list[int]]:
     return list(seen)
 
 
-@check("penalties", "call")
+@check("penalties", Scope.CALL, asked=("frequency_penalty", "presence_penalty", "repetition_penalty"))
 def penalties(ctx: Ctx, call: Call) -> Iterable[str]:
     md = call.md
     for i, rid in call.first_rows():
@@ -389,7 +451,7 @@ def penalties(ctx: Ctx, call: Call) -> Iterable[str]:
             yield f"{r.describe('frequency_penalty')}; the {call.side} sampler used {float(md.frequency_penalties[i]):g}"
 
 
-@check("penalties", "call")
+@check("penalties", Scope.CALL)
 def prompt_ids(ctx: Ctx, call: Call) -> Iterable[str]:
     """The prompt ids the penalties read (``prompt_token_ids``, padded with the vocabulary size)
     are the request's prompt, as far as they count: the repetition penalty reads the tokens of
@@ -408,7 +470,7 @@ def prompt_ids(ctx: Ctx, call: Call) -> Iterable[str]:
                    f"{seen}")
 
 
-@check("logprobs", "call")
+@check("logprobs", Scope.CALL, asked=("logprobs",))
 def logprobs(ctx: Ctx, call: Call) -> Iterable[str]:
     got = call.md.max_num_logprobs
     for _, rid in call.first_rows():
@@ -418,7 +480,7 @@ def logprobs(ctx: Ctx, call: Call) -> Iterable[str]:
             yield f"{r.describe('logprobs')}; the {call.side} sampler serves {'none' if got is None else got}"
 
 
-@check("allowed_token_ids", "call")
+@check("allowed_token_ids", Scope.CALL, asked=("allowed_token_ids",))
 def allowed_token_ids(ctx: Ctx, call: Call) -> Iterable[str]:
     mask = call.md.allowed_token_ids_mask
     for i, rid in call.first_rows():
@@ -454,7 +516,7 @@ def _expected(ctx: Ctx, call: Call, i: int, rid: str) -> torch.Tensor:
 def _processed_rows(ctx: Ctx, call: Call) -> Iterable[tuple[str, Request, torch.Tensor, torch.Tensor]]:
     """Per request of the call: its row as the call's processors left it (the greedy view for a
     greedy request) and as its own parameters would (``_expected``); nothing where they raised."""
-    p = _cached(call, ctx)
+    p = processed_view(call, ctx)
     if p.error is not None:
         return
     for i, rid in call.first_rows():
@@ -462,9 +524,9 @@ def _processed_rows(ctx: Ctx, call: Call) -> Iterable[tuple[str, Request, torch.
         yield rid, r, (p.random[i] if r.asked["temperature"] > 0 else p.greedy[i]), _expected(ctx, call, i, rid)
 
 
-@check("min_p", "call")
+@check("min_p", Scope.CALL, asked=("min_p",))
 def min_p(ctx: Ctx, call: Call) -> Iterable[str]:
-    p = _cached(call, ctx)
+    p = processed_view(call, ctx)
     if p.error is not None:
         yield f"the {call.side} sampler's logits processors raised {p.error}"
     for rid, r, got, x in _processed_rows(ctx, call):
@@ -480,7 +542,7 @@ def min_p(ctx: Ctx, call: Call) -> Iterable[str]:
                    f"{int(extra.sum())} tokens")
 
 
-@check("logit_bias", "call")
+@check("logit_bias", Scope.CALL, asked=("logit_bias",))
 def logit_bias_check(ctx: Ctx, call: Call) -> Iterable[str]:
     for rid, r, got, x in _processed_rows(ctx, call):
         for tok, b in logit_bias(r).items():
@@ -489,7 +551,7 @@ def logit_bias_check(ctx: Ctx, call: Call) -> Iterable[str]:
                        f"{float(got[tok] - x[tok]) + b:g}")
 
 
-@check("min_tokens", "call")
+@check("min_tokens", Scope.CALL, asked=("min_tokens",))
 def min_tokens(ctx: Ctx, call: Call) -> Iterable[str]:
     for rid, r, got, x in _processed_rows(ctx, call):
         if r.asked.get("min_tokens") and (got[EOS] == NEG_INF) != (x[EOS] == NEG_INF):
@@ -498,9 +560,9 @@ def min_tokens(ctx: Ctx, call: Call) -> Iterable[str]:
                    f"{len(call.generated[rid])}; the {call.side} sampler {masked}")
 
 
-@check("bad_words", "call")
+@check("bad_words", Scope.CALL, asked=("bad_words_token_ids",))
 def bad_words(ctx: Ctx, call: Call) -> Iterable[str]:
-    p = _cached(call, ctx)
+    p = processed_view(call, ctx)
     if p.bad_words_error is not None:
         yield f"the {call.side} sampler's bad_words step raised {p.bad_words_error}"
         return
@@ -525,7 +587,7 @@ def _bad_words_want(r: Request, generated: list[int]) -> set[int]:
     return {w[-1] for w in r.asked.get("bad_words_token_ids", []) if len(w) == 1 or generated[-(len(w) - 1):] == w[:-1]}
 
 
-@check("thinking_token_budget", "call")
+@check("thinking_token_budget", Scope.CALL, asked=("thinking_token_budget",))
 def thinking_forced_rows(ctx: Ctx, call: Call) -> Iterable[str]:
     """The sampler forces the end-of-think token only on the rows of requests that asked a
     ``thinking_token_budget`` (the batch's thinking-budget state follows each request's row)."""
@@ -536,7 +598,7 @@ def thinking_forced_rows(ctx: Ctx, call: Call) -> Iterable[str]:
                    f"token on its row")
 
 
-@check("logits_plugins", "call")
+@check("logits_plugins", Scope.CALL, asked=("extra_args",))
 def logits_plugins_bans(ctx: Ctx, call: Call) -> Iterable[str]:
     """A request's row is banned what it asked its plugins (``extra_args``) and nothing else: its
     ``ban_tokens``, and under ``no_repeat`` its last generated token (as the scheduler knows it)."""
@@ -552,7 +614,7 @@ def logits_plugins_bans(ctx: Ctx, call: Call) -> Iterable[str]:
                    f"{sorted(rows[i]) or 'nothing'} (want {sorted(want) or 'nothing'})")
 
 
-@check("structured_output", "call")
+@check("structured_output", Scope.CALL)
 def grammar_rows(ctx: Ctx, call: Call) -> Iterable[str]:
     """The grammar bitmask went on each structured request's own row, and on no other."""
     if call.side != "HPU" or not call.structured:
@@ -571,12 +633,13 @@ def grammar_rows(ctx: Ctx, call: Call) -> Iterable[str]:
 # --- HPU against vLLM's GPU path -----------------------------------------------------------------
 
 
-@check(None, "views")
-def same_views(ctx: Ctx, hpu: Call, gpu: Call, gpu_own: set[tuple[str, str]]) -> Iterable[tuple[str, str]]:
+@check(None, Scope.CALL_PAIR)
+def same_views(ctx: Ctx, pair: Pair) -> Iterable[Difference]:
     """Per request of the HPU call, what its row is handed against its row of vLLM's GPU path
     (same step), feature by feature. Where the GPU path itself disagrees with the request
     (`gpu_own`: (feature, request) its own call checks found), the difference is the reference's:
-    yielded under ``gpu_disagrees``."""
+    yielded with ``gpu_disagrees``."""
+    hpu, gpu, gpu_own = pair.hpu, pair.gpu, pair.gpu_own
     theirs = views(ctx, gpu)
     for rid, v in views(ctx, hpu).items():
         g = theirs.get(rid, {})
@@ -586,10 +649,10 @@ def same_views(ctx: Ctx, hpu: Call, gpu: Call, gpu_own: set[tuple[str, str]]) ->
                 continue
             sentence = (f"request {rid} ({asked_for(ctx.requests[rid], feature)}): the HPU path hands the "
                         f"sampler {value!r} for {feature}, vLLM's GPU path {g[feature]!r}")
-            yield ("gpu_disagrees" if (feature, rid) in gpu_own else feature), sentence
+            yield Difference(sentence, feature, gpu_disagrees=(feature, rid) in gpu_own)
 
 
-@check("returned_tokens", "step")
+@check("returned_tokens", Scope.STEP)
 def returned_tokens(ctx: Ctx, step: Any) -> Iterable[str]:
     """What the runner hands back per request: the token sampled at its last position when the
     chunk reaches its end (a decode, a prompt or a recompute that finishes), nothing otherwise."""
@@ -610,7 +673,7 @@ def returned_tokens(ctx: Ctx, step: Any) -> Iterable[str]:
             yield f"{what} got {have} back, {why}"
 
 
-@check("logprobs", "step")
+@check("logprobs", Scope.STEP)
 def logprobs_served(ctx: Ctx, step: Any) -> Iterable[str]:
     """The logprobs a request is served are for the token it got back."""
     for rid, toks in step.returned.items():
@@ -621,11 +684,12 @@ def logprobs_served(ctx: Ctx, step: Any) -> Iterable[str]:
             yield f"request {rid} got {toks[0]} back; the logprobs it was served are for token {served}"
 
 
-@check("logprobs", "pair_step")
-def logprob_values(ctx: Ctx, hpu: Any, gpu: Any, suspect: set[str]) -> Iterable[str]:
+@check("logprobs", Scope.STEP_PAIR)
+def logprob_values(ctx: Ctx, pair: Pair) -> Iterable[Union[Difference, str]]:
     """The logprob values each request is served, against vLLM's GPU path for the same token (not
     for a request drawn by chance, whose earlier tokens differ, nor one the GPU path itself
     mishandled)."""
+    hpu, gpu, suspect = pair.hpu, pair.gpu, pair.suspect
     for rid, (ids, values) in hpu.logprobs.items():
         r = ctx.requests[rid]
         if (r.asked.get("logprobs") is None or not hpu.returned.get(rid) or rid not in gpu.logprobs
@@ -642,11 +706,6 @@ def _got(step: Any, rid: str) -> list[int]:
     return step.returned.get(rid) or (getattr(step, "spec", {}).get(rid) or (None, []))[1]
 
 
-class GpuDisagrees(str):
-    """A pair check's sentence about vLLM's GPU path mishandling a request (listed under
-    ``gpu_disagrees``, never counted against HPU), not a difference."""
-
-
 def _others_ids(gpu: Any, rid: str) -> list[str]:
     """The other requests whose logprob_token_ids rode in the GPU sampler call that sampled `rid`."""
     for call in getattr(gpu, "calls", []):
@@ -656,12 +715,13 @@ def _others_ids(gpu: Any, rid: str) -> list[str]:
     return []
 
 
-@check("logprobs", "pair_step")
-def logprob_ranks_and_alternatives(ctx: Ctx, hpu: Any, gpu: Any, suspect: set[str]) -> Iterable[str]:
+@check("logprobs", Scope.STEP_PAIR)
+def logprob_ranks_and_alternatives(ctx: Ctx, pair: Pair) -> Iterable[Union[Difference, str]]:
     """Every column of the logprobs rows a request is served, against vLLM's GPU path's: the
     sampled token's rank and each of its top-k alternatives with its logprob (k its ``logprobs``,
     the whole vocabulary for -1), token by token (several in a spec step) while both sides got the
     same token; not for a request drawn by chance or one the GPU path itself mishandled."""
+    hpu, gpu, suspect = pair.hpu, pair.gpu, pair.suspect
     for rid, rows in getattr(hpu, "logprob_rows", {}).items():
         r = ctx.requests[rid]
         want = r.asked.get("logprobs")
@@ -677,8 +737,9 @@ def logprob_ranks_and_alternatives(ctx: Ctx, hpu: Any, gpu: Any, suspect: set[st
             # every row (sampler.py: "prefer logprob_token_ids as it's more specific"): the GPU path,
             # which samples the batch in one call, hands this request requests {others}' columns
             # instead of its top-k.
-            yield GpuDisagrees(f"request {rid} (logprobs={want}) is served the columns of the logprob_token_ids "
-                               f"of {', '.join(others)} sampled in the same call, not its top-{k} alternatives")
+            yield Difference(f"request {rid} (logprobs={want}) is served the columns of the logprob_token_ids "
+                             f"of {', '.join(others)} sampled in the same call, not its top-{k} alternatives",
+                             gpu_disagrees=True)
             continue
         mine, got = _got(hpu, rid), _got(gpu, rid)
         for j, (h, g) in enumerate(zip(rows[:len(mine)], theirs[:len(got)])):
@@ -695,14 +756,15 @@ def logprob_ranks_and_alternatives(ctx: Ctx, hpu: Any, gpu: Any, suspect: set[st
                        f"(token, logprob); vLLM's GPU path serves {ga[at - 1]}")
 
 
-@check("thinking_token_budget", "pair_step")
-def thinking_ended(ctx: Ctx, hpu: Any, gpu: Any, suspect: set[str]) -> Iterable[str]:
+@check("thinking_token_budget", Scope.STEP_PAIR)
+def thinking_ended(ctx: Ctx, pair: Pair) -> Iterable[Union[Difference, str]]:
     """A request whose prompt opens the thinking, with ``thinking_token_budget``, gets the
     end-of-think token once its budget is spent (its prompt's thinking tokens counted), as vLLM's
     GPU path forces it (``ThinkingBudgetStateHolder``), unless it ended its thinking before: held
     on each side's own tokens, at the step the token is due (a schedule the HPU path raised in
     later is judged up to there), so a request drawn by chance is judged too. Where vLLM's GPU
-    path itself does not, the sentence is the reference's (``GpuDisagrees``) and HPU is not judged."""
+    path itself does not, the sentence is the reference's (``gpu_disagrees``) and HPU is not judged."""
+    hpu, gpu, suspect = pair.hpu, pair.gpu, pair.suspect
     if ctx.think is None:
         return
     import thinking_budget
@@ -725,18 +787,18 @@ def thinking_ended(ctx: Ctx, hpu: Any, gpu: Any, suspect: set[str]) -> Iterable[
                         f"{len(out)} tokens ({out}); vLLM's GPU path ends thinking after the budget: the "
                         f"end-of-think token {end} as its token {at + 1}")
             if side == "GPU":
-                yield GpuDisagrees(sentence)
+                yield Difference(sentence, gpu_disagrees=True)
                 break
             yield sentence
 
 
-@check("seeded_tokens", "run")
-def seeded_tokens(ctx: Ctx, hpu: dict[str, list[int]], gpu: dict[str, list[int]],
-                  suspect: set[str]) -> Iterable[tuple[str, str]]:
+@check("seeded_tokens", Scope.RUN)
+def seeded_tokens(ctx: Ctx, pair: Pair) -> Iterable[Difference]:
     """Each request whose tokens do not depend on chance (greedy, or seeded) gets the tokens vLLM's
     GPU path gives it for the same schedule; a seeded one's under ``seeded_tokens``, a greedy one's
     under ``returned_tokens``. Not for a request the GPU path itself mishandled (`suspect`: its
-    own checks disagreed with the request)."""
+    own checks disagreed with the request). The view: each side's tokens per request."""
+    hpu, gpu, suspect = pair.hpu, pair.gpu, pair.suspect
     for rid, r in ctx.requests.items():
         if rid not in hpu or rid not in gpu or rid in suspect or not (r.seeded or r.asked["temperature"] == 0):
             continue
@@ -747,12 +809,12 @@ def seeded_tokens(ctx: Ctx, hpu: dict[str, list[int]], gpu: dict[str, list[int]]
             # where one side has the end-of-think token, a thinking_token_budget difference
             thinks = ("thinking_token_budget" in r.asked and ctx.think is not None
                       and ctx.think["think_end"] in (hpu[rid][at:at + 1] + gpu[rid][at:at + 1]))
-            yield ("thinking_token_budget" if thinks else "seeded_tokens" if r.seeded else "returned_tokens",
-                   f"request {rid} ({asked}) got {hpu[rid]} where vLLM's GPU path gives it {gpu[rid]} "
-                   f"(first difference at token {at})")
+            yield Difference(f"request {rid} ({asked}) got {hpu[rid]} where vLLM's GPU path gives it {gpu[rid]} "
+                             f"(first difference at token {at})",
+                             "thinking_token_budget" if thinks else "seeded_tokens" if r.seeded else "returned_tokens")
 
 
-@check("logprob_token_ids", "step")
+@check("logprob_token_ids", Scope.STEP, asked=("logprob_token_ids",))
 def logprob_token_ids_served(ctx: Ctx, step: Any) -> Iterable[str]:
     """A request with logprob_token_ids is served, for each token it gets back, that token's
     logprob and those of the ids it asked for, in its order (vLLM's ``gather_specific_token_logprobs``)."""
@@ -769,10 +831,11 @@ def logprob_token_ids_served(ctx: Ctx, step: Any) -> Iterable[str]:
                    f"those of tokens {served}")
 
 
-@check("logprob_token_ids", "pair_step")
-def logprob_token_ids_values(ctx: Ctx, hpu: Any, gpu: Any, suspect: set[str]) -> Iterable[str]:
+@check("logprob_token_ids", Scope.STEP_PAIR)
+def logprob_token_ids_values(ctx: Ctx, pair: Pair) -> Iterable[Union[Difference, str]]:
     """The logprobs of the ids a request asked for, against vLLM's GPU path for the same token (not
     for a request drawn by chance, nor one the GPU path itself mishandled)."""
+    hpu, gpu, suspect = pair.hpu, pair.gpu, pair.suspect
     for rid, (ids, values) in hpu.logprobs.items():
         r = ctx.requests[rid]
         asked = r.asked.get("logprob_token_ids")
@@ -786,14 +849,15 @@ def logprob_token_ids_values(ctx: Ctx, hpu: Any, gpu: Any, suspect: set[str]) ->
                    f"{gvalues[:n]}")
 
 
-@check("prompt_logprobs", "deliveries")
-def prompt_logprobs_delivered(ctx: Ctx, hpu: dict[str, list[tuple[int, list[Any]]]],
-                              gpu: dict[str, list[tuple[int, list[Any]]]]) -> Iterable[str]:
+@check("prompt_logprobs", Scope.DELIVERIES, asked=("prompt_logprobs",))
+def prompt_logprobs_delivered(ctx: Ctx, pair: Pair) -> Iterable[str]:
     """The prompt logprobs a request asking prompt_logprobs=k is delivered, against vLLM's GPU
     path's: as many times (once, when its prompt is done), each with a row per prompt position but
     the last: the next prompt token, its logprob and rank, then the top-k tokens with theirs. A
     chunked prompt's earlier rows kept while it is out of a step; none delivered again after a
-    preemption. (Prompt rows do not depend on sampling: every request is compared, however drawn.)"""
+    preemption. (Prompt rows do not depend on sampling: every request is compared, however drawn.)
+    The view: each side's deliveries per request, (step, rows) each."""
+    hpu, gpu = pair.hpu, pair.gpu
     for rid, r in ctx.requests.items():
         k = r.asked.get("prompt_logprobs")
         if k is None:

@@ -103,7 +103,7 @@ def logprob_rows(lists: Any, start: int, n: int) -> list[LogprobRow]:
 def asks_prompt_logprobs(schedule: dict[str, Any]) -> bool:
     """Whether a request of `schedule` asks prompt_logprobs (only then are the runners' prompt
     logprobs computed: without such a request both return none)."""
-    return any("prompt_logprobs" in r["params"] for r in schedule["requests"].values())
+    return any("prompt_logprobs" in r.params for r in schedule.requests.values())
 
 
 def delivered(tensors: dict[str, Any]) -> dict[str, list[LogprobRow]]:
@@ -176,24 +176,24 @@ def begin_step(engine: Any, scheduler: harness.Scheduler, vllm: Any, number: int
     """The scheduler's side of step `number`, the same for every engine: its finishes, preemptions
     and arrivals (``params(vllm, request)`` their ``SamplingParams``), the engine's recorder emptied
     and each scheduled request's chunk end noted (``engine.ends``); returns the scheduled counts."""
-    requests = engine.schedule["requests"]
-    engine.number, engine.structured = number, list(step["structured"])
-    for rid in step["finish"]:
+    requests = engine.schedule.requests
+    engine.number, engine.structured = number, list(step.structured)
+    for rid in step.finish:
         scheduler.finish(rid)
-    for rid in step["preempt"]:
+    for rid in step.preempt:
         scheduler.preempt(rid)
-    for rid in step["arrive"]:
-        r = scheduler.add(rid, requests[rid]["prompt"], params(vllm, requests[rid]))
-        r.computed = requests[rid].get("cached", 0)  # a prefix-cache hit at its first schedule
+    for rid in step.arrive:
+        r = scheduler.add(rid, list(requests[rid].prompt), params(vllm, requests[rid]))
+        r.computed = requests[rid].cached  # a prefix-cache hit at its first schedule
     engine.recorder.calls = []
-    scheduled = step["scheduled"]
+    scheduled = step.scheduled
     engine.ends = ends(scheduler, scheduled)
     return scheduled
 
 
 def plain_params(vllm: Any, request: dict[str, Any]) -> Any:
     """A plain schedule's request as vLLM's ``SamplingParams``."""
-    return sampling_params(vllm, request["params"])
+    return sampling_params(vllm, request.params)
 
 
 class Recorder:
@@ -215,7 +215,8 @@ class Recorder:
         call = Call(self.side, e.where(), list(rows), list(positions), logits.clone(), probe(rows, positions), md,
                     dict(e.states()), {rid: list(o) for rid, o in e.outputs().items()},
                     e.structured_ids(), dict(e.ends))
-        if getattr(e, "schedule", {}).get("logits_processors") and getattr(md, "logitsprocs", None) is not None:
+        plugins = getattr(getattr(e, "schedule", None), "logits_processors", ())
+        if plugins and getattr(md, "logitsprocs", None) is not None:
             try:  # the plugins' state moves on with the batch: what they ban is read now
                 call.plugin_bans = logits_plugins.banned_rows(md.logitsprocs, call.probe, VOCAB)
             except Exception:  # noqa: BLE001 - the sampler raises it: min_p's check names it
@@ -238,19 +239,19 @@ class HpuEngine:
     side = "HPU"
 
     def __init__(self, root: Path, schedule: dict[str, Any], sampler: Any):
-        self.schedule, self.mode = schedule, schedule["mode"]
-        think = schedule.get("reasoning")  # the runner builds its batch with the reasoning config
+        self.schedule, self.mode = schedule, schedule.mode
+        think = schedule.reasoning  # the runner builds its batch with the reasoning config
         batch = thinking_budget.runner_batch(root, thinking_budget.reasoning_config(think), VOCAB) if think else None
         plugins = (logits_plugins.classes(harness.logitsprocs_package(root).interface,
                                           harness.logitsprocs_package(root).builtin)
-                   if schedule.get("logits_processors") else ())  # the server's --logits-processors
+                   if schedule.logits_processors else ())  # the server's --logits-processors
         self.h = harness.Harness(root, self.mode, grammar=True, vocab=VOCAB, batch=batch, plugins=plugins)
         self.h.model = MarkedModel(self.h.scheduler, VOCAB)
         self.recorder = self.h.runner.sampler = Recorder("HPU", sampler, self)
         self.number, self.structured, self.ends = 0, [], {}
         self.prompt_logprobs = asks_prompt_logprobs(schedule)
         if self.prompt_logprobs:  # the runner's own _get_prompt_logprobs_dict and its gather, for the mode
-            prompt_logprobs.bind(self.h, schedule.get("logprobs_mode", "raw_logprobs"))
+            prompt_logprobs.bind(self.h, schedule.logprobs_mode or "raw_logprobs")
 
     def where(self) -> str:
         kind = "structured-output" if self.h.runner.use_structured_output else "sampler"
@@ -267,14 +268,14 @@ class HpuEngine:
         return {rid: r.output for rid, r in self.h.scheduler.requests.items()}
 
     def step(self, number: int, step: dict[str, Any]) -> StepOut:
-        h, requests = self.h, self.schedule["requests"]
+        h, requests = self.h, self.schedule.requests
         scheduled = begin_step(self, h.scheduler, h.vllm, number, step, plain_params)
         if not scheduled:
             # execute_model runs _update_states before it returns the empty output: finishes and
             # requests left out (a preemption) leave the batch on such a step too.
             h.runner._update_states(h.scheduler.output({}))
             return StepOut({}, {}, [], {}, {})
-        grammar = grammar_output(step["structured"], requests) if step["structured"] else None
+        grammar = grammar_output(step.structured, requests) if step.structured else None
         out = h.step(scheduled, grammar_output=grammar)
         batch = h.batch
         served = h.runner._build_logprobs_output(out.ns["logprobs_segments"], max(batch.req_id_to_index.values()) + 1)
@@ -286,7 +287,7 @@ class HpuEngine:
                                      [round(float(v), 4) for v in served.logprobs[i]])
                     rows[rid] = logprob_rows(served, i, 1)
         # sample_tokens' _get_prompt_logprobs_dict, after sampling
-        merged = bool(self.schedule.get("merged_prefill"))  # VLLM_MERGED_PREFILL (conform_schedule.py)
+        merged = bool(self.schedule.merged_prefill)  # VLLM_MERGED_PREFILL (conform_schedule.py)
         try:
             prompt = delivered(prompt_logprobs.collect(h, out, scheduled, merged)) if self.prompt_logprobs else {}
         except Exception as e:  # noqa: BLE001 - it ends EngineCore; what raised is the prompt-logprobs path
@@ -302,7 +303,7 @@ def grammar_output(ids: list[str], requests: dict[str, Any]) -> Any:
     words = (VOCAB + 31) // 32
     bitmask = np.zeros((len(ids), words), dtype=np.uint32)
     for j, rid in enumerate(ids):
-        for t in (0, 1, *requests[rid]["grammar"]):
+        for t in (0, 1, *requests[rid].grammar):
             bitmask[j, t // 32] |= np.uint32(1 << (t % 32))
     return types.SimpleNamespace(structured_output_request_ids=list(ids), grammar_bitmask=bitmask.view(np.int32))
 
@@ -338,7 +339,7 @@ class GpuModules:
 def gpu_plugins(schedule: dict[str, Any]) -> tuple[type, ...]:
     """The schedule's --logits-processors as vLLM's GPU runner hands them to build_logitsprocs:
     written against vLLM's own logits-processor package."""
-    if not schedule.get("logits_processors"):
+    if not schedule.logits_processors:
         return ()
     from vllm.v1.sample import logits_processor as lp
     return logits_plugins.classes(lp.interface, lp.builtin)
@@ -366,15 +367,15 @@ class GpuEngine:
             kw["kernel_block_sizes"] = [harness.BLOCK]
         if "pin_memory" in _parameters(m.gib.InputBatch.__init__):
             kw["pin_memory"] = False
-        if schedule.get("reasoning"):  # as GPUModelRunner builds it: vllm_config.reasoning_config
-            kw["reasoning_config"] = thinking_budget.reasoning_config(schedule["reasoning"])
+        if schedule.reasoning:  # as GPUModelRunner builds it: vllm_config.reasoning_config
+            kw["reasoning_config"] = thinking_budget.reasoning_config(schedule.reasoning)
         self.batch = m.gib.InputBatch(**kw)
         self.requests: dict[str, Any] = {}
         self.runner = _GpuRunner(self.batch, self.requests)
         lift_gpu_update_states(root, self.runner, m)
         self.prompt_logprobs = asks_prompt_logprobs(schedule)
         if self.prompt_logprobs:
-            lift_gpu_prompt_logprobs(root, self.runner, sampler.sampler, schedule.get("logprobs_mode", "raw_logprobs"))
+            lift_gpu_prompt_logprobs(root, self.runner, sampler.sampler, schedule.logprobs_mode or "raw_logprobs")
         self.recorder = Recorder("GPU", sampler, self)
         self.number, self.ends = 0, {}
 
@@ -391,7 +392,7 @@ class GpuEngine:
         return []
 
     def step(self, number: int, step: dict[str, Any]) -> StepOut:
-        requests, scheduler = self.schedule["requests"], self.scheduler
+        requests, scheduler = self.schedule.requests, self.scheduler
         scheduled = begin_step(self, scheduler, self.m.vllm, number, step, plain_params)
         if not scheduled:
             self._update_states(scheduler.output({}))  # as HpuEngine.step: GPUModelRunner.execute_model
@@ -404,9 +405,9 @@ class GpuEngine:
                 if self.requests[rid].generator is not None}
         logits = self.model.logits(rows)
         for j, (rid, _) in enumerate(rows):  # apply_grammar_bitmask: each structured row its grammar's
-            if rid in step["structured"]:
+            if rid in step.structured:
                 allowed = torch.zeros(VOCAB, dtype=torch.bool)
-                allowed[[0, 1, *requests[rid]["grammar"]]] = True
+                allowed[[0, 1, *requests[rid].grammar]] = True
                 logits[j][~allowed] = float("-inf")
         out = self.recorder(logits, batch.sampling_metadata)
         for rid, state in kept.items():  # _bookkeeping_sync: a discarded row's draw is rewound

@@ -59,14 +59,20 @@ then ask ``extra_args`` of them (``{"ban_tokens": [...], "no_repeat": true}``).
 
 The generator keeps each request's progress (prompt, tokens computed, tokens of output so far) but
 never a token value: those are the engines'.
+
+In the suite a schedule is a frozen ``Schedule`` (its ``ScheduledRequest``s and ``Step``s), which
+``to_json`` writes as above, key for key, and ``from_json`` reads; ``load`` refuses a file of
+another ``"version"`` than ``VERSION``, naming it and the file. A saved file's keys the suite does
+not read (a corpus file's ``found``, ``answered_by``) ride along in ``Schedule.notes``.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import random
 from pathlib import Path
-from typing import Any, Optional
+from typing import Any, Mapping, Optional
 
 import logits_plugins
 import thinking_budget
@@ -201,7 +207,7 @@ def prefix_hit(seed: int, rid: str) -> list[int]:
     return [rng.randrange(3, VOCAB) for _ in range(rng.randint(1, 3) * BLOCK)]
 
 
-def generate(seed: int, mode: str, spec: int = 0) -> dict[str, Any]:
+def generate(seed: int, mode: str, spec: int = 0) -> Schedule:
     """The schedule of `seed` under `mode` scheduling (``sync`` or ``async``); with `spec`,
     speculative decoding with up to `spec` drafts per decode (sync)."""
     assert not spec or mode == "sync", "vllm_gaudi turns async scheduling off with speculative decoding"
@@ -300,25 +306,145 @@ def generate(seed: int, mode: str, spec: int = 0) -> dict[str, Any]:
         out["reasoning"] = think
     if plugins:
         out["logits_processors"] = list(logits_plugins.PLUGINS)
-    return out
+    return Schedule.from_json(out)
 
 
-def plan(seed: int, count: int) -> list[dict[str, Any]]:
+def plan(seed: int, count: int) -> list[Schedule]:
     """The `count` schedules of a run from `seed`: schedule s (seed + n) is the one `--seed s
     --schedules 1` runs, whatever run it is part of."""
     return [of(seed + n) for n in range(count)]
 
 
-def of(s: int) -> dict[str, Any]:
+def of(s: int) -> Schedule:
     """Schedule s: its mode follows from s alone (a report's "schedule s" reruns as itself): with
     speculative decoding when s % 5 == 4, else async for odd s, sync for even s."""
     return generate(s, "sync", SPEC) if s % 5 == 4 else generate(s, "async" if s % 2 else "sync")
 
 
-def load(path: Path) -> dict[str, Any]:
-    """A schedule saved from ``--first``; a ValueError naming the file when it is not one."""
+def load(path: Path) -> Schedule:
+    """A schedule saved from ``--first`` (or a corpus file); a ValueError naming the file when it is
+    not one, or is one of another version than this suite's."""
     doc = json.loads(path.read_text())
+    if isinstance(doc, dict) and "version" in doc and doc["version"] != VERSION:
+        raise ValueError(f"{path}: a conform schedule of version {doc['version']!r}; this suite reads version "
+                         f"{VERSION} only")
     if not isinstance(doc, dict) or doc.get("version") != VERSION or not {"requests", "steps", "mode"} <= set(doc):
         raise ValueError(f"{path}: not a conform schedule of version {VERSION} (the `failing_schedule` of "
                          "`gaudi-fixes conform --first --format json`)")
-    return doc
+    try:
+        return Schedule.from_json(doc)
+    except (KeyError, TypeError, ValueError, AttributeError) as e:
+        raise ValueError(f"{path}: not a conform schedule of version {VERSION}: {type(e).__name__}: {e}") from None
+
+
+# --- the schedule as types: what the generator draws, what the engines, checks and shrinker read ---
+
+
+@dataclasses.dataclass(frozen=True)
+class ScheduledRequest:
+    """A request of a schedule: its prompt, its SamplingParams keywords (JSON values, never mutated:
+    vLLM's ``SamplingParams`` is built from them), its grammar's allowed ids, its prefix-cache hit."""
+
+    prompt: tuple[int, ...]
+    params: Mapping[str, Any]
+    grammar: Optional[tuple[int, ...]] = None
+    cached: int = 0  # tokens found in the prefix cache at its first schedule
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> ScheduledRequest:
+        grammar = doc["grammar"]
+        return cls(tuple(doc["prompt"]), dict(doc["params"]), None if grammar is None else tuple(grammar),
+                   doc.get("cached", 0))
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"prompt": list(self.prompt), "params": json.loads(json.dumps(self.params)),
+                               "grammar": None if self.grammar is None else list(self.grammar)}
+        if self.cached:
+            out["cached"] = self.cached
+        return out
+
+
+@dataclasses.dataclass(frozen=True)
+class Step:
+    """A step of a schedule, in the order vLLM's scheduler does it (module docstring). ``drafts`` is
+    None in a plain schedule; in a spec schedule, per decoding request its drafts (None: the model's
+    own greedy continuation)."""
+
+    finish: tuple[str, ...] = ()
+    preempt: tuple[str, ...] = ()
+    arrive: tuple[str, ...] = ()
+    scheduled: Mapping[str, int] = dataclasses.field(default_factory=dict)
+    structured: tuple[str, ...] = ()
+    drafts: Optional[Mapping[str, tuple[Optional[int], ...]]] = None
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> Step:
+        drafts = doc.get("drafts")
+        return cls(tuple(doc["finish"]), tuple(doc["preempt"]), tuple(doc["arrive"]),
+                   {rid: int(n) for rid, n in doc["scheduled"].items()}, tuple(doc["structured"]),
+                   None if drafts is None else {rid: tuple(d) for rid, d in drafts.items()})
+
+    def to_json(self) -> dict[str, Any]:
+        out: dict[str, Any] = {"finish": list(self.finish), "preempt": list(self.preempt), "arrive": list(self.arrive),
+                               "scheduled": dict(self.scheduled), "structured": list(self.structured)}
+        if self.drafts is not None:
+            out["drafts"] = {rid: list(d) for rid, d in self.drafts.items()}
+        return out
+
+    def drafts_of(self, rid: str) -> tuple[Optional[int], ...]:
+        return (self.drafts or {}).get(rid, ())
+
+
+@dataclasses.dataclass(frozen=True)
+class Schedule:
+    """One schedule (the module docstring gives its JSON form, ``to_json`` / ``from_json``, version
+    ``VERSION``). ``notes``: top-level keys of a saved file the suite does not read (a corpus file's
+    ``found`` and ``answered_by``), kept as they were."""
+
+    seed: int
+    mode: str
+    requests: Mapping[str, ScheduledRequest]
+    steps: tuple[Step, ...]
+    spec: int = 0
+    logprobs_mode: Optional[str] = None  # None: raw_logprobs
+    merged_prefill: bool = False
+    reasoning: Optional[Mapping[str, int]] = None
+    logits_processors: tuple[str, ...] = ()
+    notes: Mapping[str, Any] = dataclasses.field(default_factory=dict)
+
+    KEYS = ("version", "seed", "mode", "requests", "steps", "spec", "logprobs_mode", "merged_prefill", "reasoning",
+            "logits_processors")
+
+    @classmethod
+    def from_json(cls, doc: Mapping[str, Any]) -> Schedule:
+        if doc.get("version") != VERSION:
+            raise ValueError(f"a conform schedule of version {doc.get('version')!r}; this suite reads version "
+                             f"{VERSION} only")
+        return cls(doc["seed"], doc["mode"],
+                   {rid: ScheduledRequest.from_json(r) for rid, r in doc["requests"].items()},
+                   tuple(Step.from_json(s) for s in doc["steps"]), doc.get("spec", 0), doc.get("logprobs_mode"),
+                   bool(doc.get("merged_prefill", False)),
+                   None if doc.get("reasoning") is None else dict(doc["reasoning"]),
+                   tuple(doc.get("logits_processors") or ()),
+                   {k: v for k, v in doc.items() if k not in cls.KEYS})
+
+    def to_json(self) -> dict[str, Any]:
+        """The JSON form, key for key what the generator has always printed (version 1)."""
+        out: dict[str, Any] = {"version": VERSION, "seed": self.seed, "mode": self.mode,
+                               "requests": {rid: r.to_json() for rid, r in self.requests.items()},
+                               "steps": [s.to_json() for s in self.steps]}
+        if self.spec:
+            out["spec"] = self.spec
+        if self.logprobs_mode is not None:
+            out["logprobs_mode"] = self.logprobs_mode
+        if self.merged_prefill:
+            out["merged_prefill"] = True
+        if self.reasoning is not None:
+            out["reasoning"] = dict(self.reasoning)
+        if self.logits_processors:
+            out["logits_processors"] = list(self.logits_processors)
+        out.update(self.notes)
+        return out
+
+    def replace(self, **changes: Any) -> Schedule:
+        return dataclasses.replace(self, **changes)

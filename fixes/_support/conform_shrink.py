@@ -20,42 +20,41 @@ depend on this file.
 from __future__ import annotations
 
 import argparse
-import copy
+import dataclasses
 import json
 import sys
 from pathlib import Path
-from typing import Any, Callable, Iterator, Optional
+from typing import Callable, Iterator, Optional
 
 import conform
-
-Schedule = dict[str, Any]
+from conform_schedule import Schedule, Step
 
 
 def valid(schedule: Schedule) -> Optional[str]:
     """Why `schedule` is not one vLLM's scheduler can send (None when it is): every request a step
     names arrived in that step or before and has not finished; a request arrives once; a
     structured request has a grammar; at least one request and one step."""
-    requests, steps = schedule.get("requests") or {}, schedule.get("steps") or []
+    requests, steps = schedule.requests, schedule.steps
     if not requests or not steps:
         return "a schedule needs at least one request and one step"
     live: set[str] = set()
     seen: set[str] = set()
     for i, step in enumerate(steps):
-        for rid in step["finish"]:
+        for rid in step.finish:
             if rid not in live:
                 return f"step {i} finishes {rid}, which is not running"
             live.discard(rid)
-        for rid in step["arrive"]:
+        for rid in step.arrive:
             if rid not in requests or rid in seen:
                 return f"step {i}: {rid} arrives twice or is not defined"
             seen.add(rid)
             live.add(rid)
-        named = set(step["preempt"]) | set(step["scheduled"]) | set(step["structured"]) | set(step.get("drafts", {}))
+        named = set(step.preempt) | set(step.scheduled) | set(step.structured) | set(step.drafts or {})
         for rid in named:
             if rid not in live:
                 return f"step {i} names {rid}, which is not running"
-        for rid in step["structured"]:
-            if requests[rid]["grammar"] is None:
+        for rid in step.structured:
+            if requests[rid].grammar is None:
                 return f"step {i}: {rid} is structured but has no grammar"
     return tokens_fit(schedule)
 
@@ -69,25 +68,25 @@ def tokens_fit(schedule: Schedule) -> Optional[str]:
     request past its prompt) and the drafts. (Cutting a step or drafts can leave counts no
     scheduler sends.)"""
     block = conform.schedules.BLOCK
-    prompt = {rid: len(r["prompt"]) for rid, r in schedule["requests"].items()}
+    prompt = {rid: len(r.prompt) for rid, r in schedule.requests.items()}
     computed: dict[str, int] = {}
     output: dict[str, int] = {}
     cached: dict[str, int] = {}
     preempted: set[str] = set()
-    for i, step in enumerate(schedule["steps"]):
-        for rid in step["preempt"]:
+    for i, step in enumerate(schedule.steps):
+        for rid in step.preempt:
             cached[rid], computed[rid] = computed[rid], 0
             preempted.add(rid)
-        for rid in step["arrive"]:
-            computed[rid], output[rid] = schedule["requests"][rid].get("cached", 0), 0
-        drafts = step.get("drafts", {})
-        for rid, n in step["scheduled"].items():
+        for rid in step.arrive:
+            computed[rid], output[rid] = schedule.requests[rid].cached, 0
+        drafts = step.drafts or {}
+        for rid, n in step.scheduled.items():
             tokens = prompt[rid] + output[rid]
-            if rid in preempted and rid not in step["preempt"]:
+            if rid in preempted and rid not in step.preempt:
                 computed[rid] = min(cached[rid], tokens - 1) // block * block
                 preempted.discard(rid)
             left = tokens - computed[rid]
-            chunk = n - len(drafts.get(rid, []))
+            chunk = n - len(drafts.get(rid, ()))
             if chunk < 1 or chunk > left or (rid in drafts and left != 1):
                 return f"step {i} schedules {n} tokens of {rid}, which has {left} left"
             if rid in drafts and not output[rid]:
@@ -99,12 +98,12 @@ def tokens_fit(schedule: Schedule) -> Optional[str]:
 
 
 def sizes(schedule: Schedule) -> dict[str, int]:
-    steps = schedule["steps"]
-    return {"requests": len(schedule["requests"]), "steps": len(steps),
-            "parameters": sum(len(r["params"]) for r in schedule["requests"].values()),
-            "prompt_tokens": sum(len(r["prompt"]) for r in schedule["requests"].values()),
-            "scheduled_tokens": sum(sum(s["scheduled"].values()) for s in steps),
-            "drafts": sum(len(d) for s in steps for d in s.get("drafts", {}).values())}
+    steps = schedule.steps
+    return {"requests": len(schedule.requests), "steps": len(steps),
+            "parameters": sum(len(r.params) for r in schedule.requests.values()),
+            "prompt_tokens": sum(len(r.prompt) for r in schedule.requests.values()),
+            "scheduled_tokens": sum(sum(s.scheduled.values()) for s in steps),
+            "drafts": sum(len(d) for s in steps for d in (s.drafts or {}).values())}
 
 
 def differences(root: Path, schedule: Schedule) -> dict[str, str]:
@@ -120,63 +119,66 @@ def differences(root: Path, schedule: Schedule) -> dict[str, str]:
     return out
 
 
+def _without(ids: tuple[str, ...], rid: str) -> tuple[str, ...]:
+    return tuple(r for r in ids if r != rid)
+
+
+def _less(mapping: Optional[dict], rid: str) -> Optional[dict]:
+    return None if mapping is None else {r: v for r, v in mapping.items() if r != rid}
+
+
 def without_request(s: Schedule, rid: str) -> Schedule:
-    s = copy.deepcopy(s)
-    del s["requests"][rid]
-    for step in s["steps"]:
-        for key in ("finish", "arrive", "preempt", "structured"):
-            step[key] = [r for r in step[key] if r != rid]
-        step["scheduled"].pop(rid, None)
-        step.get("drafts", {}).pop(rid, None)
-    return s
+    steps = tuple(dataclasses.replace(step, finish=_without(step.finish, rid), arrive=_without(step.arrive, rid),
+                                      preempt=_without(step.preempt, rid), structured=_without(step.structured, rid),
+                                      scheduled=_less(step.scheduled, rid), drafts=_less(step.drafts, rid))
+                  for step in s.steps)
+    return s.replace(requests=_less(s.requests, rid), steps=steps)
+
+
+def with_step(s: Schedule, i: int, step: Step) -> Schedule:
+    return s.replace(steps=s.steps[:i] + (step,) + s.steps[i + 1:])
 
 
 def candidates(s: Schedule) -> Iterator[tuple[str, Schedule]]:
     """Smaller schedules than `s`, the biggest cuts first."""
-    for k in range(1, len(s["steps"])):
-        yield f"only the first {k} steps", {**copy.deepcopy(s), "steps": copy.deepcopy(s["steps"][:k])}
-    for rid in sorted(s["requests"], key=lambda r: -len(s["requests"][r]["prompt"])):
+    for k in range(1, len(s.steps)):
+        yield f"only the first {k} steps", s.replace(steps=s.steps[:k])
+    for rid in sorted(s.requests, key=lambda r: -len(s.requests[r].prompt)):
         yield f"without request {rid}", without_request(s, rid)
-    for i in range(len(s["steps"])):
-        t = copy.deepcopy(s)
-        del t["steps"][i]
-        yield f"without step {i}", t
-    for i, step in enumerate(s["steps"]):
-        for rid in step["structured"]:
-            t = copy.deepcopy(s)
-            t["steps"][i]["structured"].remove(rid)
-            yield f"step {i} without {rid} structured", t
-        for rid in step.get("drafts", {}):
-            t = copy.deepcopy(s)
-            del t["steps"][i]["drafts"][rid]
-            t["steps"][i]["scheduled"][rid] -= len(step["drafts"][rid])  # the decode is left
-            yield f"step {i} without {rid}'s drafts", t
-            if len(step["drafts"][rid]) > 1:
-                t = copy.deepcopy(s)
-                t["steps"][i]["drafts"][rid] = step["drafts"][rid][:-1]
-                t["steps"][i]["scheduled"][rid] -= 1
-                yield f"step {i} with one draft less for {rid}", t
-    for rid, r in s["requests"].items():
-        if len(r["prompt"]) > 1:  # its prompt one token shorter, one of its chunks with it
-            for i, step in enumerate(s["steps"]):
-                if rid in step["scheduled"]:
-                    t = copy.deepcopy(s)
-                    t["requests"][rid]["prompt"] = r["prompt"][:-1]
-                    left = t["steps"][i]
-                    left["scheduled"][rid] -= 1
-                    if left["scheduled"][rid] - len(left.get("drafts", {}).get(rid, [])) < 1:
-                        del left["scheduled"][rid]
-                        left["structured"] = [x for x in left["structured"] if x != rid]
-                    yield f"{rid}'s prompt one token shorter (step {i} schedules one less)", t
-    for rid, r in s["requests"].items():
-        for key in [k for k in r["params"] if k != "temperature"]:
-            t = copy.deepcopy(s)
-            del t["requests"][rid]["params"][key]
-            yield f"{rid} without {key}", t
-        if r["grammar"] is not None and not any(rid in step["structured"] for step in s["steps"]):
-            t = copy.deepcopy(s)
-            t["requests"][rid]["grammar"] = None
-            yield f"{rid} without its grammar", t
+    for i in range(len(s.steps)):
+        yield f"without step {i}", s.replace(steps=s.steps[:i] + s.steps[i + 1:])
+    for i, step in enumerate(s.steps):
+        for rid in step.structured:
+            yield f"step {i} without {rid} structured", with_step(s, i, dataclasses.replace(
+                step, structured=_without(step.structured, rid)))
+        for rid, d in (step.drafts or {}).items():
+            # the decode is left
+            scheduled = {**step.scheduled, rid: step.scheduled[rid] - len(d)}
+            yield f"step {i} without {rid}'s drafts", with_step(s, i, dataclasses.replace(
+                step, drafts=_less(step.drafts, rid), scheduled=scheduled))
+            if len(d) > 1:
+                fewer = {**step.scheduled, rid: step.scheduled[rid] - 1}
+                yield f"step {i} with one draft less for {rid}", with_step(s, i, dataclasses.replace(
+                    step, drafts={**step.drafts, rid: d[:-1]}, scheduled=fewer))
+    for rid, r in s.requests.items():
+        if len(r.prompt) > 1:  # its prompt one token shorter, one of its chunks with it
+            shorter = {**s.requests, rid: dataclasses.replace(r, prompt=r.prompt[:-1])}
+            for i, step in enumerate(s.steps):
+                if rid in step.scheduled:
+                    scheduled = {**step.scheduled, rid: step.scheduled[rid] - 1}
+                    left = dataclasses.replace(step, scheduled=scheduled)
+                    if scheduled[rid] - len(step.drafts_of(rid)) < 1:
+                        left = dataclasses.replace(step, scheduled=_less(scheduled, rid),
+                                                   structured=_without(step.structured, rid))
+                    yield (f"{rid}'s prompt one token shorter (step {i} schedules one less)",
+                           with_step(s.replace(requests=shorter), i, left))
+    for rid, r in s.requests.items():
+        for key in [k for k in r.params if k != "temperature"]:
+            params = {k: v for k, v in r.params.items() if k != key}
+            yield f"{rid} without {key}", s.replace(requests={**s.requests, rid: dataclasses.replace(r, params=params)})
+        if r.grammar is not None and not any(rid in step.structured for step in s.steps):
+            plain = dataclasses.replace(r, grammar=None)
+            yield f"{rid} without its grammar", s.replace(requests={**s.requests, rid: plain})
 
 
 def shrink(s: Schedule, still: Callable[[Schedule], Optional[str]], log: Callable[[str], None]) -> tuple[Schedule, str]:
@@ -231,7 +233,7 @@ def main() -> int:
     before = sizes(schedule)
     small, first = shrink(schedule, still, log)
     log(f"conform-shrink: {feature}: {before} -> {sizes(small)} in {runs} runs; {first}")
-    print(json.dumps({"schedule": small, "feature": feature, "first": first, "before": before,
+    print(json.dumps({"schedule": small.to_json(), "feature": feature, "first": first, "before": before,
                       "after": sizes(small), "runs": runs}))
     return 0
 

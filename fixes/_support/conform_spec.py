@@ -201,15 +201,15 @@ class SpecHpuEngine(HpuEngine):
         self.number, self.structured, self.ends = 0, [], {}
 
     def step(self, number: int, step: dict[str, Any]) -> SpecStepOut:
-        h, requests = self.h, self.schedule["requests"]
+        h, requests = self.h, self.schedule.requests
         scheduled = begin_step(self, h.scheduler, h.vllm, number, step, spec_params)
         before = {rid: list(r.output) for rid, r in h.scheduler.requests.items()}
         if not scheduled:
             return SpecStepOut({}, {}, [], {}, {}, before=before)
-        drafts = {rid: resolve(h.scheduler.requests[rid].tokens, d, requests[rid]["grammar"])
-                  for rid, d in step.get("drafts", {}).items()}
+        drafts = {rid: resolve(h.scheduler.requests[rid].tokens, d, requests[rid].grammar)
+                  for rid, d in (step.drafts or {}).items()}
         block = decode_block(h.scheduler, scheduled) if drafts else set()
-        grammar = spec_grammar_output(step["structured"], requests, drafts) if step["structured"] else None
+        grammar = spec_grammar_output(step.structured, requests, drafts) if step.structured else None
         out = h.step(scheduled, drafts, grammar_output=grammar)
         batch = h.batch
         lists = h.runner._build_logprobs_output(out.ns["logprobs_segments"], max(batch.req_id_to_index.values()) + 1)
@@ -234,7 +234,7 @@ def decode_block(scheduler: harness.Scheduler, scheduled: dict[str, int]) -> set
 
 def spec_params(vllm: Any, request: dict[str, Any]) -> Any:
     from conform_engines import sampling_params
-    return sampling_params(vllm, request["params"])
+    return sampling_params(vllm, request.params)
 
 
 class SpecGpuEngine(GpuEngine):
@@ -251,15 +251,15 @@ class SpecGpuEngine(GpuEngine):
 
     def step(self, number: int, step: dict[str, Any]) -> SpecStepOut:
         before = {rid: list(r.output) for rid, r in self.scheduler.requests.items()}
-        if not step.get("drafts"):
+        if not step.drafts:
             out = super().step(number, step)
             return SpecStepOut(out.scheduled, out.ends, out.calls, out.returned, out.logprobs, before=before,
                                logprob_rows=out.logprob_rows)
-        requests, scheduler = self.schedule["requests"], self.scheduler
+        requests, scheduler = self.schedule.requests, self.scheduler
         scheduled = begin_step(self, scheduler, self.m.vllm, number, step, spec_params)
         before = {rid: list(r.output) for rid, r in scheduler.requests.items()}
-        drafts = {rid: resolve(scheduler.requests[rid].tokens, d, requests[rid]["grammar"])
-                  for rid, d in step["drafts"].items()}
+        drafts = {rid: resolve(scheduler.requests[rid].tokens, d, requests[rid].grammar)
+                  for rid, d in step.drafts.items()}
         block = decode_block(scheduler, scheduled)
         so = scheduler.output(scheduled)
         so.scheduled_spec_decode_tokens = {rid: list(d) for rid, d in drafts.items()}
@@ -274,7 +274,7 @@ class SpecGpuEngine(GpuEngine):
         rows, target, bonus = [], [], []
         for rid in order:
             d, r = drafts.get(rid, []), scheduler.requests[rid]
-            mask = allowed(requests[rid]["grammar"]) if rid in step["structured"] else None
+            mask = allowed(requests[rid].grammar) if rid in step.structured else None
             if rid in block:
                 contexts = [r.tokens + d[:j] for j in range(len(d) + 1)]
                 new = [row(c) for c in contexts]
@@ -363,11 +363,12 @@ def _asked(r: checks.Request) -> str:
     return ", ".join(f"{k}={r.asked[k]}" for k in keys) or "greedy"
 
 
-@checks.check(FEATURE, "pair_step")
-def spec_tokens(ctx: checks.Ctx, hpu: Any, gpu: Any, suspect: set[str]) -> Iterable[str]:
+@checks.check(FEATURE, checks.Scope.STEP_PAIR)
+def spec_tokens(ctx: checks.Ctx, pair: checks.Pair) -> Iterable[str]:
     """Per request of a decode block with drafts whose tokens so far are the same on both sides:
     the tokens it gets back and the logprobs it is served for each, against vLLM's GPU path. Not
     for a request the GPU path itself mishandled (`suspect`)."""
+    hpu, gpu, suspect = pair.hpu, pair.gpu, pair.suspect
     for rid, (drafts, toks, lp) in getattr(hpu, "spec", {}).items():
         theirs = getattr(gpu, "spec", {}).get(rid)
         r = ctx.requests[rid]
@@ -392,7 +393,7 @@ def spec_tokens(ctx: checks.Ctx, hpu: Any, gpu: Any, suspect: set[str]) -> Itera
                    f"{[v for _, v in glp]}")
 
 
-@checks.check(FEATURE, "step")
+@checks.check(FEATURE, checks.Scope.STEP)
 def spec_sampled_tokens(ctx: checks.Ctx, step: Any) -> Iterable[str]:
     """Per sampled request of a decode block with drafts (seeded or not): what a rejection step
     may emit: 1 to (drafts + 1) tokens, every one but the last an accepted draft, and the last,
@@ -440,7 +441,7 @@ def support(r: checks.Request, tokens: list[int], generated: list[int], eos: boo
     return x.softmax(dim=-1)[0] > 0
 
 
-@checks.check(FEATURE, "step")
+@checks.check(FEATURE, checks.Scope.STEP)
 def spec_support(ctx: checks.Ctx, step: Any) -> Iterable[str]:
     """Per sampled request of a decode block with drafts (seeded or not), every token it got back,
     accepted draft, recovered or bonus token, lies in the support vLLM's GPU path draws it from
