@@ -62,7 +62,6 @@ penalties on sampled requests with speculative decoding, multi-modal inputs; see
 from __future__ import annotations
 
 import argparse
-import ast
 import dataclasses
 import json
 import sys
@@ -130,28 +129,16 @@ class Sampler:
         from vllm.v1.sample.metadata import SamplingMetadata
         self.sampler, self.metadata = GpuModules.get(root).Sampler(), SamplingMetadata
         if logprobs_mode is not None and runner is not None:
-            self.sampler = runner_sampler(root / runner[0], runner[1], GpuModules.get(root).Sampler,
-                                          types.SimpleNamespace(logprobs_mode=logprobs_mode, use_fp64_gumbel=False))
+            owner = types.SimpleNamespace(model_config=types.SimpleNamespace(logprobs_mode=logprobs_mode,
+                                                                             use_fp64_gumbel=False))
+            self.sampler = lift.assigned(root / runner[0], f"{runner[1]}.__init__", "self.sampler", owner,
+                                         {"Sampler": GpuModules.get(root).Sampler})
         self.fields = [f.name for f in dataclasses.fields(SamplingMetadata)]
 
     def __call__(self, logits: torch.Tensor, md: Any) -> Any:
         if not isinstance(md, self.metadata):
             md = harness.make(self.metadata, **{k: getattr(md, k) for k in self.fields if hasattr(md, k)})
         return self.sampler(logits.float(), md)
-
-
-def runner_sampler(path: Path, cls_name: str, sampler_cls: Any, model_config: Any) -> Any:
-    """The Sampler the runner class `cls_name` of `path` builds: its ``__init__``'s
-    ``self.sampler = …`` statement run with `sampler_cls` and `model_config`."""
-    cls = next(n for n in lift.parse(path).body if isinstance(n, ast.ClassDef) and n.name == cls_name)
-    init = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__init__")
-    stmt = next((s for s in ast.walk(init) if isinstance(s, ast.Assign) and ast.unparse(s.targets[0]) == "self.sampler"),
-                None)
-    if stmt is None:
-        raise LookupError(f"{path}: {cls_name}.__init__ builds no self.sampler (the tree changed)")
-    owner = types.SimpleNamespace(model_config=model_config)
-    exec(compile(ast.Module([stmt], []), str(path), "exec"), {"Sampler": sampler_cls, "self": owner})
-    return owner.sampler
 
 
 class Findings:

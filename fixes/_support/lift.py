@@ -180,3 +180,11 @@ def find_statement(scope: Union[ast.AST, list[ast.stmt]], *, path: Path, test: O
     close = sorted(typed, key=closeness, reverse=True)[:3]
     there = "; ".join(f"line {s.lineno} `{_head(s)}`" for s in close) or "nothing of that kind"
     raise NotFound(f"{path}: {where}: no {looked}; closest there: {there} (upstream changed it; update the harness)")
+
+
+def assigned(path: Path, qualname: str, target: str, owner: Any, namespace: dict[str, Any]) -> Any:
+    """What `qualname` of `path` assigns to `target` (``self.sampler``): its one statement doing so
+    (``find_statement``), run with ``self`` = `owner` and `namespace` for its names."""
+    stmt = find_statement(definition(path, qualname), path=path, target=target, nested=True, where=qualname)
+    exec(compile(ast.Module([stmt], []), str(path), "exec"), {**namespace, "self": owner})
+    return getattr(owner, target.split(".", 1)[1])

@@ -16,7 +16,6 @@ Run: ``GAUDI_FIXES_ROOT=<dir holding vllm/ and vllm_gaudi/> pytest fixes/sampler
 
 from __future__ import annotations
 
-import ast
 import dataclasses
 import types
 from typing import Any
@@ -34,18 +33,11 @@ GPU_RUNNER_REL = "vllm/v1/worker/gpu_model_runner.py"
 
 
 def build_sampler(path, cls_name: str, model_config: Any) -> Any:
-    """The runner class `cls_name` of `path` builds its sampler: its ``__init__``'s
+    """The sampler the runner class `cls_name` of `path` builds: its ``__init__``'s
     ``self.sampler = …`` statement, run with vLLM's real Sampler and `model_config`."""
     from vllm.v1.sample.sampler import Sampler
-    cls = next(n for n in lift.parse(path).body if isinstance(n, ast.ClassDef) and n.name == cls_name)
-    init = next(n for n in cls.body if isinstance(n, ast.FunctionDef) and n.name == "__init__")
-    stmt = next((s for s in ast.walk(init) if isinstance(s, ast.Assign) and ast.unparse(s.targets[0]) == "self.sampler"),
-                None)
-    if stmt is None:
-        raise LookupError(f"{path}: {cls_name}.__init__ builds no self.sampler (the tree changed; update the test)")
     owner = types.SimpleNamespace(model_config=model_config)
-    exec(compile(ast.Module([stmt], []), str(path), "exec"), {"Sampler": Sampler, "self": owner})
-    return owner.sampler
+    return lift.assigned(path, f"{cls_name}.__init__", "self.sampler", owner, {"Sampler": Sampler})
 
 
 class Both:
