@@ -1,6 +1,6 @@
 """Speculative-decoding steps of vllm_gaudi on CPU, and vLLM's GPU path for the same step.
 
-What runs (``SpecHarness``, an additive extension of ``harness.Harness``):
+What runs (``harness.Harness`` with ``Config(spec_tokens=…)``; its pieces are here):
 
 - vllm_gaudi's ``InputBatch`` (``hpu_input_batch.py``) executed with vLLM's **real** modules of the
   tree in ``sys.modules`` (``SamplingMetadata``, the logits-processor package, ``SamplingParams``),
@@ -31,7 +31,7 @@ differs from it (that position's argmax included); the bonus token follows only 
 matched; everything else is ``PLACEHOLDER_TOKEN_ID`` — is checked by ``test_stand_in`` cases in
 the tests that use it.
 
-The model (``Model.context_row``): a logits row is a fixed function of the context it follows,
+The model (``harness.Model.context_row``): a logits row is a fixed function of the context it follows,
 so a draft position predicts what the plain decode of the same context predicts.
 """
 
@@ -49,9 +49,8 @@ from typing import Any, Callable, Optional
 import numpy as np
 import torch
 
-import engine_step
 import harness
-import lift
+import lift  # noqa: F401
 import vllm_gaudi_stubs as stubs
 
 REJECTION_REL = Path("vllm_gaudi/v1/sample/hpu_rejection_sampler.py")
@@ -217,124 +216,9 @@ def load_input_batch(root: Path, h2d: stubs.H2DRecorder, name: str = "gaudi_fixe
     return module
 
 
-class SpecHarness(harness.Harness):
-    """``harness.Harness`` with speculative decoding (sync scheduling: vllm_gaudi turns async off
-    with a speculative config). ``step(scheduled, drafts)``: ``drafts[rid]`` are the draft tokens
-    the scheduler sends for a decoding request (``scheduled_spec_decode_tokens``); its scheduled
-    count must be ``1 + len(drafts[rid])``. The decodes are padded to the smallest of `buckets`
-    that holds them (HPU's decode buckets)."""
-
-    def __init__(self, root: Path, buckets: tuple[int, ...] = (2, 4, 8),
-                 model: Optional[Callable[[list[int]], torch.Tensor]] = None, vocab: int = harness.VOCAB,
-                 grammar: bool = False):
-        """`model`: the logits row after a context (``context_row``); `vocab`: its width; with
-        `grammar`, the runner's own structured-output block runs (``step(..., grammar_output=…)``)."""
-        super().__init__(root, "sync", grammar=grammar, vocab=vocab)
-        self.real = RealVllm.get(root)
-        self.buckets = buckets
-        self.model = SpecModel(self.scheduler, model or context_row)
-        self.model.vocab = vocab  # the width of a call with no rows (Model.logits([]))
-        module = load_input_batch(root, stubs.H2DRecorder(root / stubs.UTILS_REL))
-        config = types.SimpleNamespace(scheduler_config=types.SimpleNamespace(max_num_seqs=harness.MAX_REQS),
-                                       speculative_config=types.SimpleNamespace(num_speculative_tokens=4))
-        logitsprocs = self.real.logits_processor.build_logitsprocs(config, torch.device("cpu"), False, False, [])
-        self.module = module
-        self.batch = harness.input_batch(module, vocab, logitsprocs, is_spec_decode=True)
-        runner = self.runner = stubs.Runner(root, self.batch, reorder=True)
-        self.code = engine_step.lift_step(runner, root, grammar=grammar)
-        runner.max_model_len = harness.MAX_MODEL_LEN
-        runner.use_async_scheduling = False
-        runner.encoder_cache = {}
-        runner._compact_gdn_group_ids = set()
-        runner.uses_mrope = False
-        path = root / stubs.RUNNER_REL
-        namespace = {"torch": torch, "np": np, "SamplingType": self.vllm.SamplingType,
-                     "CachedRequestState": module.CachedRequestState, "logger": logging.getLogger("harness"),
-                     "get_pp_group": lambda: types.SimpleNamespace(is_last_rank=True), "cast": lambda t, v: v,
-                     "SpecDecodeMetadata": self.real.SpecDecodeMetadata, "Optional": Optional}
-        lift.bind(runner, path, ["HPUModelRunner._update_states", "HPUModelRunner._prepare_spec_decode_inputs",
-                                 "HPUModelRunner._get_cumsum_and_arange"], namespace)
-        spec = types.SimpleNamespace(num_speculative_tokens=4, method="ngram")
-        runner.vllm_config = types.SimpleNamespace(speculative_config=spec)
-        runner.speculative_config = spec
-        runner.arange_np = np.arange(1024, dtype=np.int64)
-        runner.sampler = self.sampler = self.real.Sampler()
-        runner.rejection_sampler = self.real.RejectionSampler(self.sampler)
-        self.decode_code = decode_sampling_statement(path)
-        self.spec: dict[str, list[int]] = {}
-        self.hpu_spec_calls: list[Any] = []  # the SpecDecodeMetadata of each HPU spec step
-
-    def step(self, scheduled: dict[str, int], drafts: Optional[dict[str, list[int]]] = None,
-             grammar_output: Any = None) -> harness.Step:
-        drafts = {rid: list(d) for rid, d in (drafts or {}).items() if rid in scheduled}
-        for rid, d in drafts.items():
-            assert scheduled[rid] == 1 + len(d), f"{rid}: scheduled {scheduled[rid]} with {len(d)} drafts"
-        self.spec = drafts
-        original_output = self.scheduler.output
-
-        def output(sched: dict[str, int]) -> Any:
-            out = original_output(sched)
-            out.scheduled_spec_decode_tokens = {rid: list(d) for rid, d in drafts.items()}
-            return out
-
-        self.scheduler.output = output  # type: ignore[method-assign]
-        original_update = self.scheduler.update
-
-        def update(sched: dict[str, int], returned: dict[str, list[int]]) -> None:
-            # vLLM's scheduler: num_computed_tokens less the rejected drafts.
-            original_update({rid: n - (1 + len(drafts[rid]) - len(returned.get(rid, [])) if rid in drafts else 0)
-                             for rid, n in sched.items()}, returned)
-
-        self.scheduler.update = update  # type: ignore[method-assign]
-        try:
-            with installed(self.real.rejection_sampler, self.real.hpu_rejection_sample, self.real.hpu_installs):
-                return super().step(scheduled, grammar_output=grammar_output)
-        finally:
-            self.scheduler.output, self.scheduler.update = original_output, original_update
-
-    def _forward_and_sample(self, ns: dict[str, Any], contents: Any, pd_info: Any, num_decodes: int,
-                            batch_changed: bool) -> dict[str, int]:
-        if not self.spec:
-            return super()._forward_and_sample(ns, contents, pd_info, num_decodes, batch_changed)
-        rows = super()._forward_and_sample(ns, contents, pd_info, 0, batch_changed)  # the prefills
-        if num_decodes:
-            self._spec_decode(ns, pd_info, num_decodes, batch_changed)
-        return rows
-
-    def _spec_decode(self, ns: dict[str, Any], pd_info: Any, num_decodes: int, batch_changed: bool) -> None:
-        """The decode block of a spec step: the HPU layout of ``_create_decode_input_data`` (every
-        request ``max_spec_len + 1`` token slots, padded to a bucket), the runner's
-        ``_prepare_spec_decode_inputs``, the model's logits at its ``logits_indices`` (``-1``: the
-        last slot's row), and the runner's decode-sampling statement."""
-        runner = self.runner
-        decodes = list(pd_info.decode_req_ids)
-        slots = max(1 + len(self.spec.get(rid, [])) for rid in decodes)
-        padded = min(b for b in self.buckets if b >= num_decodes)
-        token_ids = torch.zeros(padded * slots, 1, dtype=torch.int64)
-        contexts: list[list[int]] = []
-        for b in range(padded):
-            rid = decodes[b] if b < num_decodes else None
-            tokens = self.scheduler.requests[rid].tokens if rid else [0]
-            d = self.spec.get(rid, []) if rid else []
-            row = [tokens[-1], *d]
-            token_ids[b * slots:b * slots + len(row), 0] = torch.tensor(row)
-            for j in range(slots):
-                contexts.append(tokens + d[:j] if rid and j <= len(d) else [7, b, j])
-        logits_indices = torch.zeros(padded, dtype=torch.int32)
-        indices, metadata = runner._prepare_spec_decode_inputs(
-            types.SimpleNamespace(scheduled_spec_decode_tokens=self.spec), logits_indices, token_ids, slots)
-        self.hpu_spec_calls.append(metadata)
-        rows = [contexts[i] for i in indices.tolist()]  # -1: the last slot
-        logits = torch.stack([self.model.context_row(c) for c in rows])
-        ns.update(decode_data=types.SimpleNamespace(spec_decode_metadata=metadata), logits_device=logits,
-                  batch_changed=batch_changed, decode_sampled_token_ids_device=None)
-        exec(self.decode_code, ns)
-
-
 def context_row(context: list[int]) -> torch.Tensor:
     """The logits row after `context` (``harness.Model.row``'s for a request's own tokens)."""
-    seed = harness.zlib.crc32(np.asarray(context, dtype=np.int64).tobytes())
-    return torch.randn(harness.VOCAB, generator=torch.Generator().manual_seed(seed)) * 4.0
+    return harness.context_row_of(context)
 
 
 def greedy(context: list[int], n: int, row: Callable[[list[int]], torch.Tensor] = context_row) -> list[int]:
@@ -344,18 +228,6 @@ def greedy(context: list[int], n: int, row: Callable[[list[int]], torch.Tensor] 
     for _ in range(n):
         out.append(int(row(context + out).argmax()))
     return out
-
-
-class SpecModel(harness.Model):
-    """``harness.Model`` whose rows come from ``context_row(context)``: a draft position's context
-    is the request's tokens and the drafts before it."""
-
-    def __init__(self, scheduler: harness.Scheduler, context_row: Callable[[list[int]], torch.Tensor]):
-        super().__init__(scheduler)
-        self.context_row = context_row
-
-    def row(self, rid: str, position: int) -> torch.Tensor:
-        return self.context_row(self.scheduler.requests[rid].tokens[:position + 1])
 
 
 @dataclasses.dataclass
