@@ -21,10 +21,11 @@ what the engines (conform_engines.py) do with it, and its checks.
   (fixes/logitsprocs-batch-updates/test_min_tokens_spec_decode.py); on a step with a sampled
   request vLLM's own ``rejection_sample`` runs with ``spec_sampled``'s stand-ins for its four
   kernels (each held to its kernel's contract by fixes/spec-decode-sampled-rows'
-  ``test_stand_in_*``). Two deliberate differences there, the two ways the HPU consumes a seeded
-  request's random stream otherwise (``mirror_hpu_draws``): the uniforms are float32 (Gaudi has no
-  float64), and each seeded request of the decode block draws one bonus row more first (vllm_gaudi's
-  runner samples the bonus rows once itself before the ``RejectionSampler`` does). A discarded
+  ``test_stand_in_*``): ``spec_decode.rejection_step``, the fix tests' reference too. Two
+  deliberate differences there, the two ways the HPU consumes a seeded request's random stream
+  otherwise (``spec_sampled.mirror_hpu_draws``): the uniforms are float32 (Gaudi has no float64),
+  and each seeded request of the decode block draws one bonus row more first (vllm_gaudi's runner
+  samples the bonus rows once itself before the ``RejectionSampler`` does). A discarded
   row's generator is put back, as ``_bookkeeping_sync`` does.
 
 A draft the schedule leaves ``null`` is the model's own greedy continuation (with the grammar
@@ -169,7 +170,7 @@ def gpu_spec_step(engine: Any, number: int, step: dict[str, Any]) -> StepOut:
     # the tokens it emits are the reference's error, not a difference of the HPU path.
     marked = engine.model.logits([(rid, engine.ends[rid][0] - 1) for rid in order])
     own = [engine.recorder.record(marked, batch.sampling_metadata)]
-    rows, target, bonus = [], [], []
+    per_request: list[list[torch.Tensor]] = []  # per request, its drafts' rows and its bonus row
     for rid in order:
         d, r = drafts.get(rid, []), scheduler.requests[rid]
         mask = allowed(requests[rid]["grammar"]) if rid in step["structured"] else None
@@ -178,36 +179,18 @@ def gpu_spec_step(engine: Any, number: int, step: dict[str, Any]) -> StepOut:
             new = [row(c) for c in contexts]
         else:
             new = [engine.model.row(rid, engine.ends[rid][0] - 1)]
-        for j, x in enumerate(new):
-            if mask is not None:  # apply_grammar_bitmask: every row of a structured request
-                x = x.masked_fill(~mask, float("-inf"))
-            (target if j < len(new) - 1 else bonus).append(len(rows))
-            rows.append(x)
-    num_draft = [len(drafts.get(rid, [])) for rid in order]
-    metadata = engine.real.SpecDecodeMetadata(
-        draft_token_ids=torch.tensor([t for rid in order for t in drafts.get(rid, [])], dtype=torch.int32),
-        num_draft_tokens=num_draft,
-        cu_num_draft_tokens=torch.from_numpy(np.cumsum(num_draft, dtype=np.int32)),
-        cu_num_sampled_tokens=torch.from_numpy(np.cumsum([n + 1 for n in num_draft], dtype=np.int32)),
-        target_logits_indices=torch.tensor(target, dtype=torch.int32),
-        bonus_logits_indices=torch.tensor(bonus, dtype=torch.int32),
-        logits_indices=torch.arange(len(rows), dtype=torch.int32))
+        # apply_grammar_bitmask: every row of a structured request
+        per_request.append([x if mask is None else x.masked_fill(~mask, float("-inf")) for x in new])
     discarded = [i for i, rid in enumerate(order) if engine.ends[rid][0] < engine.ends[rid][1]]
     generators = {rid: engine.requests[rid].generator for rid in order if engine.requests[rid].generator is not None}
-    for rid, g in generators.items():  # the HPU runner's own bonus-row draw, mirrored (see mirror_hpu_draws)
+    for rid, g in generators.items():  # the HPU runner's own bonus-row draw, mirrored (spec_sampled.mirror_hpu_draws)
         if rid in block:
             torch.empty(VOCAB).exponential_(generator=g)
     kept = {rid: generators[rid].get_state() for i, rid in enumerate(order) if i in discarded and rid in generators}
-    if batch.sampling_metadata.all_greedy:
-        with spec_decode.installed(engine.real.rejection_sampler, spec_decode.greedy_rejection_sample):
-            out = engine.rejection(metadata, None, torch.stack(rows), batch.sampling_metadata)
-    else:
-        with mirror_hpu_draws(engine.real.rejection_sampler):
-            out = engine.rejection(metadata, None, torch.stack(rows), batch.sampling_metadata)
+    tokens, lists = spec_decode.rejection_step(engine.real, [drafts.get(rid, []) for rid in order], per_request,
+                                               batch.sampling_metadata, VOCAB, discarded)
     for rid, state in kept.items():  # _bookkeeping_sync: a discarded row's draw is rewound
         generators[rid].set_state(state)
-    parsed = engine.rejection.parse_output(out.sampled_token_ids, VOCAB, discarded, out.logprobs_tensors)
-    tokens, lists = parsed if isinstance(parsed, tuple) else (parsed, None)
     returned, logprobs, spec, rows = {}, {}, {}, {}
     for i, rid in enumerate(order):
         toks = [int(t) for t in tokens[i]]
@@ -232,26 +215,6 @@ def gpu_spec_step(engine: Any, number: int, step: dict[str, Any]) -> StepOut:
     result = StepOut(dict(scheduled), engine.ends, [], returned, logprobs, own_calls=own, spec=spec, before=before,
                      logprob_rows=rows)
     return split(result, block)
-
-
-@contextlib.contextmanager
-def mirror_hpu_draws(module: Any):
-    """vLLM's own ``rejection_sample`` for a batch with sampled requests, with
-    ``spec_sampled``'s torch stand-ins for its four Triton kernels (each held to its kernel's
-    contract by fixes/spec-decode-sampled-rows' ``test_stand_in_*``), its uniforms drawn in float32
-    (``spec_sampled.uniform_probs_float32``) as the HPU draws them: Gaudi has no float64. With the
-    bonus-row draw ``gpu_spec_step`` adds for each seeded request of the decode block
-    (vllm_gaudi's runner samples a spec step's bonus rows once itself, ``_run_sampling``, before the
-    ``RejectionSampler`` samples them again), these are the two ways the HPU consumes a seeded
-    request's random stream otherwise than vLLM's GPU path; mirrored, a seeded request's tokens
-    are vLLM's for the same draws, token for token (``spec_tokens``)."""
-    saved = module.generate_uniform_probs
-    module.generate_uniform_probs = spec_sampled.uniform_probs_float32
-    try:
-        with spec_sampled.installed(module):
-            yield
-    finally:
-        module.generate_uniform_probs = saved
 
 
 def _asked(r: checks.Request) -> str:

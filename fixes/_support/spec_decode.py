@@ -20,16 +20,18 @@ What runs (``harness.Harness`` with ``Config(spec_tokens=…)``; its pieces are 
   sets on ``RejectionSampler`` on that class, for the HPU step only, as vllm_gaudi installs them at
   import.
 
-``gpu_step`` is vLLM's GPU path for the same step: the compact layout of
+``gpu_step`` is vLLM's GPU path for the same step, through ``rejection_step`` (conform's GPU
+engine samples a step with drafts through it too): the compact layout of
 ``GPUModelRunner._calc_spec_decode_metadata`` (request i's drafts at rows ``cu[i-1]..cu[i]-1``,
 its bonus row after them), one ``SamplingMetadata`` row per request with ``output_token_ids``,
 vLLM's real ``MinTokensLogitsProcessor`` told of every request in order, vLLM's real
-``RejectionSampler``. The one stand-in: vLLM's Triton ``rejection_greedy_sample_kernel`` does not
-run on CPU, so ``greedy_rejection_sample`` (a torch loop) takes ``rejection_sample``'s place; its
+``RejectionSampler``. The stand-ins: vLLM's Triton kernels do not run on CPU. On an all-greedy
+step ``greedy_rejection_sample`` (a torch loop) takes ``rejection_sample``'s place; its
 contract — per request, each draft position's target argmax is written until the first draft that
 differs from it (that position's argmax included); the bonus token follows only when every draft
 matched; everything else is ``PLACEHOLDER_TOKEN_ID`` — is checked by ``test_stand_in`` cases in
-the tests that use it.
+the tests that use it. On a step with a sampled request vLLM's own ``rejection_sample`` runs with
+``spec_sampled``'s stand-ins for its four kernels, uniforms in float32.
 
 The model (``harness.Model.context_row``): a logits row is a fixed function of the context it follows,
 so a draft position predicts what the plain decode of the same context predicts.
@@ -240,12 +242,13 @@ class GpuRequest:
     drafts: list[int]
 
 
-def gpu_step(root: Path, requests: list[GpuRequest],
-             context_row: Callable[[list[int]], torch.Tensor]) -> list[list[int]]:
-    """vLLM's GPU path for one spec-decode step of `requests` (batch rows in this order): the
-    compact layout, one metadata row per request, vLLM's real ``MinTokensLogitsProcessor`` and
-    ``RejectionSampler``; ``greedy_rejection_sample`` for the Triton kernel. The tokens each request
-    gets."""
+def gpu_step(root: Path, requests: list[GpuRequest], context_row: Callable[[list[int]], torch.Tensor],
+             generators: Optional[dict[int, torch.Generator]] = None) -> list[list[int]]:
+    """vLLM's GPU path for one spec-decode step of `requests` (batch rows in this order): a batch of
+    just them (vLLM's real ``MinTokensLogitsProcessor`` told of each in order), the sampling rows
+    vLLM's GPU ``InputBatch`` makes (greedy temperature 0.0, top_k outside (0, vocab) as the
+    vocabulary, ``top_k``/``top_p`` None when no request has one, `generators` by row,
+    ``request_sampling_values``), and ``rejection_step``. The tokens each request gets."""
     real = RealVllm.get(root)
     lp = real.logits_processor
     config = types.SimpleNamespace(scheduler_config=types.SimpleNamespace(max_num_seqs=harness.MAX_REQS),
@@ -257,37 +260,57 @@ def gpu_step(root: Path, requests: list[GpuRequest],
     update = builder.get_and_reset(len(requests))
     for p in logitsprocs.all:
         p.update_state(update)
-    rows, target, bonus = [], [], []
-    for r in requests:
-        tokens = r.prompt + r.output
-        for j in range(len(r.drafts) + 1):
-            (target if j < len(r.drafts) else bonus).append(len(rows))
-            rows.append(context_row(tokens + r.drafts[:j]))
-    num_draft = [len(r.drafts) for r in requests]
-    cu_draft = np.cumsum(num_draft, dtype=np.int32)
-    cu_sampled = np.cumsum([n + 1 for n in num_draft], dtype=np.int32)
-    metadata = real.SpecDecodeMetadata(
-        draft_token_ids=torch.tensor([t for r in requests for t in r.drafts], dtype=torch.int32),
-        num_draft_tokens=num_draft, cu_num_draft_tokens=torch.from_numpy(cu_draft),
-        cu_num_sampled_tokens=torch.from_numpy(cu_sampled),
-        target_logits_indices=torch.tensor(target, dtype=torch.int32),
-        bonus_logits_indices=torch.tensor(bonus, dtype=torch.int32),
-        logits_indices=torch.arange(len(rows), dtype=torch.int32))
-    n = len(requests)
+    rows = [[context_row(r.prompt + r.output + r.drafts[:j]) for j in range(len(r.drafts) + 1)] for r in requests]
+    n, vocab = len(requests), rows[0][0].numel()
+    params = [r.params for r in requests]
+    greedy = [p.temperature < 1e-5 for p in params]
+    top_k = [p.top_k if 0 < p.top_k < vocab else vocab for p in params]
     fields = {f.name for f in dataclasses.fields(real.SamplingMetadata)}
-    values = dict(temperature=None, all_greedy=True, all_random=False, top_p=None, top_k=None, generators={},
-                  max_num_logprobs=None, no_penalties=True, prompt_token_ids=None,
-                  frequency_penalties=torch.zeros(n), presence_penalties=torch.zeros(n),
+    values = dict(temperature=torch.tensor([0.0 if g else p.temperature for g, p in zip(greedy, params)]),
+                  all_greedy=all(greedy), all_random=not any(greedy),
+                  top_p=None if all(p.top_p >= 1 for p in params) else torch.tensor([p.top_p for p in params]),
+                  top_k=None if all(k == vocab for k in top_k) else torch.tensor(top_k, dtype=torch.int32),
+                  generators=dict(generators or {}), max_num_logprobs=None, no_penalties=True,
+                  prompt_token_ids=None, frequency_penalties=torch.zeros(n), presence_penalties=torch.zeros(n),
                   repetition_penalties=torch.ones(n), output_token_ids=[r.output for r in requests],
                   allowed_token_ids_mask=None, bad_words_token_ids={}, logitsprocs=logitsprocs,
                   spec_token_ids=[list(r.drafts) for r in requests])
     values.update(request_sampling_values(requests))
     sampling_metadata = real.SamplingMetadata(**{k: v for k, v in values.items() if k in fields})
+    return rejection_step(real, [r.drafts for r in requests], rows, sampling_metadata, vocab)[0]
+
+
+def rejection_step(real: Any, drafts: list[list[int]], rows: list[list[torch.Tensor]], sampling_metadata: Any,
+                   vocab: int, discarded: list[int] = ()) -> tuple[list[list[int]], Any]:
+    """vLLM's GPU path of a spec-decode step's sampling, the one reference of the fix tests
+    (``gpu_step``) and conform (``conform_spec.gpu_spec_step``): per request of the batch, its
+    `drafts` and its logits `rows` (one per draft, then its bonus row) in the compact layout of
+    ``GPUModelRunner._calc_spec_decode_metadata``, vLLM's real ``RejectionSampler`` — on an
+    all-greedy batch with ``greedy_rejection_sample`` for the Triton kernel, else with vLLM's own
+    ``rejection_sample`` and ``spec_sampled``'s stand-ins for its kernels, uniforms in float32
+    (``spec_sampled.mirror_hpu_draws``) — and ``parse_output`` (the `discarded` rows' tokens
+    dropped). The tokens per request and the logprobs lists (or None)."""
+    import spec_sampled
+    target, bonus, flat = [], [], []
+    for own in rows:
+        for j, x in enumerate(own):
+            (target if j < len(own) - 1 else bonus).append(len(flat))
+            flat.append(x)
+    num_draft = [len(d) for d in drafts]
+    metadata = real.SpecDecodeMetadata(
+        draft_token_ids=torch.tensor([t for d in drafts for t in d], dtype=torch.int32),
+        num_draft_tokens=num_draft, cu_num_draft_tokens=torch.from_numpy(np.cumsum(num_draft, dtype=np.int32)),
+        cu_num_sampled_tokens=torch.from_numpy(np.cumsum([n + 1 for n in num_draft], dtype=np.int32)),
+        target_logits_indices=torch.tensor(target, dtype=torch.int32),
+        bonus_logits_indices=torch.tensor(bonus, dtype=torch.int32),
+        logits_indices=torch.arange(len(flat), dtype=torch.int32))
     rejection = real.RejectionSampler(real.Sampler())
-    with installed(real.rejection_sampler, greedy_rejection_sample):
-        out = rejection(metadata, None, torch.stack(rows), sampling_metadata)
-    parsed = rejection.parse_output(out.sampled_token_ids, harness.VOCAB)
-    return parsed[0] if isinstance(parsed, tuple) else parsed
+    stand_in = (installed(real.rejection_sampler, greedy_rejection_sample) if sampling_metadata.all_greedy
+                else spec_sampled.mirror_hpu_draws(real.rejection_sampler))
+    with stand_in:
+        out = rejection(metadata, None, torch.stack(flat), sampling_metadata)
+    parsed = rejection.parse_output(out.sampled_token_ids, vocab, discarded, out.logprobs_tensors)
+    return parsed if isinstance(parsed, tuple) else (parsed, None)
 
 
 def request_sampling_values(requests: list[GpuRequest]) -> dict[str, Any]:

@@ -18,8 +18,6 @@ Run: ``GAUDI_FIXES_ROOT=<dir holding vllm/ and vllm_gaudi/> pytest fixes/spec-de
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 import torch
 from fixtures import root  # noqa: F401  (pytest fixture)
@@ -31,16 +29,8 @@ LOGPROBS = 3
 PROMPTS, STEPS = spec_decode.SCENARIO_PROMPTS, spec_decode.SCENARIO_STEPS  # see spec_decode.py
 
 
-class Recording(harness.Harness):
-    """The spec harness keeping each spec step's ``logprobs_segments``."""
-
-    def _spec_decode(self, ns: dict[str, Any], *args: Any) -> None:
-        super()._spec_decode(ns, *args)
-        self.segments = ns["logprobs_segments"]
-
-
 def _run(root):  # noqa: F811
-    h = Recording(root, harness.Config(spec_tokens=4, buckets=(2, 4)))
+    h = harness.Harness(root, harness.Config(spec_tokens=4, buckets=(2, 4)))
     h.add("X", PROMPTS["X"], temperature=0.0, max_tokens=64, logprobs=LOGPROBS)
     h.add("Y", PROMPTS["Y"], temperature=0.0, max_tokens=64, logprobs=LOGPROBS)
     h.add("Z", PROMPTS["Z"], temperature=0.0, max_tokens=64)
@@ -57,7 +47,7 @@ def _run(root):  # noqa: F811
             scheduled["Z"] = len(PROMPTS["Z"])
         step = h.step(scheduled, drafts={rid: d for rid, d in drafts.items() if d})
         batch = h.batch
-        out = h.runner._build_logprobs_output(h.segments, max(batch.req_id_to_index.values()) + 1)
+        out = h.runner._build_logprobs_output(step.ns["logprobs_segments"], max(batch.req_id_to_index.values()) + 1)
         steps.append((number, before, drafts, step.returned, out, dict(batch.req_id_to_index)))
     return steps
 
@@ -95,7 +85,7 @@ def test_every_token_of_a_spec_step_has_its_logprobs(steps):
 def test_one_token_of_a_lone_spec_request_has_its_logprobs(root):  # noqa: F811
     """One request with logprobs decoding alone, its one draft wrong: one token of its two
     positions (the step's logprobs segment holds the request once, then an unused position)."""
-    h = Recording(root, harness.Config(spec_tokens=4, buckets=(2, 4)))
+    h = harness.Harness(root, harness.Config(spec_tokens=4, buckets=(2, 4)))
     h.add("X", PROMPTS["X"], temperature=0.0, max_tokens=64, logprobs=LOGPROBS)
     h.step({"X": len(PROMPTS["X"])})
     h.step({"X": 1})
@@ -103,7 +93,7 @@ def test_one_token_of_a_lone_spec_request_has_its_logprobs(root):  # noqa: F811
     draft = [(spec_decode.greedy(before, 1)[0] + 1) % harness.VOCAB]
     try:
         step = h.step({"X": 2}, drafts={"X": draft})
-        out = h.runner._build_logprobs_output(h.segments, max(h.batch.req_id_to_index.values()) + 1)
+        out = h.runner._build_logprobs_output(step.ns["logprobs_segments"], max(h.batch.req_id_to_index.values()) + 1)
     except Exception as e:  # noqa: BLE001 - an exception in sample_tokens ends EngineCore
         pytest.fail(f"a speculative-decoding step of request X alone (logprobs={LOGPROBS}, its draft {draft} wrong) "
                     f"raised {type(e).__name__}: {e} (an exception in sample_tokens ends EngineCore)")

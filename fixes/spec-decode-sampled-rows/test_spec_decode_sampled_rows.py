@@ -212,7 +212,7 @@ def test_seeded_steps_equal_vllms_gpu_path(root):  # noqa: F811
                 g.set_state(own.get_state())
                 torch.empty(harness.VOCAB).exponential_(generator=g)  # vllm_gaudi's own bonus-row draw
                 generators[i] = g
-        want = spec_sampled.gpu_step(root, [
+        want = spec_decode.gpu_step(root, [
             spec_decode.GpuRequest(h.scheduler.requests[rid].params, PROMPTS[rid],
                                    list(h.scheduler.requests[rid].output), drafts[rid]) for rid in order
         ], spec_decode.context_row, generators)
