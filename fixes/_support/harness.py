@@ -22,6 +22,11 @@ Stood in for: the model (``Model``: a logits row is a fixed function of the requ
 its position, so a recomputed position predicts what it predicted before), attention and the
 device (CPU tensors; ``torch.hpu`` is never reached).
 
+What runs is one ``Harness`` whose ``Config`` says what it needs: sync or async scheduling, the
+structured-output block, logits-processor plugins, and speculative decoding (``spec_tokens``: the
+scheduler sends each decode's drafts in ``scheduled_spec_decode_tokens`` and takes the rejected ones
+back; the runner's spec-decode pieces and vLLM's rejection sampler, spec_decode.py).
+
 A resumed-after-preemption request comes back as vLLM's scheduler sends it: in the cached requests,
 in ``resumed_req_ids``, with ``num_computed_tokens`` the block-aligned prefix-cache hit, all its
 blocks in ``new_block_ids`` and its tokens in ``all_token_ids``.
