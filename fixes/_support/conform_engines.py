@@ -421,10 +421,9 @@ class GpuEngine:
             lift_gpu_prompt_logprobs(root, self.runner, sampler.sampler, schedule.get("logprobs_mode", "raw_logprobs"))
         self.recorder = Recorder("GPU", sampler, self)
         self.number, self.ends = 0, {}
-        if self.spec:
+        if self.spec:  # vLLM's rejection sampler and spec-decode metadata (spec_decode.rejection_step)
             import spec_decode
             self.real = spec_decode.RealVllm.get(root)
-            self.rejection = self.real.RejectionSampler(self.real.Sampler())
 
     def where(self) -> str:
         return f"step {self.number} (vLLM's GPU path)"
