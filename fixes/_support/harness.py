@@ -421,7 +421,6 @@ class Harness:
             runner.sampler = self.sampler = Sampler(self.vllm.TopKTopPSampler())
         self.drafts: dict[str, list[int]] = {}  # the step's drafts
         self.in_spec = False  # the spec decode block runs
-        self.hpu_spec_calls: list[Any] = []  # the SpecDecodeMetadata of each spec step
         self.steps: list[Step] = []
         # the decode bucket for n decodes (padded with copies of the first decode's row)
         self.decode_bucket: Callable[[int], int] = lambda n: max(n, 4)
@@ -561,7 +560,6 @@ class Harness:
         logits_indices = torch.zeros(padded, dtype=torch.int32)
         indices, metadata = runner._prepare_spec_decode_inputs(
             types.SimpleNamespace(scheduled_spec_decode_tokens=self.drafts), logits_indices, token_ids, slots)
-        self.hpu_spec_calls.append(metadata)
         rows = [contexts[i] for i in indices.tolist()]  # -1: the last slot
         logits = torch.stack([self.model.context_row(c) for c in rows])
         ns.update(decode_data=types.SimpleNamespace(spec_decode_metadata=metadata), logits_device=logits,
