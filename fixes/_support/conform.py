@@ -35,7 +35,7 @@ A pipeline of three parts:
    structured-output step's one sampler call counts as ``structured_output``.
 
 Every fifth schedule drives speculative decoding instead (conform_spec.py: vllm_gaudi's
-``SpecHarness`` against vLLM's GPU path with its ``RejectionSampler``; 0..3 drafts per decode,
+the spec ``harness.Harness`` against vLLM's GPU path with its ``RejectionSampler``; 0..3 drafts per decode,
 right or wrong, decodes padded to the buckets 2, 4, 8; greedy requests with the penalties,
 min_tokens, logprobs, bad_words, allowed_token_ids and grammars, and about one in five sampled, with
 top_k / top_p / seeds: each emitted token in the support vLLM's GPU path draws it from, the accepted
@@ -223,10 +223,9 @@ def run_schedule(root: Path, schedule: schedules.Schedule, reference: bool) -> F
                      server=frozenset(("logits_processors",) if schedule.logits_processors else ()))
     spec = bool(schedule.spec)
     lm = schedule.logprobs_mode  # each side's Sampler as its runner builds it for that mode
-    hpu = (conform_spec.SpecHpuEngine if spec else HpuEngine)(
-        root, schedule, Sampler(root, ("vllm_gaudi/v1/worker/hpu_model_runner.py", "HPUModelRunner"), lm))
-    gpu: Optional[GpuEngine] = ((conform_spec.SpecGpuEngine if spec else GpuEngine)(
-        root, schedule, Sampler(root, ("vllm/v1/worker/gpu_model_runner.py", "GPUModelRunner"), lm))
+    hpu = HpuEngine(root, schedule, Sampler(root, ("vllm_gaudi/v1/worker/hpu_model_runner.py", "HPUModelRunner"), lm))
+    gpu: Optional[GpuEngine] = (GpuEngine(root, schedule, Sampler(root, ("vllm/v1/worker/gpu_model_runner.py",
+                                                                          "GPUModelRunner"), lm))
                                 if reference else None)
     # per request, each delivery of its prompt logprobs: (step, rows)
     hpu_delivered: dict[str, list[tuple[int, Any]]] = {}

@@ -131,6 +131,13 @@ class StepOut:
     # Per request whose prompt logprobs were delivered this step, the rows delivered (one per
     # prompt position but the last: the next prompt token first, then the top-k).
     prompt_logprobs: dict[str, list[LogprobRow]] = dataclasses.field(default_factory=dict)
+    # A spec schedule's step (conform_spec.py): the plain fields hold the requests the plain checks
+    # can judge (on a step with drafts: those outside the decode block); ``spec``: per request of
+    # the decode block, its drafts, its tokens and the logprobs served per token; ``before``: each
+    # request's output before the step.
+    spec: dict[str, tuple[list[int], list[int], Optional[list[tuple[int, float]]]]] = dataclasses.field(
+        default_factory=dict)
+    before: dict[str, list[int]] = dataclasses.field(default_factory=dict)
 
     @property
     def computed(self) -> dict[str, int]:
@@ -234,24 +241,47 @@ class Recorder:
 
 
 class HpuEngine:
-    """vllm_gaudi's runner through the harness, fed the schedule."""
+    """vllm_gaudi's runner through the harness, fed the schedule; a spec schedule's with
+    speculative decoding (``harness.Config(spec_tokens=…)``: conform_spec.py)."""
 
     side = "HPU"
 
     def __init__(self, root: Path, schedule: dict[str, Any], sampler: Any):
-        self.schedule, self.mode = schedule, schedule.mode
-        think = schedule.reasoning  # the runner builds its batch with the reasoning config
-        batch = thinking_budget.runner_batch(root, thinking_budget.reasoning_config(think), VOCAB) if think else None
-        plugins = (logits_plugins.classes(harness.logitsprocs_package(root).interface,
-                                          harness.logitsprocs_package(root).builtin)
-                   if schedule.logits_processors else ())  # the server's --logits-processors
-        self.h = harness.Harness(root, self.mode, grammar=True, vocab=VOCAB, batch=batch, plugins=plugins)
-        self.h.model = MarkedModel(self.h.scheduler, VOCAB)
-        self.recorder = self.h.runner.sampler = Recorder("HPU", sampler, self)
+        import conform_spec
+        self.schedule, self.spec = schedule, bool(schedule.spec)
+        self.mode = "sync" if self.spec else schedule.mode
+        if self.spec:
+            # vLLM's real modules first (conform.run puts them back after each schedule): the
+            # harness pins them for its InputBatch the first time.
+            sys.modules.update(GpuModules.get(root).saved)
+            config = harness.Config(grammar=True, vocab=VOCAB, row=conform_spec.row, spec_tokens=4,
+                                    buckets=conform_spec.BUCKETS)
+        else:
+            think = schedule.reasoning  # the runner builds its batch with the reasoning config
+            batch = (thinking_budget.runner_batch(root, thinking_budget.reasoning_config(think), VOCAB) if think
+                     else None)
+            plugins = (logits_plugins.classes(harness.logitsprocs_package(root).interface,
+                                              harness.logitsprocs_package(root).builtin)
+                       if schedule.logits_processors else ())  # the server's --logits-processors
+            config = harness.Config(self.mode, grammar=True, vocab=VOCAB, batch=batch, plugins=plugins)
+        self.h = harness.Harness(root, config)
+        self.h.model = MarkedModel(self.h.scheduler, VOCAB, config.row)
+        self.recorder = Recorder("HPU", sampler, self)
+        self.h.runner.sampler = self.sample if self.spec else self.recorder
         self.number, self.structured, self.ends = 0, [], {}
         self.prompt_logprobs = asks_prompt_logprobs(schedule)
         if self.prompt_logprobs:  # the runner's own _get_prompt_logprobs_dict and its gather, for the mode
             prompt_logprobs.bind(self.h, schedule.logprobs_mode or "raw_logprobs")
+
+    def sample(self, logits: torch.Tensor, sampling_metadata: Any, **kw: Any) -> Any:
+        """The runner's sampler of a spec schedule: the suite's recorder; in a spec decode block, its
+        own rows (no mark: conform_spec.UNMARKED) go to the harness's sampler unrecorded (the block
+        is judged by its result), a prompt's marked rows sampled there (spec-decode-structured-rows)
+        recorded."""
+        import conform_spec
+        if self.h.in_spec and bool((logits[:, 0] == conform_spec.UNMARKED).all()):
+            return self.h.sampler(logits, sampling_metadata, **kw)
+        return self.recorder(logits, sampling_metadata, **kw)
 
     def where(self) -> str:
         kind = "structured-output" if self.h.runner.use_structured_output else "sampler"
@@ -268,15 +298,22 @@ class HpuEngine:
         return {rid: r.output for rid, r in self.h.scheduler.requests.items()}
 
     def step(self, number: int, step: dict[str, Any]) -> StepOut:
+        import conform_spec
         h, requests = self.h, self.schedule.requests
         scheduled = begin_step(self, h.scheduler, h.vllm, number, step, plain_params)
+        before = {rid: list(r.output) for rid, r in h.scheduler.requests.items()}
         if not scheduled:
             # execute_model runs _update_states before it returns the empty output: finishes and
             # requests left out (a preemption) leave the batch on such a step too.
             h.runner._update_states(h.scheduler.output({}))
-            return StepOut({}, {}, [], {}, {})
-        grammar = grammar_output(step.structured, requests) if step.structured else None
-        out = h.step(scheduled, grammar_output=grammar)
+            return StepOut({}, {}, [], {}, {}, before=before)
+        drafts = {rid: conform_spec.resolve(h.scheduler.requests[rid].tokens, d, requests[rid].grammar)
+                  for rid, d in (step.drafts or {}).items()}
+        grammar = grammar_output(step.structured, requests, drafts) if step.structured else None
+        block = conform_spec.decode_block(h.scheduler, scheduled) if drafts else set()
+        out = h.step(scheduled, grammar, drafts=drafts)
+        if self.spec:
+            return conform_spec.hpu_step_out(self, out, scheduled, drafts, block, before)
         batch = h.batch
         served = h.runner._build_logprobs_output(out.ns["logprobs_segments"], max(batch.req_id_to_index.values()) + 1)
         logprobs, rows = {}, {}
@@ -294,18 +331,22 @@ class HpuEngine:
             e.conform_feature = "prompt_logprobs"  # type: ignore[attr-defined]
             raise
         return StepOut(dict(scheduled), self.ends, list(self.recorder.calls), out.returned, logprobs,
-                       bool(h.runner.use_structured_output), logprob_rows=rows, prompt_logprobs=prompt)
+                       bool(h.runner.use_structured_output), logprob_rows=rows, prompt_logprobs=prompt, before=before)
 
 
-def grammar_output(ids: list[str], requests: dict[str, Any]) -> Any:
+def grammar_output(ids: list[str], requests: dict[str, Any], drafts: Optional[dict[str, list[int]]] = None) -> Any:
     """The scheduler's GrammarOutput: per structured request, in its order, its bitmask row
-    (columns 0 and 1 always allowed: column 0 carries the row's mark)."""
+    (columns 0 and 1 always allowed: column 0 carries the row's mark), one per draft and one for
+    the bonus token (vLLM's ``StructuredOutputManager.grammar_bitmask``)."""
     words = (VOCAB + 31) // 32
     bitmask = np.zeros((len(ids), words), dtype=np.uint32)
     for j, rid in enumerate(ids):
         for t in (0, 1, *requests[rid].grammar):
             bitmask[j, t // 32] |= np.uint32(1 << (t % 32))
-    return types.SimpleNamespace(structured_output_request_ids=list(ids), grammar_bitmask=bitmask.view(np.int32))
+    bitmask = bitmask.view(np.int32)
+    if drafts:
+        bitmask = np.stack([bitmask[j] for j, rid in enumerate(ids) for _ in range(1 + len(drafts.get(rid, [])))])
+    return types.SimpleNamespace(structured_output_request_ids=list(ids), grammar_bitmask=bitmask)
 
 
 class GpuModules:
@@ -346,23 +387,26 @@ def gpu_plugins(schedule: dict[str, Any]) -> tuple[type, ...]:
 
 
 class GpuEngine:
-    """vLLM's GPU path of the tree fed the same schedule (sync: the reference)."""
+    """vLLM's GPU path of the tree fed the same schedule (sync: the reference); a spec schedule's
+    with speculative decoding (conform_spec.gpu_spec_step)."""
 
     side = "GPU"
 
     def __init__(self, root: Path, schedule: dict[str, Any], sampler: Any):
         m = self.m = GpuModules.get(root)
-        self.schedule, self.mode = schedule, "sync"
+        self.schedule, self.mode, self.spec = schedule, "sync", bool(schedule.spec)
         self.scheduler = harness.Scheduler(m.vllm)
         self.model = MarkedModel(self.scheduler, VOCAB)
+        # with a speculative config vLLM builds only min_tokens' logits processor
+        spec = types.SimpleNamespace(num_speculative_tokens=4) if self.spec else None
         config = types.SimpleNamespace(scheduler_config=types.SimpleNamespace(max_num_seqs=MAX_REQS),
-                                       speculative_config=None)
+                                       speculative_config=spec)
         kw: dict[str, Any] = dict(max_num_reqs=MAX_REQS, max_model_len=harness.MAX_MODEL_LEN,
                                   max_num_batched_tokens=256, device=torch.device("cpu"), vocab_size=VOCAB,
                                   block_sizes=[harness.BLOCK],
                                   max_num_blocks_per_req=[harness.MAX_MODEL_LEN // harness.BLOCK],
                                   logitsprocs=m.build_logitsprocs(config, torch.device("cpu"), False, False,
-                                                                  gpu_plugins(schedule)))
+                                                                  () if spec else gpu_plugins(schedule)))
         if "kernel_block_sizes" in _parameters(m.gib.InputBatch.__init__):
             kw["kernel_block_sizes"] = [harness.BLOCK]
         if "pin_memory" in _parameters(m.gib.InputBatch.__init__):
@@ -378,6 +422,9 @@ class GpuEngine:
             lift_gpu_prompt_logprobs(root, self.runner, sampler.sampler, schedule.logprobs_mode or "raw_logprobs")
         self.recorder = Recorder("GPU", sampler, self)
         self.number, self.ends = 0, {}
+        if self.spec:  # vLLM's rejection sampler and spec-decode metadata (spec_decode.rejection_step)
+            import spec_decode
+            self.real = spec_decode.RealVllm.get(root)
 
     def where(self) -> str:
         return f"step {self.number} (vLLM's GPU path)"
@@ -392,11 +439,15 @@ class GpuEngine:
         return []
 
     def step(self, number: int, step: dict[str, Any]) -> StepOut:
+        if step.drafts:
+            import conform_spec
+            return conform_spec.gpu_spec_step(self, number, step)
         requests, scheduler = self.schedule.requests, self.scheduler
+        before = {rid: list(r.output) for rid, r in scheduler.requests.items()}
         scheduled = begin_step(self, scheduler, self.m.vllm, number, step, plain_params)
         if not scheduled:
             self._update_states(scheduler.output({}))  # as HpuEngine.step: GPUModelRunner.execute_model
-            return StepOut({}, {}, [], {}, {})
+            return StepOut({}, {}, [], {}, {}, before=before)
         self._update_states(scheduler.output(scheduled))
         batch = self.batch
         rows = [(rid, self.ends[rid][0] - 1) for rid in batch.req_ids[:batch.num_reqs]]
@@ -432,7 +483,7 @@ class GpuEngine:
         prompt = delivered(self._prompt_logprobs(scheduled)) if self.prompt_logprobs else {}
         scheduler.update(scheduled, returned)
         return StepOut(dict(scheduled), self.ends, list(self.recorder.calls), returned, logprobs, logprob_rows=lp_rows,
-                       prompt_logprobs=prompt)
+                       prompt_logprobs=prompt, before=before)
 
     def _prompt_logprobs(self, scheduled: dict[str, int]) -> dict[str, Any]:
         """vLLM's own ``GPUModelRunner._get_prompt_logprobs_dict`` of the tree after sampling, handed

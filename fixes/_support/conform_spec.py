@@ -1,12 +1,14 @@
-"""The conformance suite's speculative-decoding engines and check (schedules with ``"spec"``:
-conform_schedule.py), beside the plain ones (conform_engines.py).
+"""The conformance suite's speculative decoding (schedules with ``"spec"``: conform_schedule.py):
+what the engines (conform_engines.py) do with it, and its checks.
 
-- ``SpecHpuEngine``: ``spec_decode.SpecHarness`` (vllm_gaudi's real ``InputBatch`` with vLLM's real
+- ``HpuEngine`` (conform_engines.py) of a spec schedule: ``harness.Harness`` with
+  ``Config(spec_tokens=4)`` (vllm_gaudi's real ``InputBatch`` with vLLM's real
   modules, the runner's real ``_update_states``, ``_prepare_spec_decode_inputs`` and decode-sampling
   statement, its structured-output block, vLLM's real ``Sampler`` / ``RejectionSampler`` with
   vllm_gaudi's ``rejection_sample``), decodes padded to the buckets 2, 4, 8. Its prompt chunks'
   sampler calls are recorded for the plain checks; the spec decode block is judged by its result.
-- ``SpecGpuEngine``: vLLM's GPU path of the tree: ``gpu_input_batch.InputBatch`` (its
+- ``GpuEngine`` of a spec schedule, its steps with drafts ``gpu_spec_step``: vLLM's GPU path of
+  the tree: ``gpu_input_batch.InputBatch`` (its
   ``update_req_spec_token_ids``, written by the lifted ``GPUModelRunner._update_states``) with the
   logits processors vLLM builds under a speculative config, every request of a step with drafts
   in the compact layout of ``_calc_spec_decode_metadata`` (its drafts' rows, then its bonus row;
@@ -19,10 +21,11 @@ conform_schedule.py), beside the plain ones (conform_engines.py).
   (fixes/logitsprocs-batch-updates/test_min_tokens_spec_decode.py); on a step with a sampled
   request vLLM's own ``rejection_sample`` runs with ``spec_sampled``'s stand-ins for its four
   kernels (each held to its kernel's contract by fixes/spec-decode-sampled-rows'
-  ``test_stand_in_*``). Two deliberate differences there, the two ways the HPU consumes a seeded
-  request's random stream otherwise (``mirror_hpu_draws``): the uniforms are float32 (Gaudi has no
-  float64), and each seeded request of the decode block draws one bonus row more first (vllm_gaudi's
-  runner samples the bonus rows once itself before the ``RejectionSampler`` does). A discarded
+  ``test_stand_in_*``): ``spec_decode.rejection_step``, the fix tests' reference too. Two
+  deliberate differences there, the two ways the HPU consumes a seeded request's random stream
+  otherwise (``spec_sampled.mirror_hpu_draws``): the uniforms are float32 (Gaudi has no float64),
+  and each seeded request of the decode block draws one bonus row more first (vllm_gaudi's runner
+  samples the bonus rows once itself before the ``RejectionSampler`` does). A discarded
   row's generator is put back, as ``_bookkeeping_sync`` does.
 
 A draft the schedule leaves ``null`` is the model's own greedy continuation (with the grammar
@@ -46,10 +49,6 @@ feature in brackets).
 from __future__ import annotations
 
 import contextlib
-import dataclasses
-import sys
-import types
-from pathlib import Path
 from typing import Any, Iterable, Optional
 
 import numpy as np
@@ -60,8 +59,7 @@ import conform_engines as engines
 import harness
 import spec_decode
 import spec_sampled
-from conform_engines import (MARK, GpuEngine, GpuModules, HpuEngine, Recorder, StepOut, begin_step, grammar_output,
-                             mark)
+from conform_engines import MARK, StepOut, begin_step
 from conform_schedule import EOS, VOCAB
 
 FEATURE = "spec_decode"
@@ -100,28 +98,6 @@ def resolve(tokens: list[int], drafts: list[Any], grammar: Optional[list[int]]) 
     return out
 
 
-def spec_grammar_output(ids: list[str], requests: dict[str, Any], drafts: dict[str, list[int]]) -> Any:
-    """The scheduler's GrammarOutput with drafts: per structured request, in its order, one bitmask
-    row per draft and one for the bonus token (vLLM's ``StructuredOutputManager.grammar_bitmask``)."""
-    plain = grammar_output(ids, requests)
-    rows = [plain.grammar_bitmask[j] for j, rid in enumerate(ids) for _ in range(1 + len(drafts.get(rid, [])))]
-    bitmask = np.stack(rows) if rows else plain.grammar_bitmask
-    return types.SimpleNamespace(structured_output_request_ids=list(ids), grammar_bitmask=bitmask)
-
-
-@dataclasses.dataclass
-class SpecStepOut(StepOut):
-    """A step of a spec schedule. The plain fields hold the requests the plain checks can judge
-    (on a step with drafts: those outside the decode block); ``spec``: per request of the decode
-    block, its drafts, its tokens and the logprobs served per token; ``before``: each request's
-    output before the step."""
-
-    spec: dict[str, tuple[list[int], list[int], Optional[list[tuple[int, float]]]]] = dataclasses.field(
-        default_factory=dict)
-    before: dict[str, list[int]] = dataclasses.field(default_factory=dict)
-    raised_in_spec: bool = False
-
-
 def served(lists: Any, index: int, n: int) -> Optional[list[tuple[int, float]]]:
     """The logprobs a request at batch row `index` getting `n` tokens is served: vLLM's scheduler
     reads them with ``LogprobsLists.slice_request(index, n)`` (the sampled token first per row)."""
@@ -140,7 +116,7 @@ def served_rows(lists: Any, index: int, n: int) -> list[Any]:
     return engines.logprob_rows(lists, cu[index] if cu is not None and index < len(cu) else index, n)
 
 
-def split(out: SpecStepOut, block: set[str]) -> SpecStepOut:
+def split(out: StepOut, block: set[str]) -> StepOut:
     """Move the requests of the decode block out of the plain fields (the plain checks see each
     request's one sampled row; a decode block's rows are the rejection sampler's)."""
     for rid in block:
@@ -150,80 +126,25 @@ def split(out: SpecStepOut, block: set[str]) -> SpecStepOut:
     return out
 
 
-class _SpecModel(spec_decode.SpecModel):
-    """``SpecModel`` whose prompt-chunk and plain-decode rows carry the plain engines' mark."""
-
-    def row(self, rid: str, position: int) -> torch.Tensor:
-        x = super().row(rid, position)
-        x[0] = mark(rid, position)
-        return x
-
-
-class _Sampler:
-    """The HPU runner's sampler: calls outside the spec decode block go to the suite's recorder,
-    and so do calls inside it on marked rows (the prompts' rows a structured spec step samples
-    there: spec-decode-structured-rows); the decode block's own rows carry no mark."""
-
-    def __init__(self, h: Any, recorder: Recorder, plain: Any):
-        self.h, self.recorder, self.plain = h, recorder, plain
-
-    def __call__(self, logits: torch.Tensor, sampling_metadata: Any, **kw: Any) -> Any:
-        if self.h.in_spec and bool((logits[:, 0] == UNMARKED).all()):
-            return self.plain(logits, sampling_metadata, **kw)
-        return self.recorder(logits, sampling_metadata, **kw)
-
-
-class _Harness(spec_decode.SpecHarness):
-    in_spec = False
-
-    def _spec_decode(self, *args: Any) -> None:
-        self.in_spec = True
-        try:
-            super()._spec_decode(*args)
-        finally:
-            self.in_spec = False
-
-
-class SpecHpuEngine(HpuEngine):
-    """vllm_gaudi's runner with speculative decoding (``spec_decode.SpecHarness``), fed the schedule."""
-
-    def __init__(self, root: Path, schedule: dict[str, Any], sampler: Any):
-        self.schedule, self.mode = schedule, "sync"
-        # vLLM's real modules first (conform.run puts them back after each schedule): SpecHarness
-        # pins them for its InputBatch the first time.
-        sys.modules.update(GpuModules.get(root).saved)
-        spec_decode.RealVllm.get(root)
-        self.h = _Harness(root, buckets=BUCKETS, model=row, vocab=VOCAB, grammar=True)
-        self.h.model = _SpecModel(self.h.scheduler, row)
-        self.h.model.vocab = VOCAB  # the width of a call with no rows (Model.logits([]))
-        self.recorder = Recorder("HPU", sampler, self)
-        self.h.runner.sampler = _Sampler(self.h, self.recorder, self.h.sampler)
-        self.number, self.structured, self.ends = 0, [], {}
-
-    def step(self, number: int, step: dict[str, Any]) -> SpecStepOut:
-        h, requests = self.h, self.schedule.requests
-        scheduled = begin_step(self, h.scheduler, h.vllm, number, step, spec_params)
-        before = {rid: list(r.output) for rid, r in h.scheduler.requests.items()}
-        if not scheduled:
-            return SpecStepOut({}, {}, [], {}, {}, before=before)
-        drafts = {rid: resolve(h.scheduler.requests[rid].tokens, d, requests[rid].grammar)
-                  for rid, d in (step.drafts or {}).items()}
-        block = decode_block(h.scheduler, scheduled) if drafts else set()
-        grammar = spec_grammar_output(step.structured, requests, drafts) if step.structured else None
-        out = h.step(scheduled, drafts, grammar_output=grammar)
-        batch = h.batch
-        lists = h.runner._build_logprobs_output(out.ns["logprobs_segments"], max(batch.req_id_to_index.values()) + 1)
-        logprobs, spec, rows = {}, {}, {}
-        for rid, toks in out.returned.items():
-            lp = served(lists, batch.req_id_to_index[rid], len(toks))
-            if lp is not None:
-                logprobs[rid] = ([i for i, _ in lp], [v for _, v in lp])
-                rows[rid] = served_rows(lists, batch.req_id_to_index[rid], len(toks))
-            if rid in block:
-                spec[rid] = (drafts.get(rid, []), list(toks), lp)
-        result = SpecStepOut(dict(scheduled), self.ends, list(self.recorder.calls), dict(out.returned), logprobs,
-                             bool(h.runner.use_structured_output), spec=spec, before=before, logprob_rows=rows)
-        return split(result, block)
+def hpu_step_out(engine: Any, out: Any, scheduled: dict[str, int], drafts: dict[str, list[int]], block: set[str],
+                 before: dict[str, list[int]]) -> StepOut:
+    """A spec schedule's HPU step (``HpuEngine.step``): the harness's step `out`, per request the
+    tokens it got back and the logprobs served for each (``served``); the decode `block`'s
+    requests moved to ``spec``."""
+    h = engine.h
+    batch = h.batch
+    lists = h.runner._build_logprobs_output(out.ns["logprobs_segments"], max(batch.req_id_to_index.values()) + 1)
+    logprobs, spec, rows = {}, {}, {}
+    for rid, toks in out.returned.items():
+        lp = served(lists, batch.req_id_to_index[rid], len(toks))
+        if lp is not None:
+            logprobs[rid] = ([i for i, _ in lp], [v for _, v in lp])
+            rows[rid] = served_rows(lists, batch.req_id_to_index[rid], len(toks))
+        if rid in block:
+            spec[rid] = (drafts.get(rid, []), list(toks), lp)
+    result = StepOut(dict(scheduled), engine.ends, list(engine.recorder.calls), dict(out.returned), logprobs,
+                     bool(h.runner.use_structured_output), spec=spec, before=before, logprob_rows=rows)
+    return split(result, block)
 
 
 def decode_block(scheduler: harness.Scheduler, scheduled: dict[str, int]) -> set[str]:
@@ -232,130 +153,68 @@ def decode_block(scheduler: harness.Scheduler, scheduled: dict[str, int]) -> set
             and scheduler.requests[rid].output}
 
 
-def spec_params(vllm: Any, request: dict[str, Any]) -> Any:
-    from conform_engines import sampling_params
-    return sampling_params(vllm, request.params)
-
-
-class SpecGpuEngine(GpuEngine):
-    """vLLM's GPU path of the tree with speculative decoding (sync: the reference)."""
-
-    def __init__(self, root: Path, schedule: dict[str, Any], sampler: Any):
-        super().__init__(root, schedule, sampler)
-        self.real = spec_decode.RealVllm.get(root)
-        config = types.SimpleNamespace(scheduler_config=types.SimpleNamespace(max_num_seqs=harness.MAX_REQS),
-                                       speculative_config=types.SimpleNamespace(num_speculative_tokens=4))
-        # What vLLM builds with a speculative config (only min_tokens); no request has arrived yet.
-        self.batch.logitsprocs = self.m.build_logitsprocs(config, torch.device("cpu"), False, False, ())
-        self.rejection = self.real.RejectionSampler(self.real.Sampler())
-
-    def step(self, number: int, step: dict[str, Any]) -> SpecStepOut:
-        before = {rid: list(r.output) for rid, r in self.scheduler.requests.items()}
-        if not step.drafts:
-            out = super().step(number, step)
-            return SpecStepOut(out.scheduled, out.ends, out.calls, out.returned, out.logprobs, before=before,
-                               logprob_rows=out.logprob_rows)
-        requests, scheduler = self.schedule.requests, self.scheduler
-        scheduled = begin_step(self, scheduler, self.m.vllm, number, step, spec_params)
-        before = {rid: list(r.output) for rid, r in scheduler.requests.items()}
-        drafts = {rid: resolve(scheduler.requests[rid].tokens, d, requests[rid].grammar)
-                  for rid, d in step.drafts.items()}
-        block = decode_block(scheduler, scheduled)
-        so = scheduler.output(scheduled)
-        so.scheduled_spec_decode_tokens = {rid: list(d) for rid, d in drafts.items()}
-        self._update_states(so)
-        batch = self.batch
-        order = list(batch.req_ids[:batch.num_reqs])
-        # What vLLM's rejection sampler reads per row, held against each request's own parameters
-        # (conform.judge_step, OWN_ONLY): where vLLM's own batch hands a request another's state,
-        # the tokens it emits are the reference's error, not a difference of the HPU path.
-        marked = self.model.logits([(rid, self.ends[rid][0] - 1) for rid in order])
-        own = [self.recorder.record(marked, batch.sampling_metadata)]
-        rows, target, bonus = [], [], []
-        for rid in order:
-            d, r = drafts.get(rid, []), scheduler.requests[rid]
-            mask = allowed(requests[rid].grammar) if rid in step.structured else None
-            if rid in block:
-                contexts = [r.tokens + d[:j] for j in range(len(d) + 1)]
-                new = [row(c) for c in contexts]
-            else:
-                new = [self.model.row(rid, self.ends[rid][0] - 1)]
-            for j, x in enumerate(new):
-                if mask is not None:  # apply_grammar_bitmask: every row of a structured request
-                    x = x.masked_fill(~mask, float("-inf"))
-                (target if j < len(new) - 1 else bonus).append(len(rows))
-                rows.append(x)
-        num_draft = [len(drafts.get(rid, [])) for rid in order]
-        metadata = self.real.SpecDecodeMetadata(
-            draft_token_ids=torch.tensor([t for rid in order for t in drafts.get(rid, [])], dtype=torch.int32),
-            num_draft_tokens=num_draft,
-            cu_num_draft_tokens=torch.from_numpy(np.cumsum(num_draft, dtype=np.int32)),
-            cu_num_sampled_tokens=torch.from_numpy(np.cumsum([n + 1 for n in num_draft], dtype=np.int32)),
-            target_logits_indices=torch.tensor(target, dtype=torch.int32),
-            bonus_logits_indices=torch.tensor(bonus, dtype=torch.int32),
-            logits_indices=torch.arange(len(rows), dtype=torch.int32))
-        discarded = [i for i, rid in enumerate(order) if self.ends[rid][0] < self.ends[rid][1]]
-        generators = {rid: self.requests[rid].generator for rid in order if self.requests[rid].generator is not None}
-        for rid, g in generators.items():  # the HPU runner's own bonus-row draw, mirrored (see mirror_hpu_draws)
-            if rid in block:
-                torch.empty(VOCAB).exponential_(generator=g)
-        kept = {rid: generators[rid].get_state() for i, rid in enumerate(order) if i in discarded and rid in generators}
-        if batch.sampling_metadata.all_greedy:
-            with spec_decode.installed(self.real.rejection_sampler, spec_decode.greedy_rejection_sample):
-                out = self.rejection(metadata, None, torch.stack(rows), batch.sampling_metadata)
+def gpu_spec_step(engine: Any, number: int, step: dict[str, Any]) -> StepOut:
+    """A step with drafts of vLLM's GPU path (``GpuEngine.step``): the compact layout, vLLM's real
+    ``RejectionSampler`` (module docstring)."""
+    requests, scheduler = engine.schedule.requests, engine.scheduler
+    scheduled = begin_step(engine, scheduler, engine.m.vllm, number, step, engines.plain_params)
+    before = {rid: list(r.output) for rid, r in scheduler.requests.items()}
+    drafts = {rid: resolve(scheduler.requests[rid].tokens, d, requests[rid].grammar)
+              for rid, d in step.drafts.items()}
+    block = decode_block(scheduler, scheduled)
+    engine._update_states(scheduler.output(scheduled, drafts))
+    batch = engine.batch
+    order = list(batch.req_ids[:batch.num_reqs])
+    # What vLLM's rejection sampler reads per row, held against each request's own parameters
+    # (conform.judge_step, OWN_ONLY): where vLLM's own batch hands a request another's state,
+    # the tokens it emits are the reference's error, not a difference of the HPU path.
+    marked = engine.model.logits([(rid, engine.ends[rid][0] - 1) for rid in order])
+    own = [engine.recorder.record(marked, batch.sampling_metadata)]
+    per_request: list[list[torch.Tensor]] = []  # per request, its drafts' rows and its bonus row
+    for rid in order:
+        d, r = drafts.get(rid, []), scheduler.requests[rid]
+        mask = allowed(requests[rid].grammar) if rid in step.structured else None
+        if rid in block:
+            contexts = [r.tokens + d[:j] for j in range(len(d) + 1)]
+            new = [row(c) for c in contexts]
         else:
-            with mirror_hpu_draws(self.real.rejection_sampler):
-                out = self.rejection(metadata, None, torch.stack(rows), batch.sampling_metadata)
-        for rid, state in kept.items():  # _bookkeeping_sync: a discarded row's draw is rewound
-            generators[rid].set_state(state)
-        parsed = self.rejection.parse_output(out.sampled_token_ids, VOCAB, discarded, out.logprobs_tensors)
-        tokens, lists = parsed if isinstance(parsed, tuple) else (parsed, None)
-        returned, logprobs, spec, rows = {}, {}, {}, {}
-        for i, rid in enumerate(order):
-            toks = [int(t) for t in tokens[i]]
-            returned[rid] = toks
-            lp = None
-            if toks and lists is not None:
-                cu = lists.cu_num_generated_tokens
-                lp = [(int(a[0]), round(float(b[0]), 4)) for a, b in
-                      zip(lists.logprob_token_ids[cu[i]:cu[i] + len(toks)], lists.logprobs[cu[i]:cu[i] + len(toks)])]
-                logprobs[rid] = ([a for a, _ in lp], [b for _, b in lp])
-                rows[rid] = engines.logprob_rows(lists, cu[i], len(toks))
-            if rid in block:
-                spec[rid] = (drafts.get(rid, []), toks, lp)
-            if toks:  # _bookkeeping_sync
-                self.requests[rid].output_token_ids.extend(toks)
-                end = batch.num_tokens_no_spec[i]
-                batch.token_ids_cpu[i, end:end + len(toks)] = toks
-                batch.num_tokens_no_spec[i] = end + len(toks)
-                if hasattr(batch, "is_token_ids"):
-                    batch.is_token_ids[i, end:end + len(toks)] = True
-        # vLLM's scheduler: num_computed_tokens less the rejected drafts.
-        scheduler.update({rid: n - (1 + len(drafts[rid]) - len(returned[rid]) if rid in drafts else 0)
-                          for rid, n in scheduled.items()}, returned)
-        result = SpecStepOut(dict(scheduled), self.ends, [], returned, logprobs, own_calls=own, spec=spec, before=before,
-                             logprob_rows=rows)
-        return split(result, block)
-
-
-@contextlib.contextmanager
-def mirror_hpu_draws(module: Any):
-    """vLLM's own ``rejection_sample`` for a batch with sampled requests, with
-    ``spec_sampled``'s torch stand-ins for its four Triton kernels (each held to its kernel's
-    contract by fixes/spec-decode-sampled-rows' ``test_stand_in_*``), its uniforms drawn in float32
-    (``spec_sampled.uniform_probs_float32``) as the HPU draws them: Gaudi has no float64. With the
-    bonus-row draw ``SpecGpuEngine.step`` adds for each seeded request of the decode block
-    (vllm_gaudi's runner samples a spec step's bonus rows once itself, ``_run_sampling``, before the
-    ``RejectionSampler`` samples them again), these are the two ways the HPU consumes a seeded
-    request's random stream otherwise than vLLM's GPU path; mirrored, a seeded request's tokens
-    are vLLM's for the same draws, token for token (``spec_tokens``)."""
-    saved = module.generate_uniform_probs
-    module.generate_uniform_probs = spec_sampled.uniform_probs_float32
-    try:
-        with spec_sampled.installed(module):
-            yield
-    finally:
-        module.generate_uniform_probs = saved
+            new = [engine.model.row(rid, engine.ends[rid][0] - 1)]
+        # apply_grammar_bitmask: every row of a structured request
+        per_request.append([x if mask is None else x.masked_fill(~mask, float("-inf")) for x in new])
+    discarded = [i for i, rid in enumerate(order) if engine.ends[rid][0] < engine.ends[rid][1]]
+    generators = {rid: engine.requests[rid].generator for rid in order if engine.requests[rid].generator is not None}
+    for rid, g in generators.items():  # the HPU runner's own bonus-row draw, mirrored (spec_sampled.mirror_hpu_draws)
+        if rid in block:
+            torch.empty(VOCAB).exponential_(generator=g)
+    kept = {rid: generators[rid].get_state() for i, rid in enumerate(order) if i in discarded and rid in generators}
+    tokens, lists = spec_decode.rejection_step(engine.real, [drafts.get(rid, []) for rid in order], per_request,
+                                               batch.sampling_metadata, VOCAB, discarded)
+    for rid, state in kept.items():  # _bookkeeping_sync: a discarded row's draw is rewound
+        generators[rid].set_state(state)
+    returned, logprobs, spec, rows = {}, {}, {}, {}
+    for i, rid in enumerate(order):
+        toks = [int(t) for t in tokens[i]]
+        returned[rid] = toks
+        lp = None
+        if toks and lists is not None:
+            cu = lists.cu_num_generated_tokens
+            lp = [(int(a[0]), round(float(b[0]), 4)) for a, b in
+                  zip(lists.logprob_token_ids[cu[i]:cu[i] + len(toks)], lists.logprobs[cu[i]:cu[i] + len(toks)])]
+            logprobs[rid] = ([a for a, _ in lp], [b for _, b in lp])
+            rows[rid] = engines.logprob_rows(lists, cu[i], len(toks))
+        if rid in block:
+            spec[rid] = (drafts.get(rid, []), toks, lp)
+        if toks:  # _bookkeeping_sync
+            engine.requests[rid].output_token_ids.extend(toks)
+            end = batch.num_tokens_no_spec[i]
+            batch.token_ids_cpu[i, end:end + len(toks)] = toks
+            batch.num_tokens_no_spec[i] = end + len(toks)
+            if hasattr(batch, "is_token_ids"):
+                batch.is_token_ids[i, end:end + len(toks)] = True
+    scheduler.update(scheduled, returned, drafts)
+    result = StepOut(dict(scheduled), engine.ends, [], returned, logprobs, own_calls=own, spec=spec, before=before,
+                     logprob_rows=rows)
+    return split(result, block)
 
 
 def _asked(r: checks.Request) -> str:

@@ -22,6 +22,11 @@ Stood in for: the model (``Model``: a logits row is a fixed function of the requ
 its position, so a recomputed position predicts what it predicted before), attention and the
 device (CPU tensors; ``torch.hpu`` is never reached).
 
+What runs is one ``Harness`` whose ``Config`` says what it needs: sync or async scheduling, the
+structured-output block, logits-processor plugins, and speculative decoding (``spec_tokens``: the
+scheduler sends each decode's drafts in ``scheduled_spec_decode_tokens`` and takes the rejected ones
+back; the runner's spec-decode pieces and vLLM's rejection sampler, spec_decode.py).
+
 A resumed-after-preemption request comes back as vLLM's scheduler sends it: in the cached requests,
 in ``resumed_req_ids``, with ``num_computed_tokens`` the block-aligned prefix-cache hit, all its
 blocks in ``new_block_ids`` and its tokens in ``all_token_ids``.
@@ -160,7 +165,9 @@ class Scheduler:
             self._next_block += 1
         return new
 
-    def output(self, scheduled: dict[str, int]) -> Any:
+    def output(self, scheduled: dict[str, int], drafts: Optional[dict[str, list[int]]] = None) -> Any:
+        """The step's ``SchedulerOutput``; `drafts`: the draft tokens sent per decoding request
+        (``scheduled_spec_decode_tokens``)."""
         v = self.vllm
         new_reqs, cached_ids, resumed, all_token_ids, new_block_ids, computed, num_output = [], [], set(), {}, [], [], []
         for rid, n in scheduled.items():
@@ -191,33 +198,38 @@ class Scheduler:
                       num_output_tokens=num_output)
         out = make(v.SchedulerOutput, scheduled_new_reqs=new_reqs, scheduled_cached_reqs=cached,
                    num_scheduled_tokens=dict(scheduled), total_num_scheduled_tokens=sum(scheduled.values()),
-                   scheduled_spec_decode_tokens={}, scheduled_encoder_inputs={}, num_common_prefix_blocks=[0],
+                   scheduled_spec_decode_tokens={rid: list(d) for rid, d in (drafts or {}).items()},
+                   scheduled_encoder_inputs={}, num_common_prefix_blocks=[0],
                    finished_req_ids=set(self.finished), free_encoder_mm_hashes=[], kv_connector_metadata=None)
         self.finished = set()
         self.prev_scheduled = set(scheduled)
         return out
 
-    def update(self, scheduled: dict[str, int], returned: dict[str, list[int]]) -> None:
-        """``update_from_output``: progress, and every token handed back joins the output."""
+    def update(self, scheduled: dict[str, int], returned: dict[str, list[int]],
+               drafts: Optional[dict[str, list[int]]] = None) -> None:
+        """``update_from_output``: progress (less a request's rejected `drafts`), and every token
+        handed back joins the output."""
+        drafts = drafts or {}
         for rid, n in scheduled.items():
             r = self.requests[rid]
-            r.computed += n
+            r.computed += n - (1 + len(drafts[rid]) - len(returned.get(rid, [])) if rid in drafts else 0)
             r.output.extend(returned.get(rid, []))
 
 
 class Model:
     """The forward pass: logits row of a request at position q depends only on its tokens
-    ``[0, q]`` (as the scheduler knows them), so recomputing a position predicts the same."""
+    ``[0, q]`` (as the scheduler knows them), so recomputing a position predicts the same.
+    ``context_row(context)``: the row after any context (a draft position's: the request's tokens
+    and the drafts before it)."""
 
-    def __init__(self, scheduler: Scheduler, vocab: int = VOCAB):
+    def __init__(self, scheduler: Scheduler, vocab: int = VOCAB,
+                 context_row: Optional[Callable[[list[int]], torch.Tensor]] = None):
         self.scheduler, self.vocab = scheduler, vocab
-
+        self.context_row = context_row or (lambda context: context_row_of(context, vocab))
         self.made: list[tuple[str, torch.Tensor]] = []  # this step's rows, whose they are
 
     def row(self, rid: str, position: int) -> torch.Tensor:
-        context = self.scheduler.requests[rid].tokens[:position + 1]
-        seed = zlib.crc32(np.asarray(context, dtype=np.int64).tobytes())
-        return torch.randn(self.vocab, generator=torch.Generator().manual_seed(seed)) * 4.0
+        return self.context_row(self.scheduler.requests[rid].tokens[:position + 1])
 
     def logits(self, rows: list[tuple[str, int]]) -> torch.Tensor:
         if not rows:
@@ -229,6 +241,12 @@ class Model:
     def owners(self, logits: torch.Tensor) -> list[Optional[str]]:
         """Whose row each row of `logits` is (made this step; None: no request's)."""
         return [next((rid for rid, t in self.made if torch.equal(t, row)), None) for row in logits]
+
+
+def context_row_of(context: list[int], vocab: int = VOCAB) -> torch.Tensor:
+    """The model's logits row after `context`, `vocab` wide."""
+    seed = zlib.crc32(np.asarray(context, dtype=np.int64).tobytes())
+    return torch.randn(vocab, generator=torch.Generator().manual_seed(seed)) * 4.0
 
 
 class Sampler:
@@ -322,40 +340,87 @@ def request_state(module: Any, rid: str, prompt: list[int], params: Any, compute
                                      num_computed_tokens=computed, output_token_ids=[] if output is None else output)
 
 
-class Harness:
-    """vllm_gaudi's runner driven step by step (``step``), sync or async (`mode`)."""
+@dataclasses.dataclass(frozen=True)
+class Config:
+    """What a ``Harness`` runs. `mode`: sync or async scheduling; `grammar`: the runner's own
+    ``apply_grammar_bitmask`` and structured-output block run (``step(..., grammar_output=…)``);
+    `vocab`: the logits' width; `plugins`: logits-processor classes, as ``--logits-processors``
+    gives them to ``build_logitsprocs``; `batch`: builds the InputBatch from (the tree's
+    hpu_input_batch module, the logits processors) in place of ``input_batch`` (a test that builds
+    it as the runner does); `row`: the model's logits row after a context (``Model.context_row``).
 
-    def __init__(self, root: Path, mode: str, grammar: bool = False, vocab: int = VOCAB, plugins: tuple = (),
-                 batch: Optional[Callable[[Any, Any], Any]] = None):
-        """With `grammar`, the runner's own ``apply_grammar_bitmask`` and structured-output block run
-        (``step(..., grammar_output=…)``); `vocab`: the logits' width; `plugins`: logits-processor
-        classes, as ``--logits-processors`` gives them to ``build_logitsprocs``; `batch`: builds the
-        InputBatch from (the tree's hpu_input_batch module, the logits processors) in place of
-        ``input_batch`` (a test that builds it as the runner does)."""
-        assert mode in ("sync", "async")
-        self.root, self.mode, self.vocab = root, mode, vocab
+    `spec_tokens` > 0: speculative decoding with that ``num_speculative_tokens`` (sync only:
+    vllm_gaudi turns async scheduling off with a speculative config; no plugins: vLLM then builds
+    only ``MinTokensLogitsProcessor``), its decodes padded to the smallest of `buckets` that holds
+    them (HPU's decode buckets); see spec_decode.py for what runs."""
+
+    mode: str = "sync"
+    grammar: bool = False
+    vocab: int = VOCAB
+    plugins: tuple = ()
+    batch: Optional[Callable[[Any, Any], Any]] = None
+    row: Optional[Callable[[list[int]], torch.Tensor]] = None
+    spec_tokens: int = 0
+    buckets: tuple[int, ...] = (2, 4, 8)
+
+
+class Harness:
+    """vllm_gaudi's runner driven step by step (``step``), as its `config` says (``Config``; a mode
+    string and ``Config``'s keywords also do)."""
+
+    def __init__(self, root: Path, config: Any = None, **kw: Any):
+        config = Config(mode=config, **kw) if isinstance(config, str) else config or Config(**kw)
+        assert config.mode in ("sync", "async") and not (config.spec_tokens and config.mode == "async")
+        self.root, self.config, self.mode, self.vocab = root, config, config.mode, config.vocab
         self.vllm = Vllm.get(root)
         loaded, self.h2d = _load(root)  # h2d: every async_h2d_update of the batch (shared by the module)
-        self.module = loaded.input_batch
-        config = types.SimpleNamespace(scheduler_config=types.SimpleNamespace(max_num_seqs=MAX_REQS),
-                                       speculative_config=None)
-        logitsprocs = loaded.build_logitsprocs(config, torch.device("cpu"), False, False, list(plugins))
-        self.batch = input_batch(self.module, vocab, logitsprocs) if batch is None else batch(self.module, logitsprocs)
+        namespace = {"torch": torch, "np": np, "SamplingType": self.vllm.SamplingType,
+                     "logger": logging.getLogger("harness"), "cast": lambda t, v: v,
+                     "get_pp_group": lambda: types.SimpleNamespace(is_last_rank=True)}
+        lifted = ["HPUModelRunner._update_states"]
+        spec = (types.SimpleNamespace(num_speculative_tokens=config.spec_tokens, method="ngram")
+                if config.spec_tokens else None)
+        batch_config = types.SimpleNamespace(scheduler_config=types.SimpleNamespace(max_num_seqs=MAX_REQS),
+                                             speculative_config=spec)
+        if spec:  # the batch with vLLM's real modules, and the runner's spec-decode pieces
+            import spec_decode
+            self.real = spec_decode.RealVllm.get(root)
+            self.h2d = stubs.H2DRecorder(root / stubs.UTILS_REL)
+            self.module = spec_decode.load_input_batch(root, self.h2d)
+            build = self.real.logits_processor.build_logitsprocs
+            logitsprocs = build(batch_config, torch.device("cpu"), False, False, [])
+            self.batch = input_batch(self.module, config.vocab, logitsprocs, is_spec_decode=True)
+            namespace.update(SpecDecodeMetadata=self.real.SpecDecodeMetadata, Optional=Optional)
+            lifted += ["HPUModelRunner._prepare_spec_decode_inputs", "HPUModelRunner._get_cumsum_and_arange"]
+        else:
+            self.module = loaded.input_batch
+            logitsprocs = loaded.build_logitsprocs(batch_config, torch.device("cpu"), False, False,
+                                                   list(config.plugins))
+            self.batch = (input_batch(self.module, config.vocab, logitsprocs) if config.batch is None
+                          else config.batch(self.module, logitsprocs))
         runner = self.runner = stubs.Runner(root, self.batch, reorder=True)
-        self.code = engine_step.lift_step(runner, root, grammar=grammar)
+        self.code = engine_step.lift_step(runner, root, grammar=config.grammar)
         runner.max_model_len = MAX_MODEL_LEN
-        runner.use_async_scheduling = mode == "async"
+        runner.use_async_scheduling = config.mode == "async"
         runner.encoder_cache = {}
         runner._compact_gdn_group_ids = set()
         runner.uses_mrope = False
         path = root / stubs.RUNNER_REL
-        namespace = {"torch": torch, "np": np, "SamplingType": self.vllm.SamplingType,
-                     "CachedRequestState": self.module.CachedRequestState, "logger": logging.getLogger("harness"),
-                     "get_pp_group": lambda: types.SimpleNamespace(is_last_rank=True), "cast": lambda t, v: v}
-        lift.bind(runner, path, ["HPUModelRunner._update_states"], namespace)
+        namespace["CachedRequestState"] = self.module.CachedRequestState
+        lift.bind(runner, path, lifted, namespace)
         self.scheduler = Scheduler(self.vllm)
-        self.model = Model(self.scheduler, vocab)
-        runner.sampler = self.sampler = Sampler(self.vllm.TopKTopPSampler())
+        self.model = Model(self.scheduler, config.vocab, config.row)
+        if spec:
+            runner.vllm_config = types.SimpleNamespace(speculative_config=spec)
+            runner.speculative_config = spec
+            runner.arange_np = np.arange(1024, dtype=np.int64)
+            runner.sampler = self.sampler = self.real.Sampler()
+            runner.rejection_sampler = self.real.RejectionSampler(self.sampler)
+            self.decode_code = spec_decode.decode_sampling_statement(path)
+        else:
+            runner.sampler = self.sampler = Sampler(self.vllm.TopKTopPSampler())
+        self.drafts: dict[str, list[int]] = {}  # the step's drafts
+        self.in_spec = False  # the spec decode block runs
         self.steps: list[Step] = []
         # the decode bucket for n decodes (padded with copies of the first decode's row)
         self.decode_bucket: Callable[[int], int] = lambda n: max(n, 4)
@@ -379,13 +444,29 @@ class Harness:
     def add(self, rid: str, prompt: list[int], **params: Any) -> None:
         self.scheduler.add(rid, prompt, self.params(**params))
 
-    def step(self, scheduled: dict[str, int], grammar_output: Any = None) -> Step:
+    def step(self, scheduled: dict[str, int], grammar_output: Any = None,
+             drafts: Optional[dict[str, list[int]]] = None) -> Step:
         """One engine step: the scheduler's output, ``_update_states``, ``sample_tokens``; the tokens
         each request gets back (as the engine reads them) go to the scheduler. `grammar_output`:
-        the scheduler's ``GrammarOutput`` (``structured_output_request_ids``, ``grammar_bitmask``)."""
+        the scheduler's ``GrammarOutput`` (``structured_output_request_ids``, ``grammar_bitmask``);
+        `drafts` (speculative decoding): the draft tokens the scheduler sends per decoding request,
+        whose scheduled count must be ``1 + len(drafts[rid])``."""
+        drafts = {rid: list(d) for rid, d in (drafts or {}).items() if rid in scheduled}
+        assert not drafts or self.config.spec_tokens, "drafts need Config(spec_tokens=…)"
+        for rid, d in drafts.items():
+            assert scheduled[rid] == 1 + len(d), f"{rid}: scheduled {scheduled[rid]} with {len(d)} drafts"
+        self.drafts = drafts
+        if not self.config.spec_tokens:
+            return self._step(scheduled, grammar_output)
+        import spec_decode  # vllm_gaudi's rejection_sample, as it installs it at import
+        real = self.real
+        with spec_decode.installed(real.rejection_sampler, real.hpu_rejection_sample, real.hpu_installs):
+            return self._step(scheduled, grammar_output)
+
+    def _step(self, scheduled: dict[str, int], grammar_output: Any) -> Step:
         runner, batch = self.runner, self.batch
         self.model.made = []
-        sched = self.scheduler.output(scheduled)
+        sched = self.scheduler.output(scheduled, self.drafts)
         batch_changed = runner._update_states(sched)
         runner._sample_tokens_reorder(sched)
         pd_info = runner._get_prompts_and_decodes(sched)
@@ -407,14 +488,23 @@ class Harness:
         step = Step(len(self.steps) + 1, dict(scheduled), returned, rows, batch_changed, runner.use_structured_output,
                     logprobs, ns)
         self.steps.append(step)
-        self.scheduler.update(scheduled, returned)
+        self.scheduler.update(scheduled, returned, self.drafts)
         return step
 
     def _forward_and_sample(self, ns: dict[str, Any], contents: Any, pd_info: Any, num_decodes: int,
                             batch_changed: bool) -> dict[str, int]:
         """sample_tokens' prefill loop and decode block (the lines that collect rows and tokens);
-        the model stands in for ``_execute_model_generic``."""
+        the model stands in for ``_execute_model_generic``. A step with drafts: its decode block
+        is the spec one (``_spec_decode``)."""
         runner, batch = self.runner, self.batch
+        if self.drafts and num_decodes:
+            rows = self._forward_and_sample(ns, contents, pd_info, 0, batch_changed)  # the prefills
+            self.in_spec = True
+            try:
+                self._spec_decode(ns, pd_info, num_decodes, batch_changed)
+            finally:
+                self.in_spec = False
+            return rows
         ns.update(prefill_sampled_token_ids=[], prefill_sampled_requests=[], decode_sampled_token_ids=[],
                   decode_sampled_requests=[], logprobs_segments=[], logits_prompt=[], logits_decode=[])
         rows: dict[str, int] = {}
@@ -447,6 +537,34 @@ class Harness:
                 ns["logprobs_segments"].append((list(pd_info.decode_req_ids), out.logprobs_tensors))
             ns["decode_sampled_requests"].extend(batch.req_ids[:num_decodes])
         return rows
+
+    def _spec_decode(self, ns: dict[str, Any], pd_info: Any, num_decodes: int, batch_changed: bool) -> None:
+        """The decode block of a spec step: the HPU layout of ``_create_decode_input_data`` (every
+        request ``max_spec_len + 1`` token slots, padded to a bucket), the runner's
+        ``_prepare_spec_decode_inputs``, the model's logits at its ``logits_indices`` (``-1``: the
+        last slot's row), and the runner's decode-sampling statement."""
+        runner = self.runner
+        decodes = list(pd_info.decode_req_ids)
+        slots = max(1 + len(self.drafts.get(rid, [])) for rid in decodes)
+        padded = min(b for b in self.config.buckets if b >= num_decodes)
+        token_ids = torch.zeros(padded * slots, 1, dtype=torch.int64)
+        contexts: list[list[int]] = []
+        for b in range(padded):
+            rid = decodes[b] if b < num_decodes else None
+            tokens = self.scheduler.requests[rid].tokens if rid else [0]
+            d = self.drafts.get(rid, []) if rid else []
+            row = [tokens[-1], *d]
+            token_ids[b * slots:b * slots + len(row), 0] = torch.tensor(row)
+            for j in range(slots):
+                contexts.append(tokens + d[:j] if rid and j <= len(d) else [7, b, j])
+        logits_indices = torch.zeros(padded, dtype=torch.int32)
+        indices, metadata = runner._prepare_spec_decode_inputs(
+            types.SimpleNamespace(scheduled_spec_decode_tokens=self.drafts), logits_indices, token_ids, slots)
+        rows = [contexts[i] for i in indices.tolist()]  # -1: the last slot
+        logits = torch.stack([self.model.context_row(c) for c in rows])
+        ns.update(decode_data=types.SimpleNamespace(spec_decode_metadata=metadata), logits_device=logits,
+                  batch_changed=batch_changed, decode_sampled_token_ids_device=None)
+        exec(self.decode_code, ns)
 
     def output(self, rid: str) -> list[int]:
         """Everything request `rid` got back so far, as the user sees it."""

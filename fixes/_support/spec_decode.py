@@ -1,6 +1,6 @@
 """Speculative-decoding steps of vllm_gaudi on CPU, and vLLM's GPU path for the same step.
 
-What runs (``SpecHarness``, an additive extension of ``harness.Harness``):
+What runs (``harness.Harness`` with ``Config(spec_tokens=…)``; its pieces are here):
 
 - vllm_gaudi's ``InputBatch`` (``hpu_input_batch.py``) executed with vLLM's **real** modules of the
   tree in ``sys.modules`` (``SamplingMetadata``, the logits-processor package, ``SamplingParams``),
@@ -20,18 +20,20 @@ What runs (``SpecHarness``, an additive extension of ``harness.Harness``):
   sets on ``RejectionSampler`` on that class, for the HPU step only, as vllm_gaudi installs them at
   import.
 
-``gpu_step`` is vLLM's GPU path for the same step: the compact layout of
+``gpu_step`` is vLLM's GPU path for the same step, through ``rejection_step`` (conform's GPU
+engine samples a step with drafts through it too): the compact layout of
 ``GPUModelRunner._calc_spec_decode_metadata`` (request i's drafts at rows ``cu[i-1]..cu[i]-1``,
 its bonus row after them), one ``SamplingMetadata`` row per request with ``output_token_ids``,
 vLLM's real ``MinTokensLogitsProcessor`` told of every request in order, vLLM's real
-``RejectionSampler``. The one stand-in: vLLM's Triton ``rejection_greedy_sample_kernel`` does not
-run on CPU, so ``greedy_rejection_sample`` (a torch loop) takes ``rejection_sample``'s place; its
+``RejectionSampler``. The stand-ins: vLLM's Triton kernels do not run on CPU. On an all-greedy
+step ``greedy_rejection_sample`` (a torch loop) takes ``rejection_sample``'s place; its
 contract — per request, each draft position's target argmax is written until the first draft that
 differs from it (that position's argmax included); the bonus token follows only when every draft
 matched; everything else is ``PLACEHOLDER_TOKEN_ID`` — is checked by ``test_stand_in`` cases in
-the tests that use it.
+the tests that use it. On a step with a sampled request vLLM's own ``rejection_sample`` runs with
+``spec_sampled``'s stand-ins for its four kernels, uniforms in float32.
 
-The model (``Model.context_row``): a logits row is a fixed function of the context it follows,
+The model (``harness.Model.context_row``): a logits row is a fixed function of the context it follows,
 so a draft position predicts what the plain decode of the same context predicts.
 """
 
@@ -49,9 +51,8 @@ from typing import Any, Callable, Optional
 import numpy as np
 import torch
 
-import engine_step
 import harness
-import lift
+import lift  # noqa: F401
 import vllm_gaudi_stubs as stubs
 
 REJECTION_REL = Path("vllm_gaudi/v1/sample/hpu_rejection_sampler.py")
@@ -213,124 +214,9 @@ def load_input_batch(root: Path, h2d: stubs.H2DRecorder, name: str = "gaudi_fixe
     return module
 
 
-class SpecHarness(harness.Harness):
-    """``harness.Harness`` with speculative decoding (sync scheduling: vllm_gaudi turns async off
-    with a speculative config). ``step(scheduled, drafts)``: ``drafts[rid]`` are the draft tokens
-    the scheduler sends for a decoding request (``scheduled_spec_decode_tokens``); its scheduled
-    count must be ``1 + len(drafts[rid])``. The decodes are padded to the smallest of `buckets`
-    that holds them (HPU's decode buckets)."""
-
-    def __init__(self, root: Path, buckets: tuple[int, ...] = (2, 4, 8),
-                 model: Optional[Callable[[list[int]], torch.Tensor]] = None, vocab: int = harness.VOCAB,
-                 grammar: bool = False):
-        """`model`: the logits row after a context (``context_row``); `vocab`: its width; with
-        `grammar`, the runner's own structured-output block runs (``step(..., grammar_output=…)``)."""
-        super().__init__(root, "sync", grammar=grammar, vocab=vocab)
-        self.real = RealVllm.get(root)
-        self.buckets = buckets
-        self.model = SpecModel(self.scheduler, model or context_row)
-        self.model.vocab = vocab  # the width of a call with no rows (Model.logits([]))
-        module = load_input_batch(root, stubs.H2DRecorder(root / stubs.UTILS_REL))
-        config = types.SimpleNamespace(scheduler_config=types.SimpleNamespace(max_num_seqs=harness.MAX_REQS),
-                                       speculative_config=types.SimpleNamespace(num_speculative_tokens=4))
-        logitsprocs = self.real.logits_processor.build_logitsprocs(config, torch.device("cpu"), False, False, [])
-        self.module = module
-        self.batch = harness.input_batch(module, vocab, logitsprocs, is_spec_decode=True)
-        runner = self.runner = stubs.Runner(root, self.batch, reorder=True)
-        self.code = engine_step.lift_step(runner, root, grammar=grammar)
-        runner.max_model_len = harness.MAX_MODEL_LEN
-        runner.use_async_scheduling = False
-        runner.encoder_cache = {}
-        runner._compact_gdn_group_ids = set()
-        runner.uses_mrope = False
-        path = root / stubs.RUNNER_REL
-        namespace = {"torch": torch, "np": np, "SamplingType": self.vllm.SamplingType,
-                     "CachedRequestState": module.CachedRequestState, "logger": logging.getLogger("harness"),
-                     "get_pp_group": lambda: types.SimpleNamespace(is_last_rank=True), "cast": lambda t, v: v,
-                     "SpecDecodeMetadata": self.real.SpecDecodeMetadata, "Optional": Optional}
-        lift.bind(runner, path, ["HPUModelRunner._update_states", "HPUModelRunner._prepare_spec_decode_inputs",
-                                 "HPUModelRunner._get_cumsum_and_arange"], namespace)
-        spec = types.SimpleNamespace(num_speculative_tokens=4, method="ngram")
-        runner.vllm_config = types.SimpleNamespace(speculative_config=spec)
-        runner.speculative_config = spec
-        runner.arange_np = np.arange(1024, dtype=np.int64)
-        runner.sampler = self.sampler = self.real.Sampler()
-        runner.rejection_sampler = self.real.RejectionSampler(self.sampler)
-        self.decode_code = decode_sampling_statement(path)
-        self.spec: dict[str, list[int]] = {}
-        self.hpu_spec_calls: list[Any] = []  # the SpecDecodeMetadata of each HPU spec step
-
-    def step(self, scheduled: dict[str, int], drafts: Optional[dict[str, list[int]]] = None,
-             grammar_output: Any = None) -> harness.Step:
-        drafts = {rid: list(d) for rid, d in (drafts or {}).items() if rid in scheduled}
-        for rid, d in drafts.items():
-            assert scheduled[rid] == 1 + len(d), f"{rid}: scheduled {scheduled[rid]} with {len(d)} drafts"
-        self.spec = drafts
-        original_output = self.scheduler.output
-
-        def output(sched: dict[str, int]) -> Any:
-            out = original_output(sched)
-            out.scheduled_spec_decode_tokens = {rid: list(d) for rid, d in drafts.items()}
-            return out
-
-        self.scheduler.output = output  # type: ignore[method-assign]
-        original_update = self.scheduler.update
-
-        def update(sched: dict[str, int], returned: dict[str, list[int]]) -> None:
-            # vLLM's scheduler: num_computed_tokens less the rejected drafts.
-            original_update({rid: n - (1 + len(drafts[rid]) - len(returned.get(rid, [])) if rid in drafts else 0)
-                             for rid, n in sched.items()}, returned)
-
-        self.scheduler.update = update  # type: ignore[method-assign]
-        try:
-            with installed(self.real.rejection_sampler, self.real.hpu_rejection_sample, self.real.hpu_installs):
-                return super().step(scheduled, grammar_output=grammar_output)
-        finally:
-            self.scheduler.output, self.scheduler.update = original_output, original_update
-
-    def _forward_and_sample(self, ns: dict[str, Any], contents: Any, pd_info: Any, num_decodes: int,
-                            batch_changed: bool) -> dict[str, int]:
-        if not self.spec:
-            return super()._forward_and_sample(ns, contents, pd_info, num_decodes, batch_changed)
-        rows = super()._forward_and_sample(ns, contents, pd_info, 0, batch_changed)  # the prefills
-        if num_decodes:
-            self._spec_decode(ns, pd_info, num_decodes, batch_changed)
-        return rows
-
-    def _spec_decode(self, ns: dict[str, Any], pd_info: Any, num_decodes: int, batch_changed: bool) -> None:
-        """The decode block of a spec step: the HPU layout of ``_create_decode_input_data`` (every
-        request ``max_spec_len + 1`` token slots, padded to a bucket), the runner's
-        ``_prepare_spec_decode_inputs``, the model's logits at its ``logits_indices`` (``-1``: the
-        last slot's row), and the runner's decode-sampling statement."""
-        runner = self.runner
-        decodes = list(pd_info.decode_req_ids)
-        slots = max(1 + len(self.spec.get(rid, [])) for rid in decodes)
-        padded = min(b for b in self.buckets if b >= num_decodes)
-        token_ids = torch.zeros(padded * slots, 1, dtype=torch.int64)
-        contexts: list[list[int]] = []
-        for b in range(padded):
-            rid = decodes[b] if b < num_decodes else None
-            tokens = self.scheduler.requests[rid].tokens if rid else [0]
-            d = self.spec.get(rid, []) if rid else []
-            row = [tokens[-1], *d]
-            token_ids[b * slots:b * slots + len(row), 0] = torch.tensor(row)
-            for j in range(slots):
-                contexts.append(tokens + d[:j] if rid and j <= len(d) else [7, b, j])
-        logits_indices = torch.zeros(padded, dtype=torch.int32)
-        indices, metadata = runner._prepare_spec_decode_inputs(
-            types.SimpleNamespace(scheduled_spec_decode_tokens=self.spec), logits_indices, token_ids, slots)
-        self.hpu_spec_calls.append(metadata)
-        rows = [contexts[i] for i in indices.tolist()]  # -1: the last slot
-        logits = torch.stack([self.model.context_row(c) for c in rows])
-        ns.update(decode_data=types.SimpleNamespace(spec_decode_metadata=metadata), logits_device=logits,
-                  batch_changed=batch_changed, decode_sampled_token_ids_device=None)
-        exec(self.decode_code, ns)
-
-
 def context_row(context: list[int]) -> torch.Tensor:
     """The logits row after `context` (``harness.Model.row``'s for a request's own tokens)."""
-    seed = harness.zlib.crc32(np.asarray(context, dtype=np.int64).tobytes())
-    return torch.randn(harness.VOCAB, generator=torch.Generator().manual_seed(seed)) * 4.0
+    return harness.context_row_of(context)
 
 
 def greedy(context: list[int], n: int, row: Callable[[list[int]], torch.Tensor] = context_row) -> list[int]:
@@ -340,18 +226,6 @@ def greedy(context: list[int], n: int, row: Callable[[list[int]], torch.Tensor] 
     for _ in range(n):
         out.append(int(row(context + out).argmax()))
     return out
-
-
-class SpecModel(harness.Model):
-    """``harness.Model`` whose rows come from ``context_row(context)``: a draft position's context
-    is the request's tokens and the drafts before it."""
-
-    def __init__(self, scheduler: harness.Scheduler, context_row: Callable[[list[int]], torch.Tensor]):
-        super().__init__(scheduler)
-        self.context_row = context_row
-
-    def row(self, rid: str, position: int) -> torch.Tensor:
-        return self.context_row(self.scheduler.requests[rid].tokens[:position + 1])
 
 
 @dataclasses.dataclass
@@ -364,12 +238,13 @@ class GpuRequest:
     drafts: list[int]
 
 
-def gpu_step(root: Path, requests: list[GpuRequest],
-             context_row: Callable[[list[int]], torch.Tensor]) -> list[list[int]]:
-    """vLLM's GPU path for one spec-decode step of `requests` (batch rows in this order): the
-    compact layout, one metadata row per request, vLLM's real ``MinTokensLogitsProcessor`` and
-    ``RejectionSampler``; ``greedy_rejection_sample`` for the Triton kernel. The tokens each request
-    gets."""
+def gpu_step(root: Path, requests: list[GpuRequest], context_row: Callable[[list[int]], torch.Tensor],
+             generators: Optional[dict[int, torch.Generator]] = None) -> list[list[int]]:
+    """vLLM's GPU path for one spec-decode step of `requests` (batch rows in this order): a batch of
+    just them (vLLM's real ``MinTokensLogitsProcessor`` told of each in order), the sampling rows
+    vLLM's GPU ``InputBatch`` makes (greedy temperature 0.0, top_k outside (0, vocab) as the
+    vocabulary, ``top_k``/``top_p`` None when no request has one, `generators` by row,
+    ``request_sampling_values``), and ``rejection_step``. The tokens each request gets."""
     real = RealVllm.get(root)
     lp = real.logits_processor
     config = types.SimpleNamespace(scheduler_config=types.SimpleNamespace(max_num_seqs=harness.MAX_REQS),
@@ -381,37 +256,57 @@ def gpu_step(root: Path, requests: list[GpuRequest],
     update = builder.get_and_reset(len(requests))
     for p in logitsprocs.all:
         p.update_state(update)
-    rows, target, bonus = [], [], []
-    for r in requests:
-        tokens = r.prompt + r.output
-        for j in range(len(r.drafts) + 1):
-            (target if j < len(r.drafts) else bonus).append(len(rows))
-            rows.append(context_row(tokens + r.drafts[:j]))
-    num_draft = [len(r.drafts) for r in requests]
-    cu_draft = np.cumsum(num_draft, dtype=np.int32)
-    cu_sampled = np.cumsum([n + 1 for n in num_draft], dtype=np.int32)
-    metadata = real.SpecDecodeMetadata(
-        draft_token_ids=torch.tensor([t for r in requests for t in r.drafts], dtype=torch.int32),
-        num_draft_tokens=num_draft, cu_num_draft_tokens=torch.from_numpy(cu_draft),
-        cu_num_sampled_tokens=torch.from_numpy(cu_sampled),
-        target_logits_indices=torch.tensor(target, dtype=torch.int32),
-        bonus_logits_indices=torch.tensor(bonus, dtype=torch.int32),
-        logits_indices=torch.arange(len(rows), dtype=torch.int32))
-    n = len(requests)
+    rows = [[context_row(r.prompt + r.output + r.drafts[:j]) for j in range(len(r.drafts) + 1)] for r in requests]
+    n, vocab = len(requests), rows[0][0].numel()
+    params = [r.params for r in requests]
+    greedy = [p.temperature < 1e-5 for p in params]
+    top_k = [p.top_k if 0 < p.top_k < vocab else vocab for p in params]
     fields = {f.name for f in dataclasses.fields(real.SamplingMetadata)}
-    values = dict(temperature=None, all_greedy=True, all_random=False, top_p=None, top_k=None, generators={},
-                  max_num_logprobs=None, no_penalties=True, prompt_token_ids=None,
-                  frequency_penalties=torch.zeros(n), presence_penalties=torch.zeros(n),
+    values = dict(temperature=torch.tensor([0.0 if g else p.temperature for g, p in zip(greedy, params)]),
+                  all_greedy=all(greedy), all_random=not any(greedy),
+                  top_p=None if all(p.top_p >= 1 for p in params) else torch.tensor([p.top_p for p in params]),
+                  top_k=None if all(k == vocab for k in top_k) else torch.tensor(top_k, dtype=torch.int32),
+                  generators=dict(generators or {}), max_num_logprobs=None, no_penalties=True,
+                  prompt_token_ids=None, frequency_penalties=torch.zeros(n), presence_penalties=torch.zeros(n),
                   repetition_penalties=torch.ones(n), output_token_ids=[r.output for r in requests],
                   allowed_token_ids_mask=None, bad_words_token_ids={}, logitsprocs=logitsprocs,
                   spec_token_ids=[list(r.drafts) for r in requests])
     values.update(request_sampling_values(requests))
     sampling_metadata = real.SamplingMetadata(**{k: v for k, v in values.items() if k in fields})
+    return rejection_step(real, [r.drafts for r in requests], rows, sampling_metadata, vocab)[0]
+
+
+def rejection_step(real: Any, drafts: list[list[int]], rows: list[list[torch.Tensor]], sampling_metadata: Any,
+                   vocab: int, discarded: list[int] = ()) -> tuple[list[list[int]], Any]:
+    """vLLM's GPU path of a spec-decode step's sampling, the one reference of the fix tests
+    (``gpu_step``) and conform (``conform_spec.gpu_spec_step``): per request of the batch, its
+    `drafts` and its logits `rows` (one per draft, then its bonus row) in the compact layout of
+    ``GPUModelRunner._calc_spec_decode_metadata``, vLLM's real ``RejectionSampler`` — on an
+    all-greedy batch with ``greedy_rejection_sample`` for the Triton kernel, else with vLLM's own
+    ``rejection_sample`` and ``spec_sampled``'s stand-ins for its kernels, uniforms in float32
+    (``spec_sampled.mirror_hpu_draws``) — and ``parse_output`` (the `discarded` rows' tokens
+    dropped). The tokens per request and the logprobs lists (or None)."""
+    import spec_sampled
+    target, bonus, flat = [], [], []
+    for own in rows:
+        for j, x in enumerate(own):
+            (target if j < len(own) - 1 else bonus).append(len(flat))
+            flat.append(x)
+    num_draft = [len(d) for d in drafts]
+    metadata = real.SpecDecodeMetadata(
+        draft_token_ids=torch.tensor([t for d in drafts for t in d], dtype=torch.int32),
+        num_draft_tokens=num_draft, cu_num_draft_tokens=torch.from_numpy(np.cumsum(num_draft, dtype=np.int32)),
+        cu_num_sampled_tokens=torch.from_numpy(np.cumsum([n + 1 for n in num_draft], dtype=np.int32)),
+        target_logits_indices=torch.tensor(target, dtype=torch.int32),
+        bonus_logits_indices=torch.tensor(bonus, dtype=torch.int32),
+        logits_indices=torch.arange(len(flat), dtype=torch.int32))
     rejection = real.RejectionSampler(real.Sampler())
-    with installed(real.rejection_sampler, greedy_rejection_sample):
-        out = rejection(metadata, None, torch.stack(rows), sampling_metadata)
-    parsed = rejection.parse_output(out.sampled_token_ids, harness.VOCAB)
-    return parsed[0] if isinstance(parsed, tuple) else parsed
+    stand_in = (installed(real.rejection_sampler, greedy_rejection_sample) if sampling_metadata.all_greedy
+                else spec_sampled.mirror_hpu_draws(real.rejection_sampler))
+    with stand_in:
+        out = rejection(metadata, None, torch.stack(flat), sampling_metadata)
+    parsed = rejection.parse_output(out.sampled_token_ids, vocab, discarded, out.logprobs_tensors)
+    return parsed if isinstance(parsed, tuple) else (parsed, None)
 
 
 def request_sampling_values(requests: list[GpuRequest]) -> dict[str, Any]:

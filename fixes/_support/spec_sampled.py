@@ -200,71 +200,21 @@ def uniform_probs_float32(num_tokens: int, num_draft_tokens: list[int], generato
     return uniform
 
 
-def gpu_step(root: Any, requests: list[Any], context_row: Any, generators: dict[int, torch.Generator]) -> list[list[int]]:
-    """vLLM's GPU path for one spec-decode step of `requests` (``spec_decode.GpuRequest``, batch rows in
-    this order) that may sample: ``spec_decode.gpu_step``'s layout and metadata, with the sampling rows
-    vLLM's GPU ``InputBatch`` makes (greedy temperature 0.0, top_k outside (0, vocab) as the vocabulary,
-    ``top_k``/``top_p`` None when no request has one), `generators` by row, and vLLM's own
-    ``rejection_sample`` with the stand-ins for its kernels, its uniforms drawn in float32
-    (``uniform_probs_float32``: the one deliberate difference, what the HPU can draw). The tokens each
-    request gets."""
-    import dataclasses
-
-    import numpy as np
-
-    import harness
-    import spec_decode
-
-    real = spec_decode.RealVllm.get(root)
-    lp = real.logits_processor
-    config = type("C", (), {})()
-    config.scheduler_config = type("S", (), {"max_num_seqs": harness.MAX_REQS})()
-    config.speculative_config = type("P", (), {"num_speculative_tokens": 4})()
-    logitsprocs = lp.build_logitsprocs(config, torch.device("cpu"), False, False, [])
-    builder = lp.BatchUpdateBuilder()
-    for i, r in enumerate(requests):
-        builder.added.append((i, r.params, r.prompt, r.output))
-    update = builder.get_and_reset(len(requests))
-    for p in logitsprocs.all:
-        p.update_state(update)
-    rows, target, bonus = [], [], []
-    for r in requests:
-        tokens = r.prompt + r.output
-        for j in range(len(r.drafts) + 1):
-            (target if j < len(r.drafts) else bonus).append(len(rows))
-            rows.append(context_row(tokens + r.drafts[:j]))
-    num_draft = [len(r.drafts) for r in requests]
-    metadata = real.SpecDecodeMetadata(
-        draft_token_ids=torch.tensor([t for r in requests for t in r.drafts], dtype=torch.int32),
-        num_draft_tokens=num_draft, cu_num_draft_tokens=torch.from_numpy(np.cumsum(num_draft, dtype=np.int32)),
-        cu_num_sampled_tokens=torch.from_numpy(np.cumsum([n + 1 for n in num_draft], dtype=np.int32)),
-        target_logits_indices=torch.tensor(target, dtype=torch.int32),
-        bonus_logits_indices=torch.tensor(bonus, dtype=torch.int32),
-        logits_indices=torch.arange(len(rows), dtype=torch.int32))
-    n, vocab = len(requests), rows[0].numel()
-    params = [r.params for r in requests]
-    greedy = [p.temperature < 1e-5 for p in params]
-    top_k = [p.top_k if 0 < p.top_k < vocab else vocab for p in params]
-    fields = {f.name for f in dataclasses.fields(real.SamplingMetadata)}
-    values = dict(temperature=torch.tensor([0.0 if g else p.temperature for g, p in zip(greedy, params)]),
-                  all_greedy=all(greedy), all_random=not any(greedy),
-                  top_p=None if all(p.top_p >= 1 for p in params) else torch.tensor([p.top_p for p in params]),
-                  top_k=None if all(k == vocab for k in top_k) else torch.tensor(top_k, dtype=torch.int32),
-                  generators=dict(generators), max_num_logprobs=None, no_penalties=True, prompt_token_ids=None,
-                  frequency_penalties=torch.zeros(n), presence_penalties=torch.zeros(n),
-                  repetition_penalties=torch.ones(n), output_token_ids=[r.output for r in requests],
-                  allowed_token_ids_mask=None, bad_words_token_ids={}, logitsprocs=logitsprocs,
-                  spec_token_ids=[list(r.drafts) for r in requests])
-    values.update(spec_decode.request_sampling_values(requests))
-    sampling_metadata = real.SamplingMetadata(**{k: v for k, v in values.items() if k in fields})
-    rejection = real.RejectionSampler(real.Sampler())
-    module = real.rejection_sampler
+@contextlib.contextmanager
+def mirror_hpu_draws(module: Any):
+    """vLLM's own ``rejection_sample`` for a batch with sampled requests, with the torch stand-ins
+    for its four Triton kernels (``installed``: each held to its kernel's contract by
+    fixes/spec-decode-sampled-rows' ``test_stand_in_*``), its uniforms drawn in float32
+    (``uniform_probs_float32``) as the HPU draws them: Gaudi has no float64. With the bonus-row
+    draw conform's GPU engine adds for each seeded request of the decode block (vllm_gaudi's runner
+    samples a spec step's bonus rows once itself, ``_run_sampling``, before the
+    ``RejectionSampler`` samples them again: conform_spec.gpu_spec_step), these are the two ways
+    the HPU consumes a seeded request's random stream otherwise than vLLM's GPU path; mirrored, a
+    seeded request's tokens are vLLM's for the same draws, token for token (``spec_tokens``)."""
     saved = module.generate_uniform_probs
     module.generate_uniform_probs = uniform_probs_float32
     try:
         with installed(module):
-            out = rejection(metadata, None, torch.stack(rows), sampling_metadata)
+            yield
     finally:
         module.generate_uniform_probs = saved
-    parsed = rejection.parse_output(out.sampled_token_ids, vocab)
-    return parsed[0] if isinstance(parsed, tuple) else parsed

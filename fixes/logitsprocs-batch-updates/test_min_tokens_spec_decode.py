@@ -53,7 +53,7 @@ STEPS = (
 
 
 def _run(root):  # noqa: F811
-    h = spec_decode.SpecHarness(root, buckets=(2, 4), model=model)
+    h = harness.Harness(root, harness.Config(spec_tokens=4, buckets=(2, 4), row=model))
     h.add("B", PROMPTS["B"], temperature=0.0, max_tokens=32)
     h.add("A", PROMPTS["A"], temperature=0.0, min_tokens=MIN_TOKENS, stop_token_ids=[STOP], max_tokens=32)
     h.add("C", PROMPTS["C"], temperature=0.0, max_tokens=32)
@@ -73,7 +73,7 @@ def _run(root):  # noqa: F811
         if prefill:
             scheduled["C"] = len(PROMPTS["C"])
         try:
-            step = h.step(scheduled, drafts)
+            step = h.step(scheduled, drafts=drafts)
         except Exception as e:  # noqa: BLE001 - an exception in sample_tokens ends EngineCore
             pytest.fail(f"speculative-decoding step {number} with a min_tokens request raised {type(e).__name__}: "
                         f"{e} (an exception in sample_tokens ends EngineCore)")

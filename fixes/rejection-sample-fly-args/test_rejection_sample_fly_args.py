@@ -28,7 +28,7 @@ PROMPTS = {"A": harness.prompt(6, 4), "B": harness.prompt(5, 5)}
 
 
 def test_spec_steps_run(root):  # noqa: F811
-    h = spec_decode.SpecHarness(root, buckets=(2, 4))
+    h = harness.Harness(root, harness.Config(spec_tokens=4, buckets=(2, 4)))
     for rid, p in PROMPTS.items():
         h.add(rid, p, temperature=0.0, max_tokens=32)
     h.step({rid: len(p) for rid, p in PROMPTS.items()})
@@ -41,7 +41,7 @@ def test_spec_steps_run(root):  # noqa: F811
                                    list(h.scheduler.requests[rid].output), drafts[rid]) for rid in PROMPTS
         ], spec_decode.context_row)
         try:
-            step = h.step({rid: 3 for rid in PROMPTS}, drafts)
+            step = h.step({rid: 3 for rid in PROMPTS}, drafts=drafts)
         except Exception as e:  # noqa: BLE001 - an exception in sample_tokens ends EngineCore
             pytest.fail(f"speculative-decoding step {number} raised {type(e).__name__}: {e} (an exception in "
                         "sample_tokens ends EngineCore: no spec-decode step can run)")

@@ -33,7 +33,7 @@ STEPS = (
 
 @pytest.fixture(scope="module")
 def steps(root):  # noqa: F811
-    h = spec_decode.SpecHarness(root, buckets=(2, 4))
+    h = harness.Harness(root, harness.Config(spec_tokens=4, buckets=(2, 4)))
     for rid, p in PROMPTS.items():
         h.add(rid, p, temperature=0.0, max_tokens=64)
     h.step({rid: len(p) for rid, p in PROMPTS.items()})
@@ -47,7 +47,7 @@ def steps(root):  # noqa: F811
                                    list(h.scheduler.requests[rid].output), drafts.get(rid, [])) for rid in counts
         ], spec_decode.context_row)
         try:
-            step = h.step({rid: 1 + n for rid, n in counts.items()}, drafts)
+            step = h.step({rid: 1 + n for rid, n in counts.items()}, drafts=drafts)
         except Exception as e:  # noqa: BLE001 - an exception in sample_tokens ends EngineCore
             pytest.fail(f"speculative-decoding step {number} raised {type(e).__name__}: {e}")
         out.append((number, counts, drafts, dict(zip(counts, want)), step.returned))

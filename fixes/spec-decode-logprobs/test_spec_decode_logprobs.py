@@ -4,7 +4,7 @@ needs torch, numpy and vLLM's pure-Python deps: _support/requirements.txt).
 Drives vllm_gaudi's real ``InputBatch``, the runner's real ``_update_states``,
 ``_prepare_spec_decode_inputs``, ``sample_tokens``' decode-sampling statement and
 ``_build_logprobs_output``, vLLM's real ``Sampler`` and ``RejectionSampler`` (its logprobs) with
-vllm_gaudi's ``rejection_sample`` (``spec_decode.SpecHarness``; sync scheduling). Greedy X and Y
+vllm_gaudi's ``rejection_sample`` (the spec ``harness.Harness``; sync scheduling). Greedy X and Y
 (``logprobs=3``) and later Z (plain) decode with drafts equal to their greedy continuation, in
 differing counts (one step without drafts for Y), all accepted or with a wrong first draft, in a
 bucket of 2 holding exactly the batch (beside Z's prefill) and a bucket of 4 padded after 3
@@ -18,8 +18,6 @@ Run: ``GAUDI_FIXES_ROOT=<dir holding vllm/ and vllm_gaudi/> pytest fixes/spec-de
 
 from __future__ import annotations
 
-from typing import Any
-
 import pytest
 import torch
 from fixtures import root  # noqa: F401  (pytest fixture)
@@ -31,16 +29,8 @@ LOGPROBS = 3
 PROMPTS, STEPS = spec_decode.SCENARIO_PROMPTS, spec_decode.SCENARIO_STEPS  # see spec_decode.py
 
 
-class Recording(spec_decode.SpecHarness):
-    """SpecHarness keeping each spec step's ``logprobs_segments``."""
-
-    def _spec_decode(self, ns: dict[str, Any], *args: Any) -> None:
-        super()._spec_decode(ns, *args)
-        self.segments = ns["logprobs_segments"]
-
-
 def _run(root):  # noqa: F811
-    h = Recording(root, buckets=(2, 4))
+    h = harness.Harness(root, harness.Config(spec_tokens=4, buckets=(2, 4)))
     h.add("X", PROMPTS["X"], temperature=0.0, max_tokens=64, logprobs=LOGPROBS)
     h.add("Y", PROMPTS["Y"], temperature=0.0, max_tokens=64, logprobs=LOGPROBS)
     h.add("Z", PROMPTS["Z"], temperature=0.0, max_tokens=64)
@@ -55,9 +45,9 @@ def _run(root):  # noqa: F811
         scheduled = {rid: 1 + n for rid, n in counts.items()}
         if prefill:
             scheduled["Z"] = len(PROMPTS["Z"])
-        step = h.step(scheduled, {rid: d for rid, d in drafts.items() if d})
+        step = h.step(scheduled, drafts={rid: d for rid, d in drafts.items() if d})
         batch = h.batch
-        out = h.runner._build_logprobs_output(h.segments, max(batch.req_id_to_index.values()) + 1)
+        out = h.runner._build_logprobs_output(step.ns["logprobs_segments"], max(batch.req_id_to_index.values()) + 1)
         steps.append((number, before, drafts, step.returned, out, dict(batch.req_id_to_index)))
     return steps
 
@@ -95,15 +85,15 @@ def test_every_token_of_a_spec_step_has_its_logprobs(steps):
 def test_one_token_of_a_lone_spec_request_has_its_logprobs(root):  # noqa: F811
     """One request with logprobs decoding alone, its one draft wrong: one token of its two
     positions (the step's logprobs segment holds the request once, then an unused position)."""
-    h = Recording(root, buckets=(2, 4))
+    h = harness.Harness(root, harness.Config(spec_tokens=4, buckets=(2, 4)))
     h.add("X", PROMPTS["X"], temperature=0.0, max_tokens=64, logprobs=LOGPROBS)
     h.step({"X": len(PROMPTS["X"])})
     h.step({"X": 1})
     before = list(h.scheduler.requests["X"].tokens)
     draft = [(spec_decode.greedy(before, 1)[0] + 1) % harness.VOCAB]
     try:
-        step = h.step({"X": 2}, {"X": draft})
-        out = h.runner._build_logprobs_output(h.segments, max(h.batch.req_id_to_index.values()) + 1)
+        step = h.step({"X": 2}, drafts={"X": draft})
+        out = h.runner._build_logprobs_output(step.ns["logprobs_segments"], max(h.batch.req_id_to_index.values()) + 1)
     except Exception as e:  # noqa: BLE001 - an exception in sample_tokens ends EngineCore
         pytest.fail(f"a speculative-decoding step of request X alone (logprobs={LOGPROBS}, its draft {draft} wrong) "
                     f"raised {type(e).__name__}: {e} (an exception in sample_tokens ends EngineCore)")

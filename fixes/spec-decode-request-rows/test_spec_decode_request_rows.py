@@ -4,7 +4,7 @@ and no step raises (CPU; needs torch, numpy and vLLM's pure-Python deps: _suppor
 Drives vllm_gaudi's real ``InputBatch``, the runner's real ``_update_states``,
 ``_prepare_spec_decode_inputs`` (the HPU layout of the draft rows) and ``sample_tokens``'
 decode-sampling statement, vLLM's real ``Sampler`` and ``RejectionSampler`` with vllm_gaudi's
-``rejection_sample`` (``spec_decode.SpecHarness``; sync scheduling: vllm_gaudi turns async off with a
+``rejection_sample`` (the spec ``harness.Harness``; sync scheduling: vllm_gaudi turns async off with a
 speculative config). Greedy requests X (plain, row 0) and Y, later Z (each with the feature under
 test) are prefilled and decode once without drafts; then spec steps: the drafter proposes each
 request's greedy continuation of the model *without* the feature (so a ban or a penalty must reject
@@ -35,7 +35,7 @@ def _run(root, params: dict[str, dict[str, Any]], model: Callable[[list[int]], t
          drafter: Optional[Callable[[Any, int], list[int]]] = None):  # noqa: F811
     """`drafter(request, n)`: the n drafts proposed for a request (default: the model's greedy
     continuation)."""
-    h = spec_decode.SpecHarness(root, buckets=(2, 4), model=model)
+    h = harness.Harness(root, harness.Config(spec_tokens=4, buckets=(2, 4), row=model))
     for rid in PROMPTS:
         h.add(rid, PROMPTS[rid], temperature=0.0, max_tokens=64,
               **{k: v for k, v in params.get(rid, {}).items() if k != "bad_words_ids"})
@@ -57,7 +57,7 @@ def _run(root, params: dict[str, dict[str, Any]], model: Callable[[list[int]], t
         if prefill:
             scheduled["Z"] = len(PROMPTS["Z"])
         try:
-            step = h.step(scheduled, {rid: d for rid, d in drafts.items() if d})
+            step = h.step(scheduled, drafts={rid: d for rid, d in drafts.items() if d})
         except Exception as e:  # noqa: BLE001 - an exception in sample_tokens ends EngineCore
             pytest.fail(f"speculative-decoding step {number} with {what} raised {type(e).__name__}: {e} "
                         "(an exception in sample_tokens ends EngineCore)")
@@ -191,17 +191,17 @@ def _gather_shapes(root, params: dict[str, dict[str, Any]], model: Callable[[lis
     """``_run`` with the runner's rejection sampler recording its target gathers; every request's
     tokens held against vLLM's GPU path (the compact rows alone): the padded rows reach no request."""
     recorder: dict[str, _GatherShapes] = {}
-    original = spec_decode.SpecHarness.__init__
+    original = harness.Harness.__init__
 
     def init(self, *args: Any, **kwargs: Any) -> None:
         original(self, *args, **kwargs)
         self.runner.rejection_sampler = recorder["r"] = _GatherShapes(self.runner.rejection_sampler)
 
-    spec_decode.SpecHarness.__init__ = init  # type: ignore[method-assign]
+    harness.Harness.__init__ = init  # type: ignore[method-assign]
     try:
         h, steps = _run(root, params, model, what, drafter)
     finally:
-        spec_decode.SpecHarness.__init__ = original  # type: ignore[method-assign]
+        harness.Harness.__init__ = original  # type: ignore[method-assign]
     _same_as_gpu(steps, what)
     return recorder["r"].shapes
 

@@ -6,7 +6,7 @@ _support/requirements.txt).
 Drives vllm_gaudi's real ``InputBatch``, the runner's real ``_update_states``,
 ``_prepare_spec_decode_inputs`` and ``sample_tokens``' decode-sampling statement, vLLM's real
 ``Sampler`` and ``RejectionSampler`` with what ``hpu_rejection_sampler.py`` installs in vLLM's module
-(``spec_decode.SpecHarness``; sync scheduling only: vllm_gaudi turns async scheduling off with a
+(the spec ``harness.Harness``; sync scheduling only: vllm_gaudi turns async scheduling off with a
 speculative config, so there is no async case). The distribution tests call vLLM's real
 ``RejectionSampler`` with the HPU installs on one batch of many identical requests (the HPU layout:
 every request the same draft count, so padded and compact rows coincide).
@@ -39,10 +39,10 @@ GATE = 0.03  # the total-variation gate of the reference suite (`gaudi-fixes equ
 DRAWS = 60000  # at the gate, the noise of exact sampling stays below 0.025 (99.9%) for every count tested here
 
 
-def _step(h: spec_decode.SpecHarness, scheduled: dict[str, int], drafts: dict[str, list[int]], what: str,
+def _step(h: harness.Harness, scheduled: dict[str, int], drafts: dict[str, list[int]], what: str,
           number: int) -> dict[str, list[int]]:
     try:
-        return h.step(scheduled, {rid: d for rid, d in drafts.items() if d}).returned
+        return h.step(scheduled, drafts={rid: d for rid, d in drafts.items() if d}).returned
     except Exception as e:  # noqa: BLE001 - an exception in sample_tokens ends EngineCore
         pytest.fail(f"speculative-decoding step {number} with {what} raised {type(e).__name__}: {e} "
                     "(an exception in sample_tokens ends EngineCore, and every request in flight fails)")
@@ -52,7 +52,7 @@ def _spec_run(root, params: dict[str, dict[str, Any]], counts: dict[str, int], w
               drafter: Optional[Callable[[list[int], int], list[int]]] = None) -> tuple[Any, list[Any]]:
     """Requests `params` (rid -> sampling parameters) prefilled, one plain decode, then `steps` spec
     steps with `counts[rid]` drafts each (the model's greedy continuation unless `drafter`)."""
-    h = spec_decode.SpecHarness(root, buckets=(2, 4))
+    h = harness.Harness(root, harness.Config(spec_tokens=4, buckets=(2, 4)))
     for rid, p in params.items():
         h.add(rid, PROMPTS[rid], max_tokens=64, **p)
     h.step({rid: len(PROMPTS[rid]) for rid in params})
@@ -135,7 +135,7 @@ def _greedy_want(root, h, drafts: dict[str, list[int]]) -> dict[str, list[int]]:
 def test_sampled_request_without_drafts(root):  # noqa: F811
     """Y (temperature 0.7) has no drafts this step beside greedy X with drafts: Y gets one token, X the
     tokens vLLM's GPU path gives."""
-    h = spec_decode.SpecHarness(root, buckets=(2, 4))
+    h = harness.Harness(root, harness.Config(spec_tokens=4, buckets=(2, 4)))
     h.add("X", PROMPTS["X"], temperature=0.0, max_tokens=64)
     h.add("Y", PROMPTS["Y"], temperature=0.7, max_tokens=64)
     h.step({"X": len(PROMPTS["X"]), "Y": len(PROMPTS["Y"])})
@@ -156,7 +156,7 @@ def test_sampled_prefill_beside_greedy(root):  # noqa: F811
     """Z (temperature 0.7) is still prefilling (its prompt in two chunks) while greedy X and Y take spec
     steps: the batch is not all greedy, and X and Y (temperature stored as -1.0 on HPU) get exactly
     the tokens vLLM's GPU path gives, not their least likely ones."""
-    h = spec_decode.SpecHarness(root, buckets=(2, 4))
+    h = harness.Harness(root, harness.Config(spec_tokens=4, buckets=(2, 4)))
     for rid in ("X", "Y"):
         h.add(rid, PROMPTS[rid], temperature=0.0, max_tokens=64)
     h.step({"X": len(PROMPTS["X"]), "Y": len(PROMPTS["Y"])})
@@ -186,7 +186,7 @@ def test_seeded_steps_equal_vllms_gpu_path(root):  # noqa: F811
     GPU: vllm_gaudi's runner samples the bonus rows once itself (``_run_sampling``, for the sampling
     metadata) before the ``RejectionSampler`` samples them again, so a seeded request's tokens cannot
     equal the GPU's for the same seed; from there on, the draws are vLLM's."""
-    h = spec_decode.SpecHarness(root, buckets=(2, 4))
+    h = harness.Harness(root, harness.Config(spec_tokens=4, buckets=(2, 4)))
     params = {"X": dict(temperature=0.7, top_k=20, seed=11), "Y": dict(temperature=0.0),
               "Z": dict(temperature=1.0, top_p=0.9, seed=12)}
     for rid, p in params.items():
@@ -212,7 +212,7 @@ def test_seeded_steps_equal_vllms_gpu_path(root):  # noqa: F811
                 g.set_state(own.get_state())
                 torch.empty(harness.VOCAB).exponential_(generator=g)  # vllm_gaudi's own bonus-row draw
                 generators[i] = g
-        want = spec_sampled.gpu_step(root, [
+        want = spec_decode.gpu_step(root, [
             spec_decode.GpuRequest(h.scheduler.requests[rid].params, PROMPTS[rid],
                                    list(h.scheduler.requests[rid].output), drafts[rid]) for rid in order
         ], spec_decode.context_row, generators)

@@ -4,7 +4,7 @@ numpy and vLLM's pure-Python deps: _support/requirements.txt).
 Drives vllm_gaudi's real ``InputBatch``, the runner's real ``_update_states``,
 ``_prepare_spec_decode_inputs``, ``sample_tokens``' decode-sampling statement, its structured-output
 block and ``apply_grammar_bitmask`` (xgrammar's CPU kernel contract), vLLM's real ``Sampler`` and
-``RejectionSampler`` with vllm_gaudi's ``rejection_sample`` (``spec_decode.SpecHarness``, sync
+``RejectionSampler`` with vllm_gaudi's ``rejection_sample`` (the spec ``harness.Harness``, sync
 scheduling). X and Z follow a grammar (a token set), Y has none; X, Y and later Z decode greedily
 with drafts equal to their continuation (under the grammar for X and Z), in differing counts (one
 step without drafts for Y), all accepted or with a wrong first draft, in a bucket of 2 beside Z's
@@ -58,7 +58,7 @@ def grammar_output(rows: dict[str, int]) -> types.SimpleNamespace:
 
 
 def _run(root):  # noqa: F811
-    h = spec_decode.SpecHarness(root, buckets=(2, 4), grammar=True)
+    h = harness.Harness(root, harness.Config(spec_tokens=4, buckets=(2, 4), grammar=True))
     for rid in PROMPTS:
         h.add(rid, PROMPTS[rid], temperature=0.0, max_tokens=64)
     h.step({"X": len(PROMPTS["X"]), "Y": len(PROMPTS["Y"])}, grammar_output=grammar_output({"X": 1}))
@@ -78,7 +78,7 @@ def _run(root):  # noqa: F811
             want["Z"] = [int(gpu_row(PROMPTS["Z"]).argmax())]
         rows = {rid: scheduled[rid] if rid in counts else 1 for rid in STRUCTURED if rid in scheduled}
         try:
-            step = h.step(scheduled, {rid: d for rid, d in drafts.items() if d}, grammar_output=grammar_output(rows))
+            step = h.step(scheduled, grammar_output(rows), drafts={rid: d for rid, d in drafts.items() if d})
         except Exception as e:  # noqa: BLE001 - an exception in sample_tokens ends EngineCore
             pytest.fail(f"speculative-decoding step {number} with structured-output requests {STRUCTURED} raised "
                         f"{type(e).__name__}: {e} (an exception in sample_tokens ends EngineCore)")
