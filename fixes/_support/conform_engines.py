@@ -36,7 +36,7 @@ import logits_plugins
 import prompt_logprobs
 import thinking_budget
 from conform_checks import Call
-from conform_schedule import EOS, MAX_REQS, VOCAB
+from conform_schedule import EOS, MAX_REQS, VOCAB, Schedule, ScheduledRequest, Step
 
 MARK = 1000.0  # column 0 of a logits row holds -(MARK + code(request, position)); token 0 is never drawn
 POSITIONS = 128
@@ -100,7 +100,7 @@ def logprob_rows(lists: Any, start: int, n: int) -> list[LogprobRow]:
                        -1 if ranks is None else int(ranks[k])) for k in range(start, start + n)]
 
 
-def asks_prompt_logprobs(schedule: dict[str, Any]) -> bool:
+def asks_prompt_logprobs(schedule: Schedule) -> bool:
     """Whether a request of `schedule` asks prompt_logprobs (only then are the runners' prompt
     logprobs computed: without such a request both return none)."""
     return any("prompt_logprobs" in r.params for r in schedule.requests.values())
@@ -178,7 +178,7 @@ def probe(rows: Any, positions: Any) -> torch.Tensor:
     return out
 
 
-def begin_step(engine: Any, scheduler: harness.Scheduler, vllm: Any, number: int, step: dict[str, Any],
+def begin_step(engine: Any, scheduler: harness.Scheduler, vllm: Any, number: int, step: Step,
                params: Any) -> dict[str, int]:
     """The scheduler's side of step `number`, the same for every engine: its finishes, preemptions
     and arrivals (``params(vllm, request)`` their ``SamplingParams``), the engine's recorder emptied
@@ -198,7 +198,7 @@ def begin_step(engine: Any, scheduler: harness.Scheduler, vllm: Any, number: int
     return scheduled
 
 
-def plain_params(vllm: Any, request: dict[str, Any]) -> Any:
+def plain_params(vllm: Any, request: ScheduledRequest) -> Any:
     """A plain schedule's request as vLLM's ``SamplingParams``."""
     return sampling_params(vllm, request.params)
 
@@ -246,7 +246,7 @@ class HpuEngine:
 
     side = "HPU"
 
-    def __init__(self, root: Path, schedule: dict[str, Any], sampler: Any):
+    def __init__(self, root: Path, schedule: Schedule, sampler: Any):
         import conform_spec
         self.schedule, self.spec = schedule, bool(schedule.spec)
         self.mode = "sync" if self.spec else schedule.mode
@@ -297,7 +297,7 @@ class HpuEngine:
     def outputs(self) -> dict[str, list[int]]:
         return {rid: r.output for rid, r in self.h.scheduler.requests.items()}
 
-    def step(self, number: int, step: dict[str, Any]) -> StepOut:
+    def step(self, number: int, step: Step) -> StepOut:
         import conform_spec
         h, requests = self.h, self.schedule.requests
         scheduled = begin_step(self, h.scheduler, h.vllm, number, step, plain_params)
@@ -377,7 +377,7 @@ class GpuModules:
         return cls._loaded[root]
 
 
-def gpu_plugins(schedule: dict[str, Any]) -> tuple[type, ...]:
+def gpu_plugins(schedule: Schedule) -> tuple[type, ...]:
     """The schedule's --logits-processors as vLLM's GPU runner hands them to build_logitsprocs:
     written against vLLM's own logits-processor package."""
     if not schedule.logits_processors:
@@ -392,7 +392,7 @@ class GpuEngine:
 
     side = "GPU"
 
-    def __init__(self, root: Path, schedule: dict[str, Any], sampler: Any):
+    def __init__(self, root: Path, schedule: Schedule, sampler: Any):
         m = self.m = GpuModules.get(root)
         self.schedule, self.mode, self.spec = schedule, "sync", bool(schedule.spec)
         self.scheduler = harness.Scheduler(m.vllm)
@@ -438,7 +438,7 @@ class GpuEngine:
     def structured_ids(self) -> list[str]:
         return []
 
-    def step(self, number: int, step: dict[str, Any]) -> StepOut:
+    def step(self, number: int, step: Step) -> StepOut:
         if step.drafts:
             import conform_spec
             return conform_spec.gpu_spec_step(self, number, step)

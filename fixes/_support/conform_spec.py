@@ -60,7 +60,7 @@ import harness
 import spec_decode
 import spec_sampled
 from conform_engines import MARK, StepOut, begin_step
-from conform_schedule import EOS, VOCAB
+from conform_schedule import EOS, VOCAB, Step
 
 FEATURE = "spec_decode"
 UNMARKED = 1.0 - MARK  # column 0 of a row of no mark (`unmark` reads no request): a draft position's, a decode's in a step with drafts
@@ -153,7 +153,7 @@ def decode_block(scheduler: harness.Scheduler, scheduled: dict[str, int]) -> set
             and scheduler.requests[rid].output}
 
 
-def gpu_spec_step(engine: Any, number: int, step: dict[str, Any]) -> StepOut:
+def gpu_spec_step(engine: Any, number: int, step: Step) -> StepOut:
     """A step with drafts of vLLM's GPU path (``GpuEngine.step``): the compact layout, vLLM's real
     ``RejectionSampler`` (module docstring)."""
     requests, scheduler = engine.schedule.requests, engine.scheduler
