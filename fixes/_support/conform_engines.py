@@ -386,6 +386,30 @@ def gpu_plugins(schedule: Schedule) -> tuple[type, ...]:
     return logits_plugins.classes(lp.interface, lp.builtin)
 
 
+def gpu_input_batch(m: Any, vocab: int, spec: bool, plugins: tuple[type, ...] = (), reasoning: Any = None) -> Any:
+    """vLLM's GPU ``InputBatch`` of the tree (`m`: ``GpuModules``) as ``GPUModelRunner`` builds it, on
+    CPU without pinned memory: `vocab` columns, the logits processors ``build_logitsprocs`` gives
+    (with a speculative config, when `spec`, only min_tokens' one: `plugins` are then not built),
+    `reasoning` its ``vllm_config.reasoning_config``. The one construction of ``GpuEngine`` and of
+    the fix tests' spec-decode reference (``spec_decode.gpu_step``)."""
+    config = types.SimpleNamespace(scheduler_config=types.SimpleNamespace(max_num_seqs=MAX_REQS),
+                                   speculative_config=types.SimpleNamespace(num_speculative_tokens=4) if spec
+                                   else None)
+    kw: dict[str, Any] = dict(max_num_reqs=MAX_REQS, max_model_len=harness.MAX_MODEL_LEN,
+                              max_num_batched_tokens=256, device=torch.device("cpu"), vocab_size=vocab,
+                              block_sizes=[harness.BLOCK],
+                              max_num_blocks_per_req=[harness.MAX_MODEL_LEN // harness.BLOCK],
+                              logitsprocs=m.build_logitsprocs(config, torch.device("cpu"), False, False,
+                                                              () if spec else plugins))
+    if "kernel_block_sizes" in _parameters(m.gib.InputBatch.__init__):
+        kw["kernel_block_sizes"] = [harness.BLOCK]
+    if "pin_memory" in _parameters(m.gib.InputBatch.__init__):
+        kw["pin_memory"] = False
+    if reasoning is not None:
+        kw["reasoning_config"] = reasoning
+    return m.gib.InputBatch(**kw)
+
+
 class GpuEngine:
     """vLLM's GPU path of the tree fed the same schedule (sync: the reference); a spec schedule's
     with speculative decoding (conform_spec.gpu_spec_step)."""
@@ -397,23 +421,9 @@ class GpuEngine:
         self.schedule, self.mode, self.spec = schedule, "sync", bool(schedule.spec)
         self.scheduler = harness.Scheduler(m.vllm)
         self.model = MarkedModel(self.scheduler, VOCAB)
-        # with a speculative config vLLM builds only min_tokens' logits processor
-        spec = types.SimpleNamespace(num_speculative_tokens=4) if self.spec else None
-        config = types.SimpleNamespace(scheduler_config=types.SimpleNamespace(max_num_seqs=MAX_REQS),
-                                       speculative_config=spec)
-        kw: dict[str, Any] = dict(max_num_reqs=MAX_REQS, max_model_len=harness.MAX_MODEL_LEN,
-                                  max_num_batched_tokens=256, device=torch.device("cpu"), vocab_size=VOCAB,
-                                  block_sizes=[harness.BLOCK],
-                                  max_num_blocks_per_req=[harness.MAX_MODEL_LEN // harness.BLOCK],
-                                  logitsprocs=m.build_logitsprocs(config, torch.device("cpu"), False, False,
-                                                                  () if spec else gpu_plugins(schedule)))
-        if "kernel_block_sizes" in _parameters(m.gib.InputBatch.__init__):
-            kw["kernel_block_sizes"] = [harness.BLOCK]
-        if "pin_memory" in _parameters(m.gib.InputBatch.__init__):
-            kw["pin_memory"] = False
-        if schedule.reasoning:  # as GPUModelRunner builds it: vllm_config.reasoning_config
-            kw["reasoning_config"] = thinking_budget.reasoning_config(schedule.reasoning)
-        self.batch = m.gib.InputBatch(**kw)
+        self.batch = gpu_input_batch(m, VOCAB, self.spec, () if self.spec else gpu_plugins(schedule),
+                                     thinking_budget.reasoning_config(schedule.reasoning) if schedule.reasoning
+                                     else None)
         self.requests: dict[str, Any] = {}
         self.runner = _GpuRunner(self.batch, self.requests)
         lift_gpu_update_states(root, self.runner, m)

@@ -240,40 +240,28 @@ class GpuRequest:
 
 def gpu_step(root: Path, requests: list[GpuRequest], context_row: Callable[[list[int]], torch.Tensor],
              generators: Optional[dict[int, torch.Generator]] = None) -> list[list[int]]:
-    """vLLM's GPU path for one spec-decode step of `requests` (batch rows in this order): a batch of
-    just them (vLLM's real ``MinTokensLogitsProcessor`` told of each in order), the sampling rows
-    vLLM's GPU ``InputBatch`` makes (greedy temperature 0.0, top_k outside (0, vocab) as the
-    vocabulary, ``top_k``/``top_p`` None when no request has one, `generators` by row,
-    ``request_sampling_values``), and ``rejection_step``. The tokens each request gets."""
+    """vLLM's GPU path for one spec-decode step of `requests` (batch rows in this order): vLLM's real
+    GPU ``InputBatch`` of the tree as ``GpuEngine`` builds it (``conform_engines.gpu_input_batch``,
+    with a speculative config), each request added in order as ``GPUModelRunner._update_states``
+    adds a new or resumed one (its output so far, `generators` by row) and its drafts set as its
+    ``spec_token_ids`` (``update_req_spec_token_ids``), the batch's ``sampling_metadata`` after
+    ``refresh_metadata``, and ``rejection_step``. The tokens each request gets."""
+    import conform_engines
     real = RealVllm.get(root)
-    lp = real.logits_processor
-    config = types.SimpleNamespace(scheduler_config=types.SimpleNamespace(max_num_seqs=harness.MAX_REQS),
-                                   speculative_config=types.SimpleNamespace(num_speculative_tokens=4))
-    logitsprocs = lp.build_logitsprocs(config, torch.device("cpu"), False, False, [])
-    builder = lp.BatchUpdateBuilder()
-    for i, r in enumerate(requests):
-        builder.added.append((i, r.params, r.prompt, r.output))
-    update = builder.get_and_reset(len(requests))
-    for p in logitsprocs.all:
-        p.update_state(update)
+    m = conform_engines.GpuModules.get(root)
     rows = [[context_row(r.prompt + r.output + r.drafts[:j]) for j in range(len(r.drafts) + 1)] for r in requests]
-    n, vocab = len(requests), rows[0][0].numel()
-    params = [r.params for r in requests]
-    greedy = [p.temperature < 1e-5 for p in params]
-    top_k = [p.top_k if 0 < p.top_k < vocab else vocab for p in params]
-    fields = {f.name for f in dataclasses.fields(real.SamplingMetadata)}
-    values = dict(temperature=torch.tensor([0.0 if g else p.temperature for g, p in zip(greedy, params)]),
-                  all_greedy=all(greedy), all_random=not any(greedy),
-                  top_p=None if all(p.top_p >= 1 for p in params) else torch.tensor([p.top_p for p in params]),
-                  top_k=None if all(k == vocab for k in top_k) else torch.tensor(top_k, dtype=torch.int32),
-                  generators=dict(generators or {}), max_num_logprobs=None, no_penalties=True,
-                  prompt_token_ids=None, frequency_penalties=torch.zeros(n), presence_penalties=torch.zeros(n),
-                  repetition_penalties=torch.ones(n), output_token_ids=[r.output for r in requests],
-                  allowed_token_ids_mask=None, bad_words_token_ids={}, logitsprocs=logitsprocs,
-                  spec_token_ids=[list(r.drafts) for r in requests])
-    values.update(request_sampling_values(requests))
-    sampling_metadata = real.SamplingMetadata(**{k: v for k, v in values.items() if k in fields})
-    return rejection_step(real, [r.drafts for r in requests], rows, sampling_metadata, vocab)[0]
+    vocab = rows[0][0].numel()
+    batch = conform_engines.gpu_input_batch(m, vocab, spec=True)
+    fields = {f.name for f in dataclasses.fields(m.gib.CachedRequestState)}
+    for i, r in enumerate(requests):
+        kw = dict(req_id=str(i), prompt_token_ids=list(r.prompt), mm_features=[], sampling_params=r.params,
+                  generator=(generators or {}).get(i), block_ids=([],),
+                  num_computed_tokens=len(r.prompt) + len(r.output), output_token_ids=list(r.output))
+        state = m.gib.CachedRequestState(**{k: v for k, v in kw.items() if k in fields})
+        batch.add_request(state)
+        batch.update_req_spec_token_ids(state, {state.req_id: list(r.drafts)})
+    batch.refresh_metadata()
+    return rejection_step(real, [r.drafts for r in requests], rows, batch.sampling_metadata, vocab)[0]
 
 
 def rejection_step(real: Any, drafts: list[list[int]], rows: list[list[torch.Tensor]], sampling_metadata: Any,
@@ -307,32 +295,6 @@ def rejection_step(real: Any, drafts: list[list[int]], rows: list[list[torch.Ten
         out = rejection(metadata, None, torch.stack(flat), sampling_metadata)
     parsed = rejection.parse_output(out.sampled_token_ids, vocab, discarded, out.logprobs_tensors)
     return parsed if isinstance(parsed, tuple) else (parsed, None)
-
-
-def request_sampling_values(requests: list[GpuRequest]) -> dict[str, Any]:
-    """The ``SamplingMetadata`` fields vLLM's GPU ``InputBatch`` derives from the requests' parameters,
-    one row per request: penalties (the prompts padded with the vocabulary size, as
-    ``_make_prompt_token_ids_cpu_tensor``), ``allowed_token_ids``' mask (True: not allowed) and
-    ``bad_words``' token ids. Requests without any of them give the defaults ``gpu_step`` sets."""
-    params = [r.params for r in requests]
-    values: dict[str, Any] = {}
-    if any(p.presence_penalty != 0.0 or p.frequency_penalty != 0.0 or p.repetition_penalty != 1.0 for p in params):
-        width = max(len(r.prompt) for r in requests)
-        values.update(no_penalties=False,
-                      frequency_penalties=torch.tensor([p.frequency_penalty for p in params], dtype=torch.float32),
-                      presence_penalties=torch.tensor([p.presence_penalty for p in params], dtype=torch.float32),
-                      repetition_penalties=torch.tensor([p.repetition_penalty for p in params], dtype=torch.float32),
-                      prompt_token_ids=torch.tensor([r.prompt + [harness.VOCAB] * (width - len(r.prompt))
-                                                     for r in requests], dtype=torch.int64))
-    if any(p.allowed_token_ids for p in params):
-        mask = torch.zeros(len(params), harness.VOCAB, dtype=torch.bool)
-        for i, p in enumerate(params):
-            if p.allowed_token_ids:
-                mask[i] = True
-                mask[i, p.allowed_token_ids] = False
-        values["allowed_token_ids_mask"] = mask
-    values["bad_words_token_ids"] = {i: p.bad_words_token_ids for i, p in enumerate(params) if p.bad_words_token_ids}
-    return values
 
 
 # A three-request scenario for the spec-decode fix tests: X and Y are prefilled and decode once
