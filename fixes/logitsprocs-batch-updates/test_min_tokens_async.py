@@ -28,6 +28,7 @@ import torch
 from fixtures import mode, root  # noqa: F401  (pytest fixtures)
 
 import harness
+import logits_plugins
 
 VOCAB = 64
 EOS = 3
@@ -41,40 +42,14 @@ PARAMS = {
 PROMPT_LEN = 8
 
 
-def _no_repeat_plugin(interface: types.ModuleType, builtin: types.ModuleType) -> type:
-    """A plugin as users write them for ``--logits-processors`` that reads the generated tokens
-    themselves: a request with ``extra_args={"no_repeat": True}`` never repeats its last token.
-    It keeps each row's output list through vLLM's own ``process_dict_updates``."""
-
-    class NoRepeatLogitsProcessor(interface.LogitsProcessor):
-
-        def __init__(self, vllm_config, device, is_pin_memory):
-            self.outputs: dict[int, list[int]] = {}
-
-        def is_argmax_invariant(self) -> bool:
-            return False
-
-        def update_state(self, batch_update) -> None:
-            builtin.process_dict_updates(self.outputs, batch_update, lambda params, _, out: out if (
-                params.extra_args or {}).get("no_repeat") else None)
-
-        def apply(self, logits: torch.Tensor) -> torch.Tensor:
-            for row, out in self.outputs.items():
-                if out:
-                    logits[row, out[-1]] = float("-inf")
-            return logits
-
-    return NoRepeatLogitsProcessor
-
-
 class Scenario:
 
     def __init__(self, root, mode: str, params: dict = PARAMS, plugin: bool = False,  # noqa: F811
                  prefer_eos: bool = True):
         self.params, self.prefer_eos = params, prefer_eos
-        lp = harness.logitsprocs_package(root)
+        lp = harness.logitsprocs_package(root)  # the plugin: logits_plugins' NoRepeat, as users write them
         self.h = harness.Harness(root, mode, vocab=VOCAB,
-                                 plugins=(_no_repeat_plugin(lp.interface, lp.builtin), ) if plugin else ())
+                                 plugins=(logits_plugins.classes(lp.interface, lp.builtin)[1], ) if plugin else ())
         self.h.runner.sampler = self._sample
         self.number = 0
         for rid, kw in params.items():
