@@ -13,10 +13,11 @@
 //! one judge every verdict of a run comes from.
 //!
 //! Every command reads its states from [`Chain::judge`], each with its [`Basis`] (which of
-//! these judgements gave it, as data); `apply` and `revert` then only plan the edits (in
-//! `super::plan`), with these states as the verdicts, deciding by the basis. The tree as it is
-//! is judged only where the chain's verdict leaves a question, so where the chain reads every
-//! fix clean a run judges each fix once (a test counts it).
+//! these judgements gave it, as data); `apply` and `revert` then only make the edits these
+//! verdicts call for (`super::plan`, `super::revert`), with the variant each chose, deciding
+//! by the basis, and judge again only a fix whose edits do not go onto the run's copy. The
+//! tree as it is is judged only where the chain's verdict leaves a question, so where the
+//! chain reads every fix clean a run judges each fix once (a test counts it).
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, HashMap};
@@ -424,6 +425,66 @@ mod tests {
                 "status on {} judged {} fixes {judged} times (more than twice each)",
                 root.display(),
                 all.len()
+            );
+        }
+    }
+
+    /// The run judges nothing the chain's pass did not: over the built-in catalogue, on the
+    /// files it reads copied from a cached pristine release (skipped when the cache has none),
+    /// `apply` judges as many times as `status` does on them, and `revert` as many as `status`
+    /// once `apply`'s edits are written; and the revert gives the pristine files back.
+    #[test]
+    fn apply_and_revert_over_the_built_in_catalogue_judge_only_what_status_judges() {
+        let catalog = Catalog::load(None).unwrap();
+        let Some(cache) = std::env::var_os("HOME")
+            .map(|h| std::path::PathBuf::from(h).join(".cache/gaudi-fixes/upstream/v0.30.0"))
+            .filter(|c| c.join("vllm_gaudi").is_dir())
+        else {
+            return;
+        };
+        let root = tempfile::tempdir().unwrap();
+        let mut copied = Vec::new();
+        for fix in &catalog.fixes {
+            for (_, file) in files_read(fix) {
+                let rel = std::path::PathBuf::from(file);
+                if cache.join(&rel).is_file() && !copied.contains(&rel) {
+                    std::fs::create_dir_all(root.path().join(&rel).parent().unwrap()).unwrap();
+                    std::fs::copy(cache.join(&rel), root.path().join(&rel)).unwrap();
+                    copied.push(rel);
+                }
+            }
+        }
+        let tree = |name: TreeName| {
+            Some(Tree {
+                name,
+                root: root.path().to_path_buf(),
+                found_by: "test".into(),
+                version: Some("0.30.0".into()),
+                outside_site_packages: false,
+            })
+        };
+        let trees = Trees { vllm: tree(TreeName::Vllm), vllm_gaudi: tree(TreeName::VllmGaudi), notes: Vec::new() };
+        let names: Vec<String> = catalog.fixes.iter().map(|f| f.manifest.name.clone()).collect();
+        let all = catalog.order(&names).unwrap();
+        let run = |op| {
+            let before = judgements();
+            let plan = plan(&catalog, &all, &trees, &TreeFilter::all(), &Recorded::new(), op).unwrap();
+            (plan, judgements() - before)
+        };
+        // Each plan costs seconds in a debug build: the run that writes, and status, per pass.
+        for (pass, op) in [("pristine", Op::Apply), ("applied", Op::Revert)] {
+            let (_, status) = run(Op::Status);
+            let (plan, judged) = run(op);
+            assert_eq!(judged, status, "{op:?} on the {pass} files judged {judged} times, status {status}");
+            assert!(!plan.edits.is_empty(), "{pass}: nothing to write");
+            for edit in &plan.edits {
+                std::fs::write(&edit.path, &edit.new).unwrap();
+            }
+        }
+        for rel in &copied {
+            assert!(
+                std::fs::read(root.path().join(rel)).unwrap() == std::fs::read(cache.join(rel)).unwrap(),
+                "{rel:?}"
             );
         }
     }

@@ -39,12 +39,12 @@ use workspace::Workspace;
 ///
 /// Every verdict comes from the chain's one pass ([`chain::Chain::judge`]); the run then only
 /// makes the edits those verdicts call for, on its own in-memory copy, with the variant each
-/// verdict chose. Apply and `--check` go forward on the selection alone: a fix whose files the
-/// copy holds as the chain judged them is not judged again (the chain's judgements are
-/// memoised by text), and one whose files differ there (an earlier fix of the run shares them,
-/// or a fix it comes after is neither applied nor selected) is judged on the copy to say why
-/// its edits cannot be made. Revert goes backward and judges nothing: each applied fix's edits
-/// come off the copy, and only one whose edits do not is looked at again (`revert.rs`).
+/// verdict chose, and judges nothing again while they go on. Apply and `--check` go forward
+/// on the selection alone; a fix whose edits do not go on there (an earlier fix of the run
+/// shares its file, a fix it comes after is neither applied nor selected), or that is not to
+/// be applied, is judged on the copy, which costs nothing where the copy holds its files as
+/// the chain did. Revert goes backward (`revert.rs`), and only a fix whose edits do not come
+/// off is looked at again.
 pub fn plan(
     catalog: &Catalog,
     fixes: &[&Fix],
@@ -61,7 +61,7 @@ pub fn plan(
         Op::Apply | Op::Check => {
             let mut reports = Vec::new();
             for (fix, settled) in fixes.iter().zip(&judged) {
-                reports.push(forward_one(catalog, &mut chain, fix, &settled.0, op, &mut ws)?);
+                reports.push(forward_one(catalog, &mut chain, fix, settled, op, &mut ws)?);
             }
             reports
         }
@@ -87,18 +87,33 @@ pub fn plan(
     Ok(Plan { reports, edits })
 }
 
-/// Apply (or `--check`) `fix`, whose verdict on the chain is `settled`, on the run's copy `ws`
-/// (the fixes of the selection before it already applied there).
+/// Apply (or `--check`) `fix`, whose verdict on the chain is `settled` (with the variant it
+/// chose), on the run's copy `ws` (the fixes of the selection before it already applied there).
+/// A fix not applied is applied with that variant, judged no further; one whose edits do not
+/// go on, and any other, is judged on the copy (where the copy holds its files as the chain
+/// did, that is the chain's judgement, memoised), and what the copy holds says why.
 fn forward_one<'c>(
     catalog: &Catalog,
     chain: &mut chain::Chain<'c>,
     fix: &'c Fix,
-    settled: &FixReport,
+    (settled, chosen): &chain::Judged<'c>,
     op: Op,
     ws: &mut Workspace,
 ) -> Result<FixReport> {
     let (trees, only) = (chain.trees(), chain.only());
-    // The same text as on the chain: a memoised judgement, the chain's own.
+    if let (FixState::NotApplied, Some(variant)) = (settled.state, chosen) {
+        let mut trial = ws.clone();
+        match edit_variant(variant, trees, only, &mut trial, true, &fix.manifest.name) {
+            Ok(()) => {
+                *ws = trial;
+                let mut report = settled.clone();
+                report.action = (op == Op::Apply).then_some(Action::Apply);
+                return Ok(report);
+            }
+            Err(e) if e.downcast_ref::<crate::catalog::chain::NotTaken>().is_some() => {}
+            Err(e) => return Err(e),
+        }
+    }
     let (mut report, chosen) = chain.evaluate(fix, ws)?;
     if report.state == settled.state {
         // The run agrees with the chain: how the chain reached the verdict (applied on top

@@ -64,10 +64,8 @@ fn revert_one<'c>(
             report.action = Some(Action::Revert);
             return Ok(report);
         }
-        Err(e) => match e.downcast::<NotTaken>() {
-            Ok(not_taken) => not_taken,
-            Err(e) => return Err(e),
-        },
+        // Any other error (I/O) is the run's.
+        Err(e) => e.downcast::<NotTaken>()?,
     };
     if let Some(reverted) = revert_over_missing(chain, fix, ws)? {
         return Ok(reverted);
@@ -135,4 +133,3 @@ fn revert_over_missing<'c>(chain: &mut Chain<'c>, fix: &'c Fix, ws: &mut Workspa
     *ws = trial;
     Ok(Some(report))
 }
-
