@@ -13,10 +13,11 @@
 //! one judge every verdict of a run comes from.
 //!
 //! Every command reads its states from [`Chain::judge`], each with its [`Basis`] (which of
-//! these judgements gave it, as data); `apply` and `revert` then only plan the edits (in
-//! `super::plan`), with these states as the verdicts, deciding by the basis. The tree as it is
-//! is judged only where the chain's verdict leaves a question, so where the chain reads every
-//! fix clean a run judges each fix once (a test counts it).
+//! these judgements gave it, as data); `apply` and `revert` then only make the edits these
+//! verdicts call for (`super::plan`, `super::revert`), with the variant each chose, deciding
+//! by the basis, and judge again only a fix whose edits do not go onto the run's copy. The
+//! tree as it is is judged only where the chain's verdict leaves a question, so where the
+//! chain reads every fix clean a run judges each fix once (a test counts it).
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, HashMap};
@@ -55,6 +56,16 @@ impl<'c> Chain<'c> {
     /// The catalogue judged.
     pub(super) fn catalog(&self) -> &'c Catalog {
         self.catalog
+    }
+
+    /// The trees judged.
+    pub(super) fn trees(&self) -> &'c Trees {
+        self.trees
+    }
+
+    /// The trees a run may read (`--only-tree`).
+    pub(super) fn only(&self) -> &'c TreeFilter {
+        self.only
     }
 
     /// The fixes `name` comes after, transitively, sorted.
@@ -313,35 +324,30 @@ mod tests {
     }
 
     /// One verdict per fix: on a tree where the chain reads every fix clean (pristine: both
-    /// not applied, fix-b only on top of fix-a in memory; both applied), `status`, `--check`
-    /// and `apply` judge each fix once, the chain's pass giving the verdicts and the edits.
+    /// not applied, fix-b only on top of fix-a in memory; both applied), `status`, `--check`,
+    /// `apply` and `revert` judge each fix once, the chain's pass giving the verdicts and the
+    /// run only making the edits (a revert takes fix-b off, then fix-a, judging neither again).
     #[test]
     fn a_clean_chain_judges_each_fix_once_per_run() {
         let applied = PRISTINE.replace("    b = a * 2\n    return b\n", "    b = a * 3\n    return b\n    # fix-b\n");
         for (text, want) in [(PRISTINE.to_string(), FixState::NotApplied), (applied, FixState::Applied)] {
             let (_d, catalog, trees) = two_fixes(&text);
             let both: Vec<&Fix> = catalog.fixes.iter().collect();
-            for op in [Op::Status, Op::Check, Op::Apply] {
+            for op in [Op::Status, Op::Check, Op::Apply, Op::Revert] {
                 let before = judgements();
                 let plan = plan(&catalog, &both, &trees, &TreeFilter::all(), &Recorded::new(), op).unwrap();
                 let judged = judgements() - before;
                 let states: Vec<FixState> = plan.reports.iter().map(|r| r.state).collect();
                 assert_eq!(states, [want, want], "{op:?} on {text:?}: {:#?}", plan.reports);
                 assert_eq!(judged, both.len(), "{op:?} on {text:?}: 2 fixes judged {judged} times");
-                if op == Op::Apply && want == FixState::NotApplied {
-                    let edited = std::str::from_utf8(&plan.edits[0].new).unwrap().to_string();
-                    assert!(edited.contains("b = a * 3\n    return b\n    # fix-b\n"), "{edited}");
+                let edited = plan.edits.first().map(|e| std::str::from_utf8(&e.new).unwrap().to_string());
+                match (op, want) {
+                    (Op::Apply, FixState::NotApplied) => {
+                        assert!(edited.unwrap().contains("b = a * 3\n    return b\n    # fix-b\n"))
+                    }
+                    (Op::Revert, FixState::Applied) => assert_eq!(edited.as_deref(), Some(PRISTINE)),
+                    _ => assert_eq!(edited, None, "{op:?} on {text:?}"),
                 }
-            }
-            if want == FixState::Applied {
-                // A revert goes the other way: fix-a is judged again on the text fix-b's revert
-                // leaves (which the forward chain never held), so that its edits are undone
-                // where they are then. At most twice each.
-                let before = judgements();
-                let plan = plan(&catalog, &both, &trees, &TreeFilter::all(), &Recorded::new(), Op::Revert).unwrap();
-                let judged = judgements() - before;
-                assert_eq!(std::str::from_utf8(&plan.edits[0].new).unwrap(), PRISTINE);
-                assert!(judged <= 2 * both.len(), "revert: 2 fixes judged {judged} times");
             }
         }
     }
@@ -419,6 +425,66 @@ mod tests {
                 "status on {} judged {} fixes {judged} times (more than twice each)",
                 root.display(),
                 all.len()
+            );
+        }
+    }
+
+    /// The run judges nothing the chain's pass did not: over the built-in catalogue, on the
+    /// files it reads copied from a cached pristine release (skipped when the cache has none),
+    /// `apply` judges as many times as `status` does on them, and `revert` as many as `status`
+    /// once `apply`'s edits are written; and the revert gives the pristine files back.
+    #[test]
+    fn apply_and_revert_over_the_built_in_catalogue_judge_only_what_status_judges() {
+        let catalog = Catalog::load(None).unwrap();
+        let Some(cache) = std::env::var_os("HOME")
+            .map(|h| std::path::PathBuf::from(h).join(".cache/gaudi-fixes/upstream/v0.30.0"))
+            .filter(|c| c.join("vllm_gaudi").is_dir())
+        else {
+            return;
+        };
+        let root = tempfile::tempdir().unwrap();
+        let mut copied = Vec::new();
+        for fix in &catalog.fixes {
+            for (_, file) in files_read(fix) {
+                let rel = std::path::PathBuf::from(file);
+                if cache.join(&rel).is_file() && !copied.contains(&rel) {
+                    std::fs::create_dir_all(root.path().join(&rel).parent().unwrap()).unwrap();
+                    std::fs::copy(cache.join(&rel), root.path().join(&rel)).unwrap();
+                    copied.push(rel);
+                }
+            }
+        }
+        let tree = |name: TreeName| {
+            Some(Tree {
+                name,
+                root: root.path().to_path_buf(),
+                found_by: "test".into(),
+                version: Some("0.30.0".into()),
+                outside_site_packages: false,
+            })
+        };
+        let trees = Trees { vllm: tree(TreeName::Vllm), vllm_gaudi: tree(TreeName::VllmGaudi), notes: Vec::new() };
+        let names: Vec<String> = catalog.fixes.iter().map(|f| f.manifest.name.clone()).collect();
+        let all = catalog.order(&names).unwrap();
+        let run = |op| {
+            let before = judgements();
+            let plan = plan(&catalog, &all, &trees, &TreeFilter::all(), &Recorded::new(), op).unwrap();
+            (plan, judgements() - before)
+        };
+        // Each plan costs seconds in a debug build: the run that writes, and status, per pass.
+        for (pass, op) in [("pristine", Op::Apply), ("applied", Op::Revert)] {
+            let (_, status) = run(Op::Status);
+            let (plan, judged) = run(op);
+            assert_eq!(judged, status, "{op:?} on the {pass} files judged {judged} times, status {status}");
+            assert!(!plan.edits.is_empty(), "{pass}: nothing to write");
+            for edit in &plan.edits {
+                std::fs::write(&edit.path, &edit.new).unwrap();
+            }
+        }
+        for rel in &copied {
+            assert!(
+                std::fs::read(root.path().join(rel)).unwrap() == std::fs::read(cache.join(rel)).unwrap(),
+                "{rel:?}"
             );
         }
     }

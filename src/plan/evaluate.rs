@@ -416,15 +416,15 @@ fn second_variant_applied(
 
 /// When a drifted fix patches a file an earlier fix of this run already edited (under this
 /// name or another), the two conflict: [`Basis::Conflict`], naming both.
-pub(super) fn shared_file_conflict(
+pub(super) fn shared_file_conflict<'a>(
     fix: &Fix,
-    report: &FixReport,
+    drifted: impl Iterator<Item = (TreeName, &'a str)>,
     trees: &Trees,
     ws: &mut Workspace,
 ) -> Result<Option<Basis>> {
-    for file in report.files.iter().filter(|f| f.state == FileOutcome::Drifted) {
-        let Some(tree) = trees.get(file.tree) else { continue };
-        let Some(loaded) = ws.get(tree, &file.path)? else { continue };
+    for (tree, path) in drifted {
+        let Some(tree) = trees.get(tree) else { continue };
+        let Some(loaded) = ws.get(tree, path)? else { continue };
         let with: Vec<Editor> = loaded
             .edited_by
             .iter()
@@ -432,7 +432,7 @@ pub(super) fn shared_file_conflict(
             .map(|(name, rel)| Editor { fix: name.clone(), path: rel.clone() })
             .collect();
         if !with.is_empty() {
-            return Ok(Some(Basis::Conflict { file: file.path.clone(), with }));
+            return Ok(Some(Basis::Conflict { file: path.to_string(), with }));
         }
     }
     Ok(None)

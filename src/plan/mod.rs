@@ -16,6 +16,7 @@ mod detect;
 mod evaluate;
 pub mod pairing;
 pub mod reason;
+mod revert;
 mod verdict;
 mod workspace;
 
@@ -35,6 +36,15 @@ use workspace::Workspace;
 /// apply/revert, simulate their edits in the order given (reverse for revert). `recorded` is
 /// what the provenance records say was applied (fix → variant): among variants that read
 /// applied, that one is named.
+///
+/// Every verdict comes from the chain's one pass ([`chain::Chain::judge`]); the run then only
+/// makes the edits those verdicts call for, on its own in-memory copy, with the variant each
+/// verdict chose, and judges nothing again while they go on. Apply and `--check` go forward
+/// on the selection alone; a fix whose edits do not go on there (an earlier fix of the run
+/// shares its file, a fix it comes after is neither applied nor selected), or that is not to
+/// be applied, is judged on the copy, which costs nothing where the copy holds its files as
+/// the chain did. Revert goes backward (`revert.rs`), and only a fix whose edits do not come
+/// off is looked at again.
 pub fn plan(
     catalog: &Catalog,
     fixes: &[&Fix],
@@ -46,63 +56,17 @@ pub fn plan(
     let mut ws = Workspace::new();
     let mut chain = chain::Chain::new(catalog, trees, only, recorded);
     let judged = chain.judge(fixes, &mut ws)?;
-    if op == Op::Status {
-        return Ok(Plan { reports: judged.into_iter().map(|(r, _)| r).collect(), edits: Vec::new() });
-    }
-    let mut reports = Vec::new();
-    let mut order: Vec<usize> = (0..fixes.len()).collect();
-    if op == Op::Revert {
-        order.reverse();
-    }
-    for i in order {
-        let fix = fixes[i];
-        let (settled, _) = &judged[i];
-        if op == Op::Revert && !matches!(settled.state, FixState::Applied | FixState::Drifted) {
-            // Nothing of it to undo: judged again on this run's copy (the fixes made on top of
-            // it reverted in memory, those it is made on top of perhaps never applied) it
-            // could read drifted, which says nothing about the tree.
-            reports.push((i, nothing_to_revert(settled, recorded)));
-            continue;
-        }
-        let (mut report, chosen) = chain.evaluate(fix, &mut ws)?;
-        if report.state == settled.state {
-            // The run agrees with the chain: how the chain reached the verdict (applied on top
-            // of fixes undone since, say) holds here too, with what it advises.
-            report.basis = settled.basis.clone();
-            report.advice = settled.advice.clone();
-        }
-        if op == Op::Revert && report.state == FixState::Drifted && settled.state == FixState::Applied {
-            if let Some(reverted) = revert_over_missing(&mut chain, fix, trees, only, &mut ws)? {
-                reports.push((i, reverted));
-                continue;
+    let reports = match op {
+        Op::Status => return Ok(Plan { reports: judged.into_iter().map(|(r, _)| r).collect(), edits: Vec::new() }),
+        Op::Apply | Op::Check => {
+            let mut reports = Vec::new();
+            for (fix, settled) in fixes.iter().zip(&judged) {
+                reports.push(forward_one(catalog, &mut chain, fix, settled, op, &mut ws)?);
             }
+            reports
         }
-        if report.state == FixState::Drifted {
-            if let Some(conflict) = shared_file_conflict(fix, &report, trees, &mut ws)? {
-                report.basis = conflict;
-                report.message = None;
-            } else if settled.state != FixState::Drifted {
-                report = unreachable_in_run(catalog, &mut chain, fix, settled, op)?;
-            }
-        }
-        if op == Op::Revert && report.state == FixState::Drifted && settled.never_applied(recorded) {
-            report = nothing_to_revert(settled, recorded);
-        }
-        let simulate = match (op, report.state) {
-            (Op::Apply | Op::Check, FixState::NotApplied) => Some(true),
-            (Op::Revert, FixState::Applied) => Some(false),
-            _ => None,
-        };
-        if let (Some(forward), Some(variant)) = (simulate, chosen) {
-            if op != Op::Check {
-                report.action = Some(if forward { Action::Apply } else { Action::Revert });
-            }
-            edit_variant(variant, trees, only, &mut ws, forward, &fix.manifest.name)?;
-        }
-        reports.push((i, report));
-    }
-    reports.sort_by_key(|(i, _)| *i);
-    let reports: Vec<FixReport> = reports.into_iter().map(|(_, r)| r).collect();
+        Op::Revert => revert::backward(&mut chain, fixes, &judged, recorded, &mut ws)?,
+    };
     let mut edits = Vec::new();
     if matches!(op, Op::Apply | Op::Revert) {
         for loaded in ws.files.values() {
@@ -123,65 +87,62 @@ pub fn plan(
     Ok(Plan { reports, edits })
 }
 
-/// The report of a fix a revert leaves alone (its settled state is not applied): as settled,
-/// but a drifted fix never applied here ([`FixReport::never_applied`]) and one absent from the
-/// trees found read not applied, saying why, so that neither refuses the revert of the others.
-fn nothing_to_revert(settled: &FixReport, recorded: &Recorded) -> FixReport {
-    let mut report = settled.clone();
-    if report.never_applied(recorded) {
-        report.basis = Basis::NeverApplied;
-        report.message = None;
-    } else if report.absent_from_found_trees() {
-        // `message` (which tree is missing) stays: `report/` says the rest after it.
-        report.basis = Basis::AbsentFromFoundTrees;
-    } else {
-        return report;
-    }
-    report.state = FixState::NotApplied;
-    report
-}
-
-/// Revert `fix`, applied on top of fixes it comes after that are not applied in the tree
-/// (undone by hand since; see `chain.rs`): those are applied under it in memory, it is
-/// reverted, and they are reverted again, so the tree ends as it was without `fix` and
-/// nothing else changes. `None` (and `ws` untouched) when that does not work out cleanly.
-fn revert_over_missing<'c>(
+/// Apply (or `--check`) `fix`, whose verdict on the chain is `settled` (with the variant it
+/// chose), on the run's copy `ws` (the fixes of the selection before it already applied there).
+/// A fix not applied is applied with that variant, judged no further; one whose edits do not
+/// go on, and any other, is judged on the copy (where the copy holds its files as the chain
+/// did, that is the chain's judgement, memoised), and what the copy holds says why.
+fn forward_one<'c>(
+    catalog: &Catalog,
     chain: &mut chain::Chain<'c>,
     fix: &'c Fix,
-    trees: &Trees,
-    only: &TreeFilter,
+    (settled, chosen): &chain::Judged<'c>,
+    op: Op,
     ws: &mut Workspace,
-) -> Result<Option<FixReport>> {
-    let mut trial = ws.clone();
-    let mut under = Vec::new();
-    let before = chain.predecessors(&fix.manifest.name)?.to_vec();
-    for earlier in chain.catalog().order(&before)? {
-        let (report, chosen) = chain.evaluate(earlier, &mut trial)?;
-        if let (FixState::NotApplied, Some(variant)) = (report.state, chosen) {
-            edit_variant(variant, trees, only, &mut trial, true, &earlier.manifest.name)?;
-            under.push(earlier);
+) -> Result<FixReport> {
+    let (trees, only) = (chain.trees(), chain.only());
+    if let (FixState::NotApplied, Some(variant)) = (settled.state, chosen) {
+        let mut trial = ws.clone();
+        match edit_variant(variant, trees, only, &mut trial, true, &fix.manifest.name) {
+            Ok(()) => {
+                *ws = trial;
+                let mut report = settled.clone();
+                report.action = (op == Op::Apply).then_some(Action::Apply);
+                return Ok(report);
+            }
+            Err(e) if e.downcast_ref::<crate::catalog::chain::NotTaken>().is_some() => {}
+            Err(e) => return Err(e),
         }
     }
-    let (mut report, chosen) = chain.evaluate(fix, &mut trial)?;
-    let (FixState::Applied, Some(variant), false) = (report.state, chosen, under.is_empty()) else { return Ok(None) };
-    edit_variant(variant, trees, only, &mut trial, false, &fix.manifest.name)?;
-    for earlier in under.iter().rev() {
-        let (again, chosen) = chain.evaluate(earlier, &mut trial)?;
-        let (FixState::Applied, Some(variant)) = (again.state, chosen) else { return Ok(None) };
-        edit_variant(variant, trees, only, &mut trial, false, &earlier.manifest.name)?;
+    let (mut report, chosen) = chain.evaluate(fix, ws)?;
+    if report.state == settled.state {
+        // The run agrees with the chain: how the chain reached the verdict (applied on top
+        // of fixes undone since, say) holds here too, with what it advises.
+        report.basis = settled.basis.clone();
+        report.advice = settled.advice.clone();
     }
-    report.action = Some(Action::Revert);
-    report.basis = Basis::RevertedOver { fixes: under.iter().map(|f| f.manifest.name.clone()).collect() };
-    report.message = None;
-    *ws = trial;
-    Ok(Some(report))
+    if report.state == FixState::Drifted {
+        let drifted = report.files.iter().filter(|f| f.state == FileOutcome::Drifted);
+        if let Some(conflict) = shared_file_conflict(fix, drifted.map(|f| (f.tree, f.path.as_str())), trees, ws)? {
+            report.basis = conflict;
+            report.message = None;
+        } else if settled.state != FixState::Drifted {
+            report = unreachable_in_run(catalog, chain, fix, settled, op)?;
+        }
+    }
+    if let (FixState::NotApplied, Some(variant)) = (report.state, chosen) {
+        if op == Op::Apply {
+            report.action = Some(Action::Apply);
+        }
+        edit_variant(variant, trees, only, ws, true, &fix.manifest.name)?;
+    }
+    Ok(report)
 }
 
 /// A fix whose state is settled on its chain (`settled`) but that this run's simulation, over
 /// the selection only, finds drifted. For `--check` the settled state stands. Applying: a fix
 /// it is made on top of is neither applied nor selected, so its edits cannot be made; say
-/// which, and the command that applies them together. Reverting: a not-applied fix has
-/// nothing to undo; an applied one under a fix outside the selection is refused as drift.
+/// which, and the command that applies them together.
 fn unreachable_in_run(
     catalog: &Catalog,
     chain: &mut chain::Chain<'_>,
@@ -190,24 +151,15 @@ fn unreachable_in_run(
     op: Op,
 ) -> Result<FixReport> {
     let mut report = settled.clone();
-    match (op, settled.state) {
-        (Op::Apply, FixState::NotApplied) => {
-            let before = chain.predecessors(&fix.manifest.name)?.to_vec();
-            let mut names = before.clone();
-            names.push(fix.manifest.name.clone());
-            report.state = FixState::Error;
-            report.basis = Basis::PredecessorsNotSelected { fixes: before };
-            report.message = None;
-            let together = catalog.order(&names)?.iter().map(|f| f.manifest.name.clone()).collect();
-            report.advice = vec![Advice::Apply { fixes: together }];
-        }
-        (Op::Revert, FixState::Applied) => {
-            report.state = FixState::Drifted;
-            report.basis = Basis::UnderUnselected;
-            report.message = None;
-            report.advice.clear();
-        }
-        _ => {}
+    if (op, settled.state) == (Op::Apply, FixState::NotApplied) {
+        let before = chain.predecessors(&fix.manifest.name)?.to_vec();
+        let mut names = before.clone();
+        names.push(fix.manifest.name.clone());
+        report.state = FixState::Error;
+        report.basis = Basis::PredecessorsNotSelected { fixes: before };
+        report.message = None;
+        let together = catalog.order(&names)?.iter().map(|f| f.manifest.name.clone()).collect();
+        report.advice = vec![Advice::Apply { fixes: together }];
     }
     Ok(report)
 }
