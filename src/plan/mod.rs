@@ -61,7 +61,7 @@ pub fn plan(
         Op::Apply | Op::Check => {
             let mut reports = Vec::new();
             for (fix, settled) in fixes.iter().zip(&judged) {
-                reports.push(forward_one(catalog, &mut chain, fix, settled, op, &mut ws)?);
+                reports.push(forward_one(catalog, &mut chain, fixes, fix, settled, op, &mut ws)?);
             }
             reports
         }
@@ -89,19 +89,25 @@ pub fn plan(
 
 /// Apply (or `--check`) `fix`, whose verdict on the chain is `settled` (with the variant it
 /// chose), on the run's copy `ws` (the fixes of the selection before it already applied there).
-/// A fix not applied is applied with that variant, judged no further; one whose edits do not
-/// go on, and any other, is judged on the copy (where the copy holds its files as the chain
-/// did, that is the chain's judgement, memoised), and what the copy holds says why.
+/// A fix not applied is applied with that variant, judged no further, when every fix it comes
+/// after is in the selection (the copy then holds its files as the chain did); one with a
+/// predecessor outside the selection, one whose edits do not go on, and any other, is judged on
+/// the copy (memoised: where the predecessor is applied in the tree, the copy holds what the
+/// chain judged and that costs nothing; where it is not, the hunks land where this run puts
+/// them, away from the patch's lines, and the report says so), and what the copy holds says why.
 fn forward_one<'c>(
     catalog: &Catalog,
     chain: &mut chain::Chain<'c>,
+    selection: &[&Fix],
     fix: &'c Fix,
     (settled, chosen): &chain::Judged<'c>,
     op: Op,
     ws: &mut Workspace,
 ) -> Result<FixReport> {
     let (trees, only) = (chain.trees(), chain.only());
-    if let (FixState::NotApplied, Some(variant)) = (settled.state, chosen) {
+    let outside =
+        chain.predecessors(&fix.manifest.name)?.iter().any(|p| !selection.iter().any(|f| &f.manifest.name == p));
+    if let (false, FixState::NotApplied, Some(variant)) = (outside, settled.state, chosen) {
         let mut trial = ws.clone();
         match edit_variant(variant, trees, only, &mut trial, true, &fix.manifest.name) {
             Ok(()) => {
