@@ -17,7 +17,11 @@
 //! verdicts call for (`super::plan`, `super::revert`), with the variant each chose, deciding
 //! by the basis, and judge again only a fix whose edits do not go onto the run's copy. The
 //! tree as it is is judged only where the chain's verdict leaves a question, so where the
-//! chain reads every fix clean a run judges each fix once (a test counts it).
+//! chain reads every fix clean a run judges each fix once (a test counts it). A fix on its own
+//! chain takes its predecessors' verdicts from the pass, and one judged under the fixes made
+//! on top of it takes their settled verdicts: each only makes (or takes off) their edits on
+//! its copy, so `status` judges each fix once, and a fix read applied only under its
+//! successors once more (its files as they are under them).
 
 use std::collections::hash_map::DefaultHasher;
 use std::collections::{BTreeMap, HashMap};
@@ -120,6 +124,9 @@ impl<'c> Chain<'c> {
         // Fixes judged on a chain of their own, left out of the pass (as are, then, the fixes
         // made on top of them).
         let mut apart: Vec<&'c str> = Vec::new();
+        // Each fix's verdict in the pass so far (on the chain or on its own): what a fix judged
+        // on its own chain takes its predecessors' verdicts from.
+        let mut known: HashMap<&'c str, Judged<'c>> = HashMap::new();
         let pass = catalog.chain(&names)?;
         let on_chain = forward(&pass, &mut source, |fix, source| {
             let before = self.predecessors(&fix.manifest.name)?.to_vec();
@@ -128,12 +135,14 @@ impl<'c> Chain<'c> {
                 // A fix it does not come after edited its files in the pass (or one it comes
                 // after is judged apart): its chain is its own.
                 apart.push(name);
-                let ((mut judged, chosen), missing) = self.own_chain(fix, &before, base)?;
+                let ((mut judged, chosen), missing) = self.own_chain(fix, &before, base, &known)?;
+                known.insert(name, (judged.clone(), chosen));
                 judged.basis = Basis::OwnChain;
                 return Ok(((name, ((judged, chosen), missing)), None));
             }
             let missing = simulated.iter().copied().filter(|n| before.iter().any(|b| b == n)).collect();
             let judged = self.evaluate(fix, source.ws)?;
+            known.insert(name, judged.clone());
             let simulate = match judged {
                 (FixReport { state: FixState::NotApplied, .. }, Some(variant)) => {
                     simulated.push(name);
@@ -144,30 +153,61 @@ impl<'c> Chain<'c> {
             Ok(((name, (judged, missing)), simulate))
         })?;
         let mut on_chain: BTreeMap<&str, (Judged<'c>, Vec<&str>)> = on_chain.into_iter().collect();
-        let mut out = Vec::new();
-        for fix in fixes {
+        // Settled latest first, so that a fix judged under the fixes made on top of it takes
+        // their settled verdicts (`settled`) instead of judging them again.
+        let mut order: Vec<usize> = (0..fixes.len()).collect();
+        order.sort_by_key(|&i| std::cmp::Reverse(pass.iter().position(|f| f.manifest.name == fixes[i].manifest.name)));
+        let mut settled: HashMap<&'c str, Judged<'c>> = HashMap::new();
+        let mut out = vec![None; fixes.len()];
+        for i in order {
+            let fix = fixes[i];
             let (judged, missing) = on_chain.remove(fix.manifest.name.as_str()).expect("the pass judged the selection");
-            out.push(self.settle(fix, judged, &missing, base)?);
+            let verdict = self.settle(fix, judged, &missing, base, &settled)?;
+            settled.insert(fix.manifest.name.as_str(), verdict.clone());
+            out[i] = Some(verdict);
         }
-        Ok(out)
+        Ok(out.into_iter().map(|v| v.expect("every fix settled")).collect())
     }
 
     /// `fix` on the tree with only its own predecessors simulated, in order: what the pass
     /// gives when no other fix edits its files. With the predecessors it applied in memory.
-    fn own_chain(&mut self, fix: &'c Fix, before: &[String], base: &Workspace) -> Result<(Judged<'c>, Vec<&'c str>)> {
+    /// Each predecessor's verdict is the pass's (`known`, which judged every one of them):
+    /// one not applied has its edits made on this copy, one applied none; a predecessor is
+    /// judged again on this copy only when its verdict there was not clean or its edits do
+    /// not go on, so a fix on its own chain adds one judgement, its own.
+    fn own_chain(
+        &mut self,
+        fix: &'c Fix,
+        before: &[String],
+        base: &Workspace,
+        known: &HashMap<&'c str, Judged<'c>>,
+    ) -> Result<(Judged<'c>, Vec<&'c str>)> {
         let mut ws = base.clone();
-        let mut source = OnTrees { ws: &mut ws, trees: self.trees, only: self.only };
         let mut missing = Vec::new();
-        forward(&self.catalog.order(before)?, &mut source, |earlier, source| {
-            let judged = self.evaluate(earlier, source.ws)?;
-            Ok(match judged {
-                (FixReport { state: FixState::NotApplied, .. }, Some(variant)) => {
-                    missing.push(earlier.manifest.name.as_str());
-                    ((), Some(variant))
+        for earlier in self.catalog.order(before)? {
+            let name = earlier.manifest.name.as_str();
+            let from_pass = match known.get(name) {
+                Some((FixReport { state: FixState::Applied, .. }, _)) => continue,
+                Some((FixReport { state: FixState::NotApplied, .. }, Some(variant))) => Some(*variant),
+                _ => None,
+            };
+            if let Some(variant) = from_pass {
+                // A variant that patches several files may fail on a later one: leave the copy
+                // as it was, then, and judge.
+                let kept = (variant.patches.len() > 1).then(|| ws.clone());
+                if edit_variant(variant, self.trees, self.only, &mut ws, true, name).is_ok() {
+                    missing.push(name);
+                    continue;
                 }
-                _ => ((), None),
-            })
-        })?;
+                if let Some(kept) = kept {
+                    ws = kept;
+                }
+            }
+            if let (FixReport { state: FixState::NotApplied, .. }, Some(variant)) = self.evaluate(earlier, &mut ws)? {
+                edit_variant(variant, self.trees, self.only, &mut ws, true, name)?;
+                missing.push(name);
+            }
+        }
         Ok((self.evaluate(fix, &mut ws)?, missing))
     }
 
@@ -182,6 +222,7 @@ impl<'c> Chain<'c> {
         on_chain: Judged<'c>,
         missing: &[&str],
         base: &mut Workspace,
+        settled: &HashMap<&'c str, Judged<'c>>,
     ) -> Result<Judged<'c>> {
         let mut on_chain = on_chain;
         if on_chain.0.state != FixState::Drifted {
@@ -202,7 +243,7 @@ impl<'c> Chain<'c> {
             alone.0.basis = Basis::AsItIs;
             return Ok(alone);
         }
-        let (mut under, reverted) = self.under_applied_successors(fix, base)?;
+        let (mut under, reverted) = self.under_applied_successors(fix, base, settled)?;
         if under.0.state != FixState::Drifted {
             under.0.basis = Basis::UnderSuccessors { fixes: reverted };
             return Ok(under);
@@ -214,7 +255,15 @@ impl<'c> Chain<'c> {
     /// are reverted in memory, latest first: a later fix may edit lines of this one's post-image
     /// (its context), and then this one reads applied only underneath it, as `revert` finds it.
     /// With the successors it reverted, in the order reverted.
-    fn under_applied_successors(&mut self, fix: &'c Fix, base: &Workspace) -> Result<(Judged<'c>, Vec<String>)> {
+    /// A successor settled applied (`settled`) has its edits taken off the copy, judged no
+    /// further; one not applied is left; any other (or one whose edits do not come off) is
+    /// judged on the copy.
+    fn under_applied_successors(
+        &mut self,
+        fix: &'c Fix,
+        base: &Workspace,
+        settled: &HashMap<&'c str, Judged<'c>>,
+    ) -> Result<(Judged<'c>, Vec<String>)> {
         let name = &fix.manifest.name;
         let mut later = Vec::new();
         for other in self.catalog.fixes.iter().filter(|f| f.manifest.name != *name) {
@@ -225,6 +274,21 @@ impl<'c> Chain<'c> {
         let mut ws = base.clone();
         let mut reverted = Vec::new();
         for successor in self.catalog.order(&later)?.into_iter().rev() {
+            let name = successor.manifest.name.as_str();
+            match settled.get(name) {
+                Some((FixReport { state: FixState::NotApplied, .. }, _)) => continue,
+                Some((FixReport { state: FixState::Applied, .. }, Some(variant))) => {
+                    let kept = (variant.patches.len() > 1).then(|| ws.clone());
+                    if edit_variant(variant, self.trees, self.only, &mut ws, false, name).is_ok() {
+                        reverted.push(name.to_string());
+                        continue;
+                    }
+                    if let Some(kept) = kept {
+                        ws = kept;
+                    }
+                }
+                _ => {}
+            }
             let (report, chosen) = self.evaluate(successor, &mut ws)?;
             if let (FixState::Applied, Some(variant)) = (report.state, chosen) {
                 edit_variant(variant, self.trees, self.only, &mut ws, false, &successor.manifest.name)?;
@@ -432,7 +496,9 @@ mod tests {
     /// The run judges nothing the chain's pass did not: over the built-in catalogue, on the
     /// files it reads copied from a cached pristine release (skipped when the cache has none),
     /// `apply` judges as many times as `status` does on them, and `revert` as many as `status`
-    /// once `apply`'s edits are written; and the revert gives the pristine files back.
+    /// once `apply`'s edits are written; and the revert gives the pristine files back. And
+    /// `status` judges each fix once there, and on them with the default profile applied,
+    /// but for a fix read applied under its successors (once more).
     #[test]
     fn apply_and_revert_over_the_built_in_catalogue_judge_only_what_status_judges() {
         let catalog = Catalog::load(None).unwrap();
@@ -466,15 +532,24 @@ mod tests {
         let trees = Trees { vllm: tree(TreeName::Vllm), vllm_gaudi: tree(TreeName::VllmGaudi), notes: Vec::new() };
         let names: Vec<String> = catalog.fixes.iter().map(|f| f.manifest.name.clone()).collect();
         let all = catalog.order(&names).unwrap();
-        let run = |op| {
+        let run = |fixes: &[&Fix], op| {
             let before = judgements();
-            let plan = plan(&catalog, &all, &trees, &TreeFilter::all(), &Recorded::new(), op).unwrap();
+            let plan = plan(&catalog, fixes, &trees, &TreeFilter::all(), &Recorded::new(), op).unwrap();
             (plan, judgements() - before)
+        };
+        // `status` judges each fix once (on the chain, or on its own chain over its
+        // predecessors' verdicts from the pass), and once more only a fix that reads drifted
+        // there and applied under the fixes made on top of it (their settled verdicts taken,
+        // their edits taken off a copy): its own files as they are under them, text no other
+        // judgement read.
+        let once_each = |reports: &[FixReport]| {
+            all.len() + reports.iter().filter(|r| matches!(r.basis, Basis::UnderSuccessors { .. })).count()
         };
         // Each plan costs seconds in a debug build: the run that writes, and status, per pass.
         for (pass, op) in [("pristine", Op::Apply), ("applied", Op::Revert)] {
-            let (_, status) = run(Op::Status);
-            let (plan, judged) = run(op);
+            let (reports, status) = run(&all, Op::Status);
+            assert_eq!(status, once_each(&reports.reports), "status on the {pass} files judged {status} times");
+            let (plan, judged) = run(&all, op);
             assert_eq!(judged, status, "{op:?} on the {pass} files judged {judged} times, status {status}");
             assert!(!plan.edits.is_empty(), "{pass}: nothing to write");
             for edit in &plan.edits {
@@ -487,5 +562,14 @@ mod tests {
                 "{rel:?}"
             );
         }
+        // The default profile applied: fixes made on top of others that edit their lines, so
+        // some read applied only under them.
+        let default = catalog.order(&catalog.profile_fixes("default").unwrap()).unwrap();
+        for edit in &run(&default, Op::Apply).0.edits {
+            std::fs::write(&edit.path, &edit.new).unwrap();
+        }
+        let (plan, status) = run(&all, Op::Status);
+        assert!(once_each(&plan.reports) > all.len(), "none read applied under its successors: {:#?}", bases(&plan));
+        assert_eq!(status, once_each(&plan.reports), "status on the default profile's files judged {status} times");
     }
 }
